@@ -1,0 +1,9 @@
+"""Block-Sparse Attention Designer: layouts, patterns, segmentation, editing and formats.
+
+Pure Python with numpy and torch on the CPU: no Streamlit, no GPU.
+"""
+
+from designer.design import Design
+from designer.layout import Layout
+
+__all__ = ["Design", "Layout"]

@@ -1,0 +1,69 @@
+"""A design: a layout plus everything needed to understand, reproduce and reuse it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from designer.layout import Layout
+from designer.validate import check_bool, check_int
+
+if TYPE_CHECKING:
+    from designer.recipe import Recipe
+
+#: Tokens on the side of the largest square tile the segmentation aims for by default.
+DEFAULT_TILE_TOKENS = 128
+
+
+def default_start_width(block_size: int) -> int:
+    """The segmentation start width whose tiles are 128 tokens (at least 1).
+
+    >>> default_start_width(16), default_start_width(64), default_start_width(256)
+    (8, 2, 1)
+    """
+    return max(1, DEFAULT_TILE_TOKENS // check_int("block_size", block_size, low=1))
+
+
+def now_iso() -> str:
+    """The current UTC time, to the second, as ISO 8601."""
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+@dataclass(frozen=True)
+class Design:
+    """A layout with its name, causal flag, segmentation start width and recipe.
+
+    ``recipe`` (when present) regenerates ``layout`` exactly: patterns, then manual edits.
+    ``causal`` means attention also applies ``q_idx >= k_idx`` inside blocks.
+    """
+
+    layout: Layout
+    name: str = "untitled"
+    causal: bool = False
+    start_width: int | None = None
+    recipe: Recipe | None = None
+    created: str = field(default_factory=now_iso)
+    modified: str = field(default_factory=now_iso)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.layout, Layout):
+            raise TypeError(f"layout must be a Layout, got {type(self.layout).__name__}")
+        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 200:
+            raise ValueError(
+                f"name must be a non-empty string of at most 200 characters, got {self.name!r}"
+            )
+        check_bool("causal", self.causal)
+        if self.start_width is not None:
+            check_int("start_width", self.start_width, low=0, high=1 << 16)
+
+    @property
+    def effective_start_width(self) -> int:
+        """The start width to segment with: the chosen one, else 128-token tiles."""
+        if self.start_width is not None:
+            return self.start_width
+        return default_start_width(self.layout.block_size)
+
+    def with_layout(self, layout: Layout, *, recipe: Recipe | None = None) -> Design:
+        """The same design with a new layout (and recipe), stamped as modified now."""
+        return replace(self, layout=layout, recipe=recipe, modified=now_iso())

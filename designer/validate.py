@@ -1,0 +1,149 @@
+"""Argument checks shared by every public function of the designer.
+
+Each check raises ``TypeError`` for a wrong type and ``ValueError`` for a wrong value, and its
+message names the parameter, what is allowed and what it got, so a user reading it in the app
+knows which widget or argument to fix.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+
+T = TypeVar("T")
+
+#: The largest layout we accept: 2**26 cells is 16 heads x 2048 x 2048 blocks (bool: 64 MiB).
+MAX_LAYOUT_CELLS = 1 << 26
+
+
+def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
+    """Return ``value`` as a Python int, or raise naming ``name`` and the allowed range.
+
+    >>> check_int("window_blocks", 3, low=1)
+    3
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+    value = int(value)
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ValueError(f"{name} must be in {_range_text(low, high)}, got {value}")
+    return value
+
+
+def check_float(
+    name: str, value: Any, *, low: float | None = None, high: float | None = None
+) -> float:
+    """Return ``value`` as a finite float in ``[low, high]``, or raise naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+    value = float(value)
+    if not np.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise ValueError(f"{name} must be in {_range_text(low, high)}, got {value}")
+    return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """Return ``value`` if it is a bool (numpy bools too), or raise naming ``name``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+    return bool(value)
+
+
+def check_choice(name: str, value: Any, choices: Sequence[T]) -> T:
+    """Return ``value`` if it is one of ``choices``, or raise listing them."""
+    if value not in choices:
+        allowed = ", ".join(repr(c) for c in choices)
+        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+    return value
+
+
+def check_int_list(
+    name: str,
+    values: Any,
+    *,
+    low: int | None = None,
+    high: int | None = None,
+    min_len: int = 0,
+    max_len: int | None = None,
+) -> list[int]:
+    """Return ``values`` as a list of ints, each in ``[low, high]``, or raise naming the item."""
+    if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
+        raise TypeError(f"{name} must be a list of integers, got {type(values).__name__}")
+    if len(values) < min_len or (max_len is not None and len(values) > max_len):
+        raise ValueError(
+            f"{name} must have {_range_text(min_len, max_len)} items, got {len(values)}"
+        )
+    return [check_int(f"{name}[{i}]", v, low=low, high=high) for i, v in enumerate(values)]
+
+
+def per_head(name: str, value: Any, n_heads: int, check: Callable[[str, Any], T]) -> list[T]:
+    """Broadcast a scalar parameter to every head, or check a per-head list of length ``n_heads``.
+
+    ``check(name, item)`` validates one item; it is given ``name[h]`` for list items so the
+    message points at the head.
+
+    >>> per_head("window_blocks", [1, 2], 2, lambda n, v: check_int(n, v, low=1))
+    [1, 2]
+    """
+    if isinstance(value, (list, tuple, np.ndarray)):
+        if len(value) != n_heads:
+            raise ValueError(
+                f"{name} must be one value or one per head ({n_heads}), got {len(value)} values"
+            )
+        return [check(f"{name}[{h}]", v) for h, v in enumerate(value)]
+    item = check(name, value)
+    return [item] * n_heads
+
+
+def as_block_tensor(
+    name: str, array: Any, *, allow_2d: bool = False, max_cells: int = MAX_LAYOUT_CELLS
+) -> torch.Tensor:
+    """Return a contiguous CPU ``torch.bool`` copy of a 0/1 block layout, checking everything.
+
+    Accepts a torch tensor or numpy array of bool or integer dtype, of rank 3 ``[H, M, N]``
+    (or rank 2 ``[M, N]`` when ``allow_2d``, read as one head). Values must be 0 or 1. The size
+    check runs before any copy, so a huge tensor costs nothing.
+    """
+    if isinstance(array, np.ndarray):
+        if array.dtype.kind not in "biu":
+            raise TypeError(f"{name} must hold integers or bools, got dtype {array.dtype}")
+        shape = tuple(array.shape)
+    elif isinstance(array, torch.Tensor):
+        if array.is_floating_point() or array.is_complex():
+            raise TypeError(f"{name} must hold integers or bools, got dtype {array.dtype}")
+        shape = tuple(array.shape)
+    else:
+        raise TypeError(f"{name} must be a torch tensor or numpy array, got {type(array).__name__}")
+    ranks = "2 ([M, N]) or 3 ([H, M, N])" if allow_2d else "3 ([H, M, N])"
+    if len(shape) not in ((2, 3) if allow_2d else (3,)):
+        raise ValueError(f"{name} must have rank {ranks}, got shape {list(shape)}")
+    cells = int(np.prod(shape, dtype=np.int64))
+    if cells > max_cells:
+        raise ValueError(
+            f"{name} has {cells:,} cells {list(shape)}, more than the limit of {max_cells:,}"
+        )
+    tensor = torch.as_tensor(array).detach().to("cpu")
+    if tensor.dtype != torch.bool and cells:
+        low, high = int(tensor.min()), int(tensor.max())
+        if low < 0 or high > 1:
+            raise ValueError(f"{name} must hold only 0 and 1, got values in [{low}, {high}]")
+    tensor = tensor.to(torch.bool)
+    if tensor.dim() == 2:
+        tensor = tensor.unsqueeze(0)
+    return tensor.contiguous().clone()
+
+
+def _range_text(low: float | None, high: float | None) -> str:
+    if low is not None and high is not None:
+        return f"[{low}, {high}]"
+    if low is not None:
+        return f">= {low}"
+    if high is not None:
+        return f"<= {high}"
+    return "any value"
