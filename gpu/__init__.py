@@ -1,0 +1,9 @@
+"""Block-sparse attention on the GPU: our CuPy CUDA kernels, dense references and the benchmarks.
+
+Importing ``gpu`` never needs CUDA or CuPy; ``unavailable_reason()`` says why the GPU path is off on
+this machine (None when it works).
+"""
+
+from gpu.runtime import GpuUnavailableError, unavailable_reason
+
+__all__ = ["GpuUnavailableError", "unavailable_reason"]

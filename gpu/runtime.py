@@ -1,0 +1,222 @@
+"""Lazy CuPy access and run-time compilation of our CUDA kernels.
+
+Nothing here imports CuPy at module import time: the designer must work on machines without a GPU,
+and ``unavailable_reason()`` tells such a user why the GPU path is off and what to install.
+
+Kernels live in ``gpu/kernels/*.cu``. ``compile_kernel`` builds one with NVRTC for the exact
+architecture of the current device (``sm_90a`` on Hopper, so ``wgmma`` is allowed) with the
+compile-time choices passed as ``-D`` defines. We drive NVRTC ourselves instead of
+``cupy.RawModule(code=...)`` because CuPy appends its own ``-arch=sm_XX`` option, which would clash
+with ``sm_90a``; the cubin is then loaded through ``cupy.RawModule(path=...)`` so callers get a
+regular ``cupy.RawKernel``. Modules are cached in-process per (source hash, arch, options) and on
+disk per the same key plus the NVRTC version, so a second process skips compilation too.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import re
+import tempfile
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+#: Where the ``.cu`` sources live.
+KERNEL_DIR = Path(__file__).parent / "kernels"
+
+#: Our kernels use ``mma.sync`` m16n8k16 with bf16 operands: Ampere (8.0) or newer.
+MIN_COMPUTE_CAPABILITY = (8, 0)
+
+_INSTALL_HINT = (
+    'install CuPy for your CUDA version with pip install -e ".[cuda13]" (CUDA 13) '
+    'or pip install -e ".[cuda12]" (CUDA 12)'
+)
+_DEFINE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_DEFINE_TEXT = re.compile(r"[A-Za-z0-9_.+\-]+")
+
+
+class GpuUnavailableError(RuntimeError):
+    """Raised when a GPU implementation is asked for on a machine that cannot run it."""
+
+
+@functools.cache
+def unavailable_reason() -> str | None:
+    """Why our CUDA kernels cannot run here, as a sentence for a user; None when they can.
+
+    Never raises. The answer is cached for the process (``unavailable_reason.cache_clear()``
+    re-checks).
+    """
+    try:
+        return _find_problem()
+    except Exception as error:  # a broken driver or library must not break the designer
+        return f"the GPU check failed ({type(error).__name__}: {error}); {_INSTALL_HINT}"
+
+
+def require_cupy() -> Any:
+    """Return the ``cupy`` module, or raise ``GpuUnavailableError`` saying why it cannot be used."""
+    reason = unavailable_reason()
+    if reason is not None:
+        raise GpuUnavailableError(reason)
+    import cupy
+
+    return cupy
+
+
+def arch_for(compute_capability: tuple[int, int]) -> str:
+    """The NVRTC ``-arch`` value for a device: ``sm_90a`` on Hopper (for ``wgmma``), else ``sm_XY``.
+
+    >>> arch_for((9, 0)), arch_for((8, 6))
+    ('sm_90a', 'sm_86')
+    """
+    major, minor = compute_capability
+    return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+
+
+def define_options(defines: Mapping[str, int | str]) -> tuple[str, ...]:
+    """``-DNAME=VALUE`` compiler options, sorted by name; anything but a plain token is refused.
+
+    >>> define_options({"HEAD_DIM": 64, "DTYPE_BF16": 1})
+    ('-DDTYPE_BF16=1', '-DHEAD_DIM=64')
+    """
+    options = []
+    for name in sorted(defines):
+        value = defines[name]
+        if not isinstance(name, str) or not _DEFINE_NAME.fullmatch(name):
+            raise ValueError(f"define names must be C identifiers, got {name!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise TypeError(f"define {name} must be an int or str, got {type(value).__name__}")
+        if isinstance(value, str) and not _DEFINE_TEXT.fullmatch(value):
+            raise ValueError(f"define {name} must be a plain token, got {value!r}")
+        options.append(f"-D{name}={value}")
+    return tuple(options)
+
+
+def compile_options(arch: str, defines: Mapping[str, int | str]) -> tuple[str, ...]:
+    """Every NVRTC option we compile a kernel with (also mirrored by the CPU ``nvcc`` check)."""
+    return (f"-arch={arch}", "-std=c++17", "--use_fast_math", *define_options(defines))
+
+
+def compile_kernel(
+    source: str, function: str, defines: Mapping[str, int | str], *, device: int | None = None
+) -> Any:
+    """Compile ``gpu/kernels/<source>`` for ``device`` (default: current) and return ``function``.
+
+    Returns a ``cupy.RawKernel``. Compile errors raise ``RuntimeError`` naming the source, the
+    defines and the compiler log.
+    """
+    cupy = require_cupy()
+    code = kernel_source(source)
+    device_id = cupy.cuda.Device().id if device is None else int(device)
+    arch = arch_for(torch.cuda.get_device_capability(device_id))
+    options = compile_options(arch, defines)
+    module = _load_module(code, source, options, device_id)
+    return module.get_function(function)
+
+
+def kernel_source(source: str) -> str:
+    """The text of ``gpu/kernels/<source>``, refusing names outside that folder."""
+    path = (KERNEL_DIR / source).resolve()
+    if path.parent != KERNEL_DIR.resolve() or path.suffix != ".cu" or not path.is_file():
+        known = ", ".join(sorted(p.name for p in KERNEL_DIR.glob("*.cu")))
+        raise ValueError(f"source must be a .cu file in gpu/kernels ({known}), got {source!r}")
+    return path.read_text()
+
+
+def cupy_stream_for(tensor: torch.Tensor) -> Any:
+    """A ``cupy.cuda.ExternalStream`` on ``tensor``'s current torch stream (use it as a context).
+
+    Launching inside ``with cupy_stream_for(q):`` orders our kernels with the caller's torch work.
+    """
+    cupy = require_cupy()
+    stream = torch.cuda.current_stream(tensor.device)
+    return cupy.cuda.ExternalStream(stream.cuda_stream, tensor.device.index)
+
+
+# --------------------------------------------------------------------------- internals
+_MODULES: dict[tuple[str, str, tuple[str, ...], int], Any] = {}
+_MODULES_LOCK = threading.Lock()
+
+
+def _load_module(code: str, source: str, options: tuple[str, ...], device_id: int) -> Any:
+    code_hash = hashlib.sha256(code.encode()).hexdigest()
+    key = (code_hash, source, options, device_id)
+    with _MODULES_LOCK:
+        module = _MODULES.get(key)
+        if module is None:
+            import cupy
+
+            path = _cached_cubin(code, code_hash, source, options)
+            with cupy.cuda.Device(device_id):
+                module = cupy.RawModule(path=str(path))
+            _MODULES[key] = module
+    return module
+
+
+def _cached_cubin(code: str, code_hash: str, source: str, options: tuple[str, ...]) -> Path:
+    from cupy_backends.cuda.libs import nvrtc
+
+    version = ".".join(str(v) for v in nvrtc.getVersion())
+    key = hashlib.sha256(f"{code_hash}|{options}|{version}".encode()).hexdigest()[:32]
+    cache_dir = _cache_dir()
+    path = cache_dir / f"{Path(source).stem}-{key}.cubin"
+    if path.is_file() and path.stat().st_size > 0:
+        return path
+    cubin = _nvrtc_compile(nvrtc, code, source, options)
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile(dir=cache_dir, suffix=".part", delete=False) as handle:
+        handle.write(cubin)
+    os.replace(handle.name, path)  # atomic: a concurrent reader sees all or nothing
+    return path
+
+
+def _nvrtc_compile(nvrtc: Any, code: str, source: str, options: tuple[str, ...]) -> bytes:
+    program = nvrtc.createProgram(code, source, (), ())
+    try:
+        try:
+            nvrtc.compileProgram(program, list(options))
+        except nvrtc.NVRTCError as error:
+            log = nvrtc.getProgramLog(program)
+            raise RuntimeError(
+                f"compiling gpu/kernels/{source} with options {' '.join(options)} failed "
+                f"({error}):\n{log}"
+            ) from error
+        return nvrtc.getCUBIN(program)
+    finally:
+        nvrtc.destroyProgram(program)
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get("CUPY_CACHE_DIR") or Path.home() / ".cupy" / "kernel_cache"
+    return Path(root) / "blocksparse"
+
+
+def _find_problem() -> str | None:
+    try:
+        import cupy
+    except ImportError as error:
+        return f"CuPy is not installed ({error}); {_INSTALL_HINT}."
+    if not torch.cuda.is_available():
+        return (
+            f"PyTorch {torch.__version__} sees no CUDA device (a CPU-only build, or no GPU and "
+            "driver); install a CUDA build of PyTorch on a machine with an NVIDIA GPU."
+        )
+    try:
+        count = cupy.cuda.runtime.getDeviceCount()
+    except Exception as error:
+        return f"CuPy cannot reach a CUDA device ({error}); check the NVIDIA driver and CuPy build."
+    if count < 1:
+        return "no CUDA device was found; our kernels need an NVIDIA GPU."
+    capability = torch.cuda.get_device_capability()
+    if capability < MIN_COMPUTE_CAPABILITY:
+        name = torch.cuda.get_device_name()
+        return (
+            f"{name} has compute capability {capability[0]}.{capability[1]}; our kernels need "
+            f"{MIN_COMPUTE_CAPABILITY[0]}.{MIN_COMPUTE_CAPABILITY[1]} or newer "
+            "(Ampere, Ada, Hopper)."
+        )
+    return None

@@ -1,0 +1,87 @@
+"""The runtime: reasons without a GPU, option building, source lookup and (on a GPU) compiling."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+import gpu
+from gpu import runtime
+
+
+@pytest.fixture
+def fresh_reason():
+    runtime.unavailable_reason.cache_clear()
+    yield
+    runtime.unavailable_reason.cache_clear()
+
+
+def test_import_works_and_reason_is_a_sentence_or_none():
+    reason = gpu.unavailable_reason()
+    assert reason is None or (isinstance(reason, str) and len(reason) > 20)
+
+
+def test_missing_cupy_is_explained_with_the_install_command(monkeypatch, fresh_reason):
+    monkeypatch.setitem(sys.modules, "cupy", None)  # makes `import cupy` raise ImportError
+    reason = runtime.unavailable_reason()
+    assert "CuPy is not installed" in reason
+    assert 'pip install -e ".[cuda13]"' in reason
+    with pytest.raises(gpu.GpuUnavailableError, match="CuPy is not installed"):
+        runtime.require_cupy()
+
+
+def test_a_failing_check_never_raises(monkeypatch, fresh_reason):
+    def broken():
+        raise OSError("driver exploded")
+
+    monkeypatch.setattr(runtime, "_find_problem", broken)
+    assert "driver exploded" in runtime.unavailable_reason()
+
+
+def test_gpu_unavailable_error_is_a_runtime_error():
+    assert issubclass(gpu.GpuUnavailableError, RuntimeError)
+
+
+@pytest.mark.parametrize(
+    ("capability", "arch"),
+    [((9, 0), "sm_90a"), ((8, 0), "sm_80"), ((8, 9), "sm_89"), ((12, 0), "sm_120")],
+)
+def test_arch_for(capability, arch):
+    assert runtime.arch_for(capability) == arch
+
+
+def test_define_options_are_sorted_tokens():
+    assert runtime.define_options({"B": 1, "A": "bf16"}) == ("-DA=bf16", "-DB=1")
+    options = runtime.compile_options("sm_90a", {"HEAD_DIM": 128})
+    assert (
+        options[0] == "-arch=sm_90a" and "-std=c++17" in options and options[-1] == "-DHEAD_DIM=128"
+    )
+
+
+@pytest.mark.parametrize(
+    ("defines", "error", "match"),
+    [
+        ({"1BAD": 1}, ValueError, "C identifiers"),
+        ({"A B": 1}, ValueError, "C identifiers"),
+        ({"FLAG": True}, TypeError, "define FLAG must be an int or str, got bool"),
+        ({"X": 1.5}, TypeError, "got float"),
+        ({"X": "a b"}, ValueError, "plain token"),
+        ({"X": "1;rm"}, ValueError, "plain token"),
+    ],
+)
+def test_define_options_refuse_unsafe_values(defines, error, match):
+    with pytest.raises(error, match=match):
+        runtime.define_options(defines)
+
+
+@pytest.mark.parametrize("name", ["../runtime.py", "missing.cu", "/etc/passwd", "x.txt"])
+def test_kernel_source_refuses_names_outside_the_kernel_folder(name):
+    with pytest.raises(ValueError, match=r"source must be a \.cu file in gpu/kernels"):
+        runtime.kernel_source(name)
+
+
+def test_every_kernel_source_opens_with_a_comment():
+    for path in sorted(runtime.KERNEL_DIR.glob("*.cu")):
+        text = runtime.kernel_source(path.name)
+        assert text.lstrip().startswith(("//", "/*")), path.name
