@@ -1,0 +1,344 @@
+"""Manual edits of a layout, as values: set, clear or toggle a region of some heads, copy a head.
+
+An edit is a frozen value rather than a function call so that a design's recipe can replay it, an
+undo history can hold it and a file can carry it (``to_dict`` / ``edit_from_dict``). Regions are
+given in block coordinates ``(row, col)`` = ``(query block, key block)``:
+
+- ``Cells(((r, c), ...))``: the listed blocks;
+- ``Rect(row0, col0, row1, col1)``: the box between two corners, both included;
+- ``Row(row)`` / ``Column(col)``: one whole row or column;
+- ``Band(lo, hi)``: the diagonals ``lo <= col - row <= hi``, clipped to the grid.
+
+>>> layout = Layout.zeros(2, 4, 4, 16)
+>>> apply_edit(layout, EditOp("set", Band(-1, 0), heads=(1,))).blocks.sum(dim=(1, 2)).tolist()
+[0, 7]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import asdict, dataclass, fields
+from typing import Any, ClassVar
+
+import torch
+
+from designer.layout import Layout
+from designer.validate import check_choice, check_int, check_int_list
+
+#: What an ``EditOp`` does to the blocks of its region.
+ACTIONS = ("set", "clear", "toggle")
+#: Most blocks one ``Cells`` region may list (a painted selection, never a whole layout).
+MAX_EDIT_CELLS = 1 << 20
+#: Largest block coordinate or diagonal offset an edit may name (a grid is at most 2**16 wide).
+MAX_COORD = 1 << 16
+#: Largest head index an edit may name (a layout has at most 1024 heads).
+MAX_HEAD = 1023
+
+Shape = tuple[int, int, int]
+
+
+def check_keys(
+    name: str, data: Any, required: Collection[str], optional: Collection[str] = ()
+) -> Mapping[str, Any]:
+    """Check that ``data`` is a dict with all ``required`` keys and no keys but those listed.
+
+    Dicts read from files users upload pass through here, so a typo is reported, never ignored.
+    """
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{name} must be a dict, got {type(data).__name__}")
+    missing = [key for key in required if key not in data]
+    if missing:
+        raise ValueError(f"{name} is missing {', '.join(map(repr, missing))}")
+    unknown = [key for key in data if key not in required and key not in optional]
+    if unknown:
+        allowed = ", ".join(map(repr, [*required, *sorted(optional)]))
+        raise ValueError(f"{name} has unknown keys {unknown!r}; allowed: {allowed}")
+    return data
+
+
+def _outside(name: str, value: Any, n_rows: int, n_cols: int) -> ValueError:
+    return ValueError(
+        f"{name} = {value} is outside the grid of {n_rows} q_blocks x {n_cols} k_blocks "
+        f"(rows 0..{n_rows - 1}, cols 0..{n_cols - 1})"
+    )
+
+
+def _empty(n_rows: int, n_cols: int) -> torch.Tensor:
+    return torch.zeros(n_rows, n_cols, dtype=torch.bool)
+
+
+# --------------------------------------------------------------------------- regions
+@dataclass(frozen=True)
+class Cells:
+    """The listed ``(row, col)`` blocks."""
+
+    cells: tuple[tuple[int, int], ...]
+    kind: ClassVar[str] = "cells"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.cells, (list, tuple)):
+            raise TypeError(
+                f"cells must be a list of [row, col] pairs, got {type(self.cells).__name__}"
+            )
+        if not 1 <= len(self.cells) <= MAX_EDIT_CELLS:
+            raise ValueError(f"cells must list [1, {MAX_EDIT_CELLS}] blocks, got {len(self.cells)}")
+        pairs = tuple(
+            tuple(check_int_list(f"cells[{i}]", cell, low=0, high=MAX_COORD, min_len=2, max_len=2))
+            for i, cell in enumerate(self.cells)
+        )
+        object.__setattr__(self, "cells", pairs)
+
+    def mask(self, n_rows: int, n_cols: int) -> torch.Tensor:
+        """The ``[n_rows, n_cols]`` bool mask of the region; raises if a cell is outside."""
+        index = torch.tensor(self.cells, dtype=torch.int64)
+        outside = (index[:, 0] >= n_rows) | (index[:, 1] >= n_cols)
+        if outside.any():
+            k = int(outside.nonzero()[0])
+            raise _outside(f"cells[{k}]", self.cells[k], n_rows, n_cols)
+        mask = _empty(n_rows, n_cols)
+        mask[index[:, 0], index[:, 1]] = True
+        return mask
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "cells": [list(cell) for cell in self.cells]}
+
+
+@dataclass(frozen=True)
+class Rect:
+    """The box of blocks from ``(row0, col0)`` to ``(row1, col1)``, both corners included."""
+
+    row0: int
+    col0: int
+    row1: int
+    col1: int
+    kind: ClassVar[str] = "rect"
+
+    def __post_init__(self) -> None:
+        for name in ("row0", "col0", "row1", "col1"):
+            value = check_int(name, getattr(self, name), low=0, high=MAX_COORD)
+            object.__setattr__(self, name, value)
+        if self.row1 < self.row0 or self.col1 < self.col0:
+            raise ValueError(
+                f"rect must have row0 <= row1 and col0 <= col1, got rows {self.row0}..{self.row1} "
+                f"and cols {self.col0}..{self.col1}"
+            )
+
+    def mask(self, n_rows: int, n_cols: int) -> torch.Tensor:
+        if self.row1 >= n_rows or self.col1 >= n_cols:
+            raise _outside("rect corner (row1, col1)", (self.row1, self.col1), n_rows, n_cols)
+        mask = _empty(n_rows, n_cols)
+        mask[self.row0 : self.row1 + 1, self.col0 : self.col1 + 1] = True
+        return mask
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class Row:
+    """Every block of query block ``row``."""
+
+    row: int
+    kind: ClassVar[str] = "row"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "row", check_int("row", self.row, low=0, high=MAX_COORD))
+
+    def mask(self, n_rows: int, n_cols: int) -> torch.Tensor:
+        if self.row >= n_rows:
+            raise _outside("row", self.row, n_rows, n_cols)
+        mask = _empty(n_rows, n_cols)
+        mask[self.row] = True
+        return mask
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class Column:
+    """Every block of key block ``col``."""
+
+    col: int
+    kind: ClassVar[str] = "column"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "col", check_int("col", self.col, low=0, high=MAX_COORD))
+
+    def mask(self, n_rows: int, n_cols: int) -> torch.Tensor:
+        if self.col >= n_cols:
+            raise _outside("col", self.col, n_rows, n_cols)
+        mask = _empty(n_rows, n_cols)
+        mask[:, self.col] = True
+        return mask
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **asdict(self)}
+
+
+@dataclass(frozen=True)
+class Band:
+    """The diagonals ``lo <= col - row <= hi`` (0 is the main diagonal), clipped to the grid."""
+
+    lo: int
+    hi: int
+    kind: ClassVar[str] = "band"
+
+    def __post_init__(self) -> None:
+        lo = check_int("lo", self.lo, low=-MAX_COORD, high=MAX_COORD)
+        hi = check_int("hi", self.hi, low=-MAX_COORD, high=MAX_COORD)
+        if hi < lo:
+            raise ValueError(f"band must have lo <= hi, got lo={lo}, hi={hi}")
+        object.__setattr__(self, "lo", lo)
+        object.__setattr__(self, "hi", hi)
+
+    def mask(self, n_rows: int, n_cols: int) -> torch.Tensor:
+        offset = torch.arange(n_cols)[None, :] - torch.arange(n_rows)[:, None]
+        return (offset >= self.lo) & (offset <= self.hi)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **asdict(self)}
+
+
+Region = Cells | Rect | Row | Column | Band
+REGIONS: dict[str, type] = {region.kind: region for region in (Cells, Rect, Row, Column, Band)}
+
+
+def region_from_dict(data: Any) -> Region:
+    """Read a region written by ``region.to_dict()``, checking every key and value."""
+    every_key = {f.name for region in REGIONS.values() for f in fields(region)}
+    check_keys("region", data, ("kind",), every_key)
+    kind = check_choice("region kind", data["kind"], tuple(REGIONS))
+    names = [f.name for f in fields(REGIONS[kind])]
+    check_keys(f"{kind} region", data, ("kind", *names))
+    return REGIONS[kind](**{name: data[name] for name in names})
+
+
+# --------------------------------------------------------------------------- edit operations
+def _check_heads(name: str, heads: Any) -> tuple[int, ...]:
+    values = check_int_list(name, heads, low=0, high=MAX_HEAD, min_len=1, max_len=MAX_HEAD + 1)
+    if len(set(values)) != len(values):
+        raise ValueError(f"{name} must not repeat a head, got {values}")
+    return tuple(values)
+
+
+def _fit_heads(name: str, heads: tuple[int, ...], n_heads: int) -> None:
+    for i, head in enumerate(heads):
+        if head >= n_heads:
+            raise ValueError(
+                f"{name}[{i}] = {head} is outside the layout's {n_heads} heads (0..{n_heads - 1})"
+            )
+
+
+@dataclass(frozen=True)
+class EditOp:
+    """Set, clear or toggle the blocks of ``region`` in ``heads`` (``None``: every head)."""
+
+    action: str
+    region: Region
+    heads: tuple[int, ...] | None = None
+
+    def __post_init__(self) -> None:
+        check_choice("action", self.action, ACTIONS)
+        if not isinstance(self.region, tuple(REGIONS.values())):
+            raise TypeError(
+                f"region must be a {', '.join(r.__name__ for r in REGIONS.values())}, "
+                f"got {type(self.region).__name__}"
+            )
+        if self.heads is not None:
+            object.__setattr__(self, "heads", _check_heads("heads", self.heads))
+
+    def output_shape(self, shape: Shape) -> Shape:
+        """The layout shape after this edit; raises if the edit does not fit ``shape``."""
+        _fit_heads("heads", self.heads or (), shape[0])
+        self.region.mask(shape[1], shape[2])
+        return shape
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "op": "edit",
+            "action": self.action,
+            "region": self.region.to_dict(),
+            "heads": None if self.heads is None else list(self.heads),
+        }
+
+
+@dataclass(frozen=True)
+class CopyHead:
+    """Copy every block of head ``source`` onto each of the ``targets`` heads."""
+
+    source: int
+    targets: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "source", check_int("source", self.source, low=0, high=MAX_HEAD))
+        object.__setattr__(self, "targets", _check_heads("targets", self.targets))
+
+    def output_shape(self, shape: Shape) -> Shape:
+        """The layout shape after this edit; raises if a head is outside ``shape``."""
+        _fit_heads("source", (self.source,), shape[0])
+        _fit_heads("targets", self.targets, shape[0])
+        return shape
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": "copy_head", "source": self.source, "targets": list(self.targets)}
+
+
+@dataclass(frozen=True)
+class Transpose:
+    """Swap query and key blocks in every head (``[H, M, N]`` becomes ``[H, N, M]``)."""
+
+    def output_shape(self, shape: Shape) -> Shape:
+        return (shape[0], shape[2], shape[1])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"op": "transpose"}
+
+
+Edit = EditOp | CopyHead | Transpose
+
+
+def apply_edit(layout: Layout, op: Edit) -> Layout:
+    """Return a new layout with ``op`` applied; ``layout`` itself never changes.
+
+    >>> one = apply_edit(Layout.zeros(1, 2, 3, 16), EditOp("set", Rect(0, 1, 1, 2)))
+    >>> one.blocks[0].int().tolist()
+    [[0, 1, 1], [0, 1, 1]]
+    """
+    if not isinstance(layout, Layout):
+        raise TypeError(f"layout must be a Layout, got {type(layout).__name__}")
+    if not isinstance(op, (EditOp, CopyHead, Transpose)):
+        raise TypeError(f"op must be an EditOp, CopyHead or Transpose, got {type(op).__name__}")
+    op.output_shape(layout.shape)
+    if isinstance(op, Transpose):
+        return layout.transpose()
+    if isinstance(op, CopyHead):
+        return layout.with_heads(list(op.targets), layout.select_heads([op.source]))
+    mask = op.region.mask(layout.n_q_blocks, layout.n_k_blocks)
+    heads = list(range(layout.n_heads)) if op.heads is None else list(op.heads)
+    blocks = layout.blocks.clone()
+    if op.action == "set":
+        blocks[heads] |= mask
+    elif op.action == "clear":
+        blocks[heads] &= ~mask
+    else:
+        blocks[heads] ^= mask
+    return Layout(blocks, layout.block_size)
+
+
+def edit_from_dict(data: Any) -> Edit:
+    """Read an edit written by ``op.to_dict()``, checking every key and value.
+
+    >>> edit_from_dict({"op": "copy_head", "source": 0, "targets": [1, 2]})
+    CopyHead(source=0, targets=(1, 2))
+    """
+    check_keys("edit", data, ("op",), ("action", "region", "heads", "source", "targets"))
+    kind = check_choice("edit op", data["op"], ("edit", "copy_head", "transpose"))
+    if kind == "edit":
+        check_keys("edit", data, ("op", "action", "region", "heads"))
+        return EditOp(data["action"], region_from_dict(data["region"]), data["heads"])
+    if kind == "copy_head":
+        check_keys("copy_head edit", data, ("op", "source", "targets"))
+        return CopyHead(data["source"], data["targets"])
+    check_keys("transpose edit", data, ("op",))
+    return Transpose()

@@ -1,0 +1,263 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from designer.edit import (
+    Band,
+    Cells,
+    Column,
+    CopyHead,
+    EditOp,
+    Rect,
+    Row,
+    Transpose,
+    apply_edit,
+    check_keys,
+    edit_from_dict,
+    region_from_dict,
+)
+from designer.layout import Layout
+from tests.factories import random_layout
+
+
+# --------------------------------------------------------------------------- slow references
+def reference_cells(region, n_rows, n_cols):
+    """The set of (row, col) a region covers, one cell at a time."""
+    if isinstance(region, Cells):
+        return set(region.cells)
+    covered = set()
+    for r in range(n_rows):
+        for c in range(n_cols):
+            if isinstance(region, Rect):
+                inside = region.row0 <= r <= region.row1 and region.col0 <= c <= region.col1
+            elif isinstance(region, Row):
+                inside = r == region.row
+            elif isinstance(region, Column):
+                inside = c == region.col
+            else:
+                inside = region.lo <= c - r <= region.hi
+            if inside:
+                covered.add((r, c))
+    return covered
+
+
+def reference_apply(layout, op):
+    """Apply an edit with Python lists and loops, cell by cell."""
+    grid = layout.blocks.tolist()
+    h_count, m, n = layout.shape
+    if isinstance(op, Transpose):
+        grid = [[[grid[h][r][c] for r in range(m)] for c in range(n)] for h in range(h_count)]
+    elif isinstance(op, CopyHead):
+        for t in op.targets:
+            grid[t] = [row[:] for row in layout.blocks[op.source].tolist()]
+    else:
+        heads = range(h_count) if op.heads is None else op.heads
+        for h in heads:
+            for r, c in reference_cells(op.region, m, n):
+                old = grid[h][r][c]
+                grid[h][r][c] = {"set": True, "clear": False, "toggle": not old}[op.action]
+    return grid
+
+
+# --------------------------------------------------------------------------- strategies
+@st.composite
+def regions(draw, n_rows, n_cols):
+    kind = draw(st.sampled_from(["cells", "rect", "row", "column", "band"]))
+    if kind == "cells":
+        cell = st.tuples(st.integers(0, n_rows - 1), st.integers(0, n_cols - 1))
+        return Cells(tuple(draw(st.lists(cell, min_size=1, max_size=12))))
+    if kind == "rect":
+        rows = sorted(draw(st.lists(st.integers(0, n_rows - 1), min_size=2, max_size=2)))
+        cols = sorted(draw(st.lists(st.integers(0, n_cols - 1), min_size=2, max_size=2)))
+        return Rect(rows[0], cols[0], rows[1], cols[1])
+    if kind == "row":
+        return Row(draw(st.integers(0, n_rows - 1)))
+    if kind == "column":
+        return Column(draw(st.integers(0, n_cols - 1)))
+    lo = draw(st.integers(-n_rows - 2, n_cols + 2))
+    return Band(lo, draw(st.integers(lo, n_cols + 3)))
+
+
+@st.composite
+def layouts_and_edits(draw):
+    h, m, n = draw(st.integers(1, 4)), draw(st.integers(1, 7)), draw(st.integers(1, 7))
+    seed = draw(st.integers(0, 2**32 - 1))
+    layout = random_layout(np.random.default_rng(seed), h, m, n, density=0.4)
+    head_lists = st.lists(st.integers(0, h - 1), min_size=1, max_size=h, unique=True)
+    op = draw(
+        st.one_of(
+            st.builds(
+                EditOp,
+                st.sampled_from(["set", "clear", "toggle"]),
+                regions(m, n),
+                st.none() | head_lists.map(tuple),
+            ),
+            st.builds(CopyHead, st.integers(0, h - 1), head_lists.map(tuple)),
+            st.just(Transpose()),
+        )
+    )
+    return layout, op
+
+
+# --------------------------------------------------------------------------- behaviour
+@settings(max_examples=300, deadline=None)
+@given(layouts_and_edits())
+def test_apply_edit_matches_cell_by_cell_reference(case):
+    layout, op = case
+    before = layout.blocks.clone()
+    edited = apply_edit(layout, op)
+    assert edited.blocks.tolist() == reference_apply(layout, op)
+    assert edited.block_size == layout.block_size
+    assert torch.equal(layout.blocks, before), "the input layout must not change"
+
+
+@settings(max_examples=300, deadline=None)
+@given(layouts_and_edits())
+def test_edit_dict_round_trip_through_json(case):
+    _, op = case
+    text = json.dumps(op.to_dict())
+    assert edit_from_dict(json.loads(text)) == op
+
+
+def test_band_is_clipped_to_the_grid():
+    layout = apply_edit(Layout.zeros(1, 3, 5, 16), EditOp("set", Band(-10, 1)))
+    assert layout.blocks[0].int().tolist() == [
+        [1, 1, 0, 0, 0],
+        [1, 1, 1, 0, 0],
+        [1, 1, 1, 1, 0],
+    ]
+    far = apply_edit(layout, EditOp("set", Band(9, 12)))
+    assert far == layout
+
+
+def test_toggle_twice_restores_and_heads_are_respected(rng):
+    layout = random_layout(rng, n_heads=3, n_q_blocks=5, n_k_blocks=6)
+    op = EditOp("toggle", Rect(1, 2, 3, 5), heads=(0, 2))
+    once = apply_edit(layout, op)
+    assert torch.equal(once.blocks[1], layout.blocks[1])
+    assert not torch.equal(once.blocks[0], layout.blocks[0])
+    assert apply_edit(once, op) == layout
+
+
+def test_copy_head_and_transpose_reuse_layout_operations(rng):
+    layout = random_layout(rng, n_heads=3, n_q_blocks=4, n_k_blocks=6)
+    copied = apply_edit(layout, CopyHead(2, (0, 1)))
+    assert all(torch.equal(copied.blocks[h], layout.blocks[2]) for h in range(3))
+    assert apply_edit(layout, Transpose()) == layout.transpose()
+    assert apply_edit(layout, Transpose()).shape == (3, 6, 4)
+
+
+def test_values_are_normalised_and_hashable():
+    op = EditOp("set", Cells([[1, 2], (np.int64(3), 4)]), heads=[np.int64(1), 0])
+    assert op.region.cells == ((1, 2), (3, 4)) and op.heads == (1, 0)
+    assert op == EditOp("set", Cells(((1, 2), (3, 4))), heads=(1, 0))
+    assert len({op, EditOp("set", Cells(((1, 2), (3, 4))), heads=(1, 0))}) == 1
+
+
+# --------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize(
+    ("region", "message"),
+    [
+        (Cells(((0, 0), (4, 1))), r"cells\[1\] = \(4, 1\) is outside the grid of 4 q_blocks x 6"),
+        (Cells(((0, 6),)), r"cells\[0\] = \(0, 6\) is outside .* \(rows 0..3, cols 0..5\)"),
+        (Rect(0, 0, 4, 2), r"rect corner \(row1, col1\) = \(4, 2\) is outside the grid"),
+        (Rect(1, 1, 2, 6), r"rect corner \(row1, col1\) = \(2, 6\) is outside the grid"),
+        (Row(4), r"row = 4 is outside the grid of 4 q_blocks x 6 k_blocks"),
+        (Column(6), r"col = 6 is outside the grid of 4 q_blocks x 6 k_blocks"),
+    ],
+)
+def test_region_outside_the_grid_is_refused(rng, region, message):
+    layout = random_layout(rng, n_heads=2, n_q_blocks=4, n_k_blocks=6)
+    before = layout.blocks.clone()
+    with pytest.raises(ValueError, match=message):
+        apply_edit(layout, EditOp("set", region))
+    assert torch.equal(layout.blocks, before)
+
+
+def test_heads_outside_the_layout_are_refused(rng):
+    layout = random_layout(rng, n_heads=2)
+    with pytest.raises(ValueError, match=r"heads\[1\] = 2 is outside the layout's 2 heads \(0..1"):
+        apply_edit(layout, EditOp("set", Row(0), heads=(0, 2)))
+    with pytest.raises(ValueError, match=r"source\[0\] = 5 is outside the layout's 2 heads"):
+        apply_edit(layout, CopyHead(5, (0,)))
+    with pytest.raises(ValueError, match=r"targets\[0\] = 3 is outside the layout's 2 heads"):
+        apply_edit(layout, CopyHead(0, (3,)))
+
+
+@pytest.mark.parametrize(
+    ("build", "error", "message"),
+    [
+        (lambda: EditOp("paint", Row(0)), ValueError, "action must be one of 'set', 'clear'"),
+        (lambda: EditOp("set", {"kind": "row"}), TypeError, "region must be a Cells, Rect, .*dict"),
+        (lambda: EditOp("set", Row(0), heads=()), ValueError, r"heads must have \[1, 1024\] items"),
+        (lambda: EditOp("set", Row(0), heads=(1, 1)), ValueError, "must not repeat a head"),
+        (lambda: EditOp("set", Row(0), heads=(-1,)), ValueError, r"heads\[0\] must be in \[0, 10"),
+        (lambda: EditOp("set", Row(0), heads=1), TypeError, "heads must be a list of integers"),
+        (lambda: Cells(()), ValueError, r"cells must list \[1, 1048576\] blocks, got 0"),
+        (lambda: Cells("ab"), TypeError, "cells must be a list of .row, col. pairs, got str"),
+        (lambda: Cells(((1, 2, 3),)), ValueError, r"cells\[0\] must have \[2, 2\] items, got 3"),
+        (lambda: Cells(((1, 2.5),)), TypeError, r"cells\[0\]\[1\] must be an integer"),
+        (lambda: Rect(3, 0, 1, 2), ValueError, r"row0 <= row1 .* got rows 3..1 and cols 0..2"),
+        (lambda: Rect(0, 0, True, 1), TypeError, "row1 must be an integer, got bool"),
+        (lambda: Row(-1), ValueError, r"row must be in \[0, 65536\], got -1"),
+        (lambda: Column("2"), TypeError, "col must be an integer, got str"),
+        (lambda: Band(2, 1), ValueError, "band must have lo <= hi, got lo=2, hi=1"),
+        (lambda: Band(0, 1 << 20), ValueError, r"hi must be in \[-65536, 65536\]"),
+        (lambda: CopyHead(0, ()), ValueError, r"targets must have \[1, 1024\] items, got 0"),
+        (lambda: CopyHead(None, (1,)), TypeError, "source must be an integer, got NoneType"),
+    ],
+)
+def test_bad_edit_values_are_refused(build, error, message):
+    with pytest.raises(error, match=message):
+        build()
+
+
+def test_apply_edit_checks_its_arguments(rng):
+    layout = random_layout(rng)
+    with pytest.raises(TypeError, match="layout must be a Layout, got Tensor"):
+        apply_edit(layout.blocks, Transpose())
+    with pytest.raises(TypeError, match="op must be an EditOp, CopyHead or Transpose, got dict"):
+        apply_edit(layout, {"op": "transpose"})
+
+
+ROW_EDIT = {"op": "edit", "action": "set", "region": {"kind": "row", "row": 1}, "heads": None}
+
+
+@pytest.mark.parametrize(
+    ("data", "error", "message"),
+    [
+        ([], TypeError, "edit must be a dict, got list"),
+        ({}, ValueError, "edit is missing 'op'"),
+        ({"op": "erase"}, ValueError, "edit op must be one of 'edit', 'copy_head', 'transpose'"),
+        ({"op": "transpose", "heads": None}, ValueError, r"transpose edit has unknown keys"),
+        ({"op": "edit", "action": "set", "heads": None}, ValueError, "edit is missing 'region'"),
+        ({"op": "copy_head", "source": 0}, ValueError, "copy_head edit is missing 'targets'"),
+        ({**ROW_EDIT, "colour": 1}, ValueError, r"edit has unknown keys \['colour'\]"),
+        ({**ROW_EDIT, "region": {"kind": "hex"}}, ValueError, "region kind must be one of 'cells'"),
+        ({**ROW_EDIT, "region": {"kind": "row", "col": 1}}, ValueError, "row region is missing"),
+        ({**ROW_EDIT, "region": {"kind": "row", "row": 1, "z": 1}}, ValueError, r"keys \['z'\]"),
+        ({**ROW_EDIT, "region": "row 1"}, TypeError, "region must be a dict, got str"),
+        ({**ROW_EDIT, "region": {"kind": "row", "row": "1"}}, TypeError, "row must be an integer"),
+        ({**ROW_EDIT, "heads": [0, 0]}, ValueError, r"heads must not repeat a head, got \[0, 0\]"),
+    ],
+)
+def test_bad_edit_dicts_are_refused(data, error, message):
+    with pytest.raises(error, match=message):
+        edit_from_dict(data)
+
+
+def test_region_from_dict_reads_every_kind():
+    for region in (Cells(((0, 1),)), Rect(0, 1, 2, 3), Row(2), Column(0), Band(-1, 2)):
+        assert region_from_dict(region.to_dict()) == region
+
+
+def test_check_keys_names_missing_and_unknown_keys():
+    assert check_keys("x", {"a": 1}, ("a",), ("b",)) == {"a": 1}
+    with pytest.raises(ValueError, match="x is missing 'a', 'c'"):
+        check_keys("x", {"b": 1}, ("a", "c"), ("b",))
+    with pytest.raises(ValueError, match=r"x has unknown keys \['d'\]; allowed: 'a', 'b'"):
+        check_keys("x", {"a": 1, "d": 2}, ("a",), ("b",))
