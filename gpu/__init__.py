@@ -4,6 +4,7 @@ Importing ``gpu`` never needs CUDA or CuPy; ``unavailable_reason()`` says why th
 this machine (None when it works).
 """
 
+from gpu.api import block_sparse_attention
 from gpu.runtime import GpuUnavailableError, unavailable_reason
 
-__all__ = ["GpuUnavailableError", "unavailable_reason"]
+__all__ = ["GpuUnavailableError", "block_sparse_attention", "unavailable_reason"]

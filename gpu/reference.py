@@ -1,0 +1,86 @@
+"""Dense masked attention in plain torch: the oracle every fast path is checked against.
+
+It computes exactly what ``block_sparse_attention`` means, the slow and obvious way: the full
+``scale·QKᵀ`` of a chunk of query rows, a token mask built from the block layout (and
+``q_idx >= k_idx`` when causal, top-left aligned), softmax over the kept keys, times V. A query row
+with no kept key gives exact zeros. It runs on the CPU or the GPU, in any compute dtype (float64
+for checks, float32 for ``impl="reference"``), and walks heads and chunks of query blocks so that
+S = 16384 with 16 heads never materialises a ``[B, H, S, S]`` tensor: peak extra memory is about
+``chunk_bytes`` (default 512 MiB).
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: Scores held at once, per chunk of query rows, in bytes.
+DEFAULT_CHUNK_BYTES = 512 << 20
+
+
+def dense_masked_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    blocks: torch.Tensor,
+    block_size: int,
+    *,
+    causal: bool = False,
+    scale: float | None = None,
+    compute_dtype: torch.dtype = torch.float64,
+    out: torch.Tensor | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> torch.Tensor:
+    """Block-masked softmax attention of ``q [B,H,Sq,D]`` over ``k, v [B,H,Sk,D]``.
+
+    ``blocks`` is a bool ``[H or 1, Sq/block, Sk/block]`` layout (one head broadcasts). The
+    arguments are trusted (the public API validates them). The result is written into ``out``
+    when given, else returned in ``compute_dtype``.
+
+    >>> q = k = v = torch.randn(1, 1, 4, 8)
+    >>> dense_masked_attention(q, k, v, torch.ones(1, 2, 2, dtype=torch.bool), 2).shape
+    torch.Size([1, 1, 4, 8])
+    """
+    batch, n_heads, seq_q, head_dim = q.shape
+    seq_k = k.shape[2]
+    scale = head_dim**-0.5 if scale is None else scale
+    if out is None:
+        out = torch.empty(q.shape, dtype=compute_dtype, device=q.device)
+    bytes_per_row = batch * seq_k * torch.finfo(compute_dtype).bits // 8
+    rows_per_chunk = max(1, chunk_bytes // max(1, bytes_per_row * block_size)) * block_size
+    blocks = blocks.to(q.device)
+    key_idx = torch.arange(seq_k, device=q.device)
+    for h in range(n_heads):
+        head_blocks = blocks[h if blocks.shape[0] > 1 else 0]
+        k_h = k[:, h].to(compute_dtype)
+        v_h = v[:, h].to(compute_dtype)
+        for row0 in range(0, seq_q, rows_per_chunk):
+            row1 = min(seq_q, row0 + rows_per_chunk)
+            mask = _token_mask(head_blocks, block_size, row0, row1)
+            if causal:
+                query_idx = torch.arange(row0, row1, device=q.device)
+                mask &= key_idx[None, :] <= query_idx[:, None]
+            q_chunk = q[:, h, row0:row1].to(compute_dtype)
+            scores = torch.matmul(q_chunk, k_h.transpose(-1, -2)) * scale
+            out[:, h, row0:row1] = _masked_softmax_times(scores, mask, v_h)
+    return out
+
+
+def _token_mask(head_blocks: torch.Tensor, block_size: int, row0: int, row1: int) -> torch.Tensor:
+    """The ``[row1 - row0, Sk]`` token mask of query rows ``row0:row1`` (block-aligned start)."""
+    first, last = row0 // block_size, (row1 - 1) // block_size + 1
+    rows = head_blocks[first:last].repeat_interleave(block_size, 0)
+    rows = rows[row0 - first * block_size : row1 - first * block_size]
+    return rows.repeat_interleave(block_size, 1)
+
+
+def _masked_softmax_times(
+    scores: torch.Tensor, mask: torch.Tensor, values: torch.Tensor
+) -> torch.Tensor:
+    """``softmax(scores | mask) @ values`` per row; rows without a kept key give zeros."""
+    scores = scores.masked_fill(~mask, float("-inf"))
+    row_max = scores.amax(dim=-1, keepdim=True)
+    row_max = torch.where(torch.isinf(row_max), torch.zeros_like(row_max), row_max)
+    weights = torch.exp(scores - row_max)  # exp(-inf) = 0 for masked keys
+    total = weights.sum(dim=-1, keepdim=True)
+    weights = weights / torch.where(total > 0, total, torch.ones_like(total))
+    return torch.matmul(weights, values)

@@ -1,0 +1,37 @@
+"""The slowest, most obvious block-sparse attention: one full token mask per head, fp64.
+
+Independent of ``gpu.reference`` (no chunking, no shared helpers), so the two check each other.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from designer.layout import Layout
+
+
+def naive_attention(q, k, v, blocks, block_size, *, causal=False, scale=None) -> torch.Tensor:
+    """``softmax(scale·QKᵀ masked) V`` per (batch, head) with a full ``[Sq, Sk]`` mask."""
+    batch, n_heads, seq_q, head_dim = q.shape
+    seq_k = k.shape[2]
+    scale = head_dim**-0.5 if scale is None else scale
+    layout = Layout(blocks.expand(n_heads, -1, -1), block_size)
+    out = torch.zeros(q.shape, dtype=torch.float64)
+    for h in range(n_heads):
+        mask = layout.token_mask(h)
+        if causal:
+            mask = mask & torch.ones(seq_q, seq_k, dtype=torch.bool).tril()
+        for b in range(batch):
+            scores = q[b, h].double().cpu() @ k[b, h].double().cpu().T * scale
+            scores[~mask] = float("-inf")
+            weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # empty rows: 0/0
+            out[b, h] = weights @ v[b, h].double().cpu()
+    return out
+
+
+def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """‖out − ref‖ / ‖ref‖ in fp64 (0 when both are zero)."""
+    out, ref = out.double().cpu(), ref.double().cpu()
+    norm = ref.norm()
+    diff = (out - ref).norm()
+    return float(diff / norm) if norm > 0 else float(diff)
