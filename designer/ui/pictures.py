@@ -1,0 +1,113 @@
+"""Layouts as RGB pictures, coloured by the width of the tile each block landed in.
+
+Pure numpy: arrays in, ``uint8`` images out, one pixel per block. Pictures are what keep the page
+light: a 16-head 256×256 overview is a few PNGs, not a million heatmap cells.
+
+Colours follow the tile width on a log2 scale (width 1, 2–3, 4–7, 8–15, …), so the same width
+always has the same colour, and the widths of one segmentation (``sw, sw//2, …, 1``) never share
+one. Every other tile of a width is drawn a little darker, so neighbouring tiles stay apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+#: Inactive blocks: light, so the eye goes to what attends.
+EMPTY_RGB = (244, 246, 250)
+#: Active blocks when the picture is not coloured by tile width.
+ACTIVE_RGB = (47, 62, 92)
+#: Tile colours by log2(width): width 1 (single blocks) is a quiet slate, larger tiles brighter.
+WIDTH_PALETTE = (
+    "#8d99ae",
+    "#4e79a7",
+    "#59a14f",
+    "#f28e2b",
+    "#e15759",
+    "#b07aa1",
+    "#76b7b2",
+    "#edc948",
+    "#ff9da7",
+    "#9c755f",
+)
+#: How much darker every other tile of one width is drawn.
+ALTERNATE_SHADE = 0.82
+
+Segments = Sequence[tuple[int, torch.Tensor]]
+
+
+def width_colour(width: int) -> str:
+    """The hex colour of tiles of ``width`` blocks (a legend shows the same colours)."""
+    return WIDTH_PALETTE[(int(width).bit_length() - 1) % len(WIDTH_PALETTE)]
+
+
+def tile_maps(shape: tuple[int, int, int], segments: Segments) -> tuple[np.ndarray, np.ndarray]:
+    """Per block: the width of its tile (0 where inactive) and whether its tile is an odd one.
+
+    ``segments`` is ``sdd_segment``'s output: ``(width, rows)`` with rows ``(head, row, col, idx)``
+    in groups of ``width²``. Returns ``(width [H, M, N] int32, odd [H, M, N] bool)``.
+    """
+    widths = np.zeros(shape, dtype=np.int32)
+    odd = np.zeros(shape, dtype=bool)
+    for width, rows in segments:
+        cells = rows.numpy() if isinstance(rows, torch.Tensor) else np.asarray(rows)
+        head, row, col = cells[:, 0], cells[:, 1], cells[:, 2]
+        widths[head, row, col] = width
+        odd[head, row, col] = (np.arange(len(cells)) // (width * width)) % 2 == 1
+    return widths, odd
+
+
+def tile_pictures(widths: np.ndarray, odd: np.ndarray) -> np.ndarray:
+    """``[..., M, N, 3]`` uint8: each active block in its tile width's colour, empty ones light."""
+    palette = np.array([EMPTY_RGB] + [_rgb(c) for c in WIDTH_PALETTE], dtype=np.uint8)
+    active = widths > 0
+    index = np.zeros(widths.shape, dtype=np.int64)
+    index[active] = np.log2(widths[active]).astype(np.int64) % len(WIDTH_PALETTE) + 1
+    image = palette[index]
+    darker = odd & active
+    image[darker] = (image[darker] * ALTERNATE_SHADE).astype(np.uint8)
+    return image
+
+
+def plain_pictures(blocks: np.ndarray) -> np.ndarray:
+    """``[..., M, N, 3]`` uint8: active blocks dark, empty ones light."""
+    active = np.asarray(blocks, dtype=bool)[..., None]
+    return np.where(active, ACTIVE_RGB, EMPTY_RGB).astype(np.uint8)
+
+
+def max_pool(grid: np.ndarray, factor: int) -> np.ndarray:
+    """Shrink the last two axes by ``factor``; a cell keeps the largest value it covers.
+
+    Used to draw layouts larger than the screen: a pixel shows the widest tile (or any active
+    block) under it, so thin lines of active blocks never vanish.
+    """
+    if factor == 1:
+        return grid
+    *lead, rows, cols = grid.shape
+    out_rows, out_cols = -(-rows // factor), -(-cols // factor)
+    padded = np.zeros((*lead, out_rows * factor, out_cols * factor), dtype=grid.dtype)
+    padded[..., :rows, :cols] = grid
+    return padded.reshape(*lead, out_rows, factor, out_cols, factor).max(axis=(-3, -1))
+
+
+def enlarge(image: np.ndarray, factor: int) -> np.ndarray:
+    """Repeat each pixel of ``[..., M, N, 3]`` into a ``factor``² square (crisp, no blur)."""
+    return image.repeat(factor, axis=-3).repeat(factor, axis=-2)
+
+
+def scale_factors(long_side: int, target_px: int) -> tuple[int, int]:
+    """``(shrink, grow)`` that bring ``long_side`` blocks near ``target_px`` pixels.
+
+    >>> scale_factors(64, 256), scale_factors(256, 256), scale_factors(2048, 512)
+    ((1, 4), (1, 1), (4, 1))
+    """
+    if long_side > target_px:
+        return -(-long_side // target_px), 1
+    return 1, max(1, target_px // long_side)
+
+
+def _rgb(hex_colour: str) -> tuple[int, int, int]:
+    value = int(hex_colour.lstrip("#"), 16)
+    return (value >> 16) & 255, (value >> 8) & 255, value & 255
