@@ -1,0 +1,60 @@
+"""Shape checks and index grids shared by the block-level pattern generators.
+
+Every generator returns a ``[n_heads, n_q_blocks, n_k_blocks]`` bool tensor. Query block ``row``
+and key block ``col`` are compared as plain indices: the grid is aligned at its top-left corner,
+so ``col <= row`` is causal for any ``n_q_blocks != n_k_blocks``, as in ``Layout.causal_clip``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import torch
+
+from designer.validate import MAX_LAYOUT_CELLS, check_int
+
+#: The most query or key blocks a generated layout may have (as ``Layout.zeros`` allows).
+MAX_BLOCKS = 1 << 16
+#: The most heads a generated layout may have (as ``Layout.zeros`` allows).
+MAX_HEADS = 1024
+
+
+def check_shape(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> tuple[int, int, int]:
+    """Check a layout shape and its cell count before anything is allocated."""
+    shape = (
+        check_int("n_heads", n_heads, low=1, high=MAX_HEADS),
+        check_int("n_q_blocks", n_q_blocks, low=1, high=MAX_BLOCKS),
+        check_int("n_k_blocks", n_k_blocks, low=1, high=MAX_BLOCKS),
+    )
+    cells = shape[0] * shape[1] * shape[2]
+    if cells > MAX_LAYOUT_CELLS:
+        raise ValueError(
+            f"n_heads * n_q_blocks * n_k_blocks must be <= {MAX_LAYOUT_CELLS:,}, "
+            f"got {cells:,} {list(shape)}"
+        )
+    return shape
+
+
+def blocks_check(low: int) -> Callable[[str, Any], int]:
+    """An item check for ``per_head``: a number of blocks in ``[low, MAX_BLOCKS]``."""
+    return functools.partial(check_int, low=low, high=MAX_BLOCKS)
+
+
+def block_grid(n_q_blocks: int, n_k_blocks: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Query indices as a ``[M, 1]`` column and key indices as a ``[1, N]`` row, to broadcast."""
+    rows = torch.arange(n_q_blocks).unsqueeze(1)
+    cols = torch.arange(n_k_blocks).unsqueeze(0)
+    return rows, cols
+
+
+def stack_heads(
+    values: Sequence[Hashable], make_head: Callable[[Hashable], torch.Tensor]
+) -> torch.Tensor:
+    """Stack ``make_head(value)`` for each head's value, building each distinct value once."""
+    made: dict[Hashable, torch.Tensor] = {}
+    for value in values:
+        if value not in made:
+            made[value] = make_head(value)
+    return torch.stack([made[value] for value in values]).contiguous()

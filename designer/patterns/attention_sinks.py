@@ -1,0 +1,45 @@
+"""Attention sinks plus a causal window (StreamingLLM): the first blocks stay visible forever."""
+
+from __future__ import annotations
+
+import torch
+
+from designer.patterns._common import block_grid, blocks_check, check_shape, stack_heads
+from designer.validate import per_head
+
+
+def attention_sinks(
+    n_heads: int,
+    n_q_blocks: int,
+    n_k_blocks: int,
+    *,
+    sink_blocks: int | list[int],
+    window_blocks: int | list[int],
+) -> torch.Tensor:
+    """The first key blocks plus a causal window: active iff ``col <= row`` and
+    (``col < sink_blocks`` or ``row - col < window_blocks``).
+
+    StreamingLLM (Xiao et al., 2023) keeps the initial "sink" tokens, which soak up attention
+    mass, next to a rolling window. Both may be one value per head.
+    ``sink_blocks=1, window_blocks=2``::
+
+        █····
+        ██···
+        ███··
+        █·██·
+        █··██
+
+    >>> attention_sinks(1, 5, 5, sink_blocks=1, window_blocks=2).sum().item()
+    12
+    """
+    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    sinks = per_head("sink_blocks", sink_blocks, n_heads, blocks_check(0))
+    windows = per_head("window_blocks", window_blocks, n_heads, blocks_check(1))
+    rows, cols = block_grid(n_q_blocks, n_k_blocks)
+    distance = rows - cols
+
+    def head(sink_and_window: tuple[int, int]) -> torch.Tensor:
+        sink, window = sink_and_window
+        return (distance >= 0) & ((cols < sink) | (distance < window))
+
+    return stack_heads(list(zip(sinks, windows, strict=True)), head)

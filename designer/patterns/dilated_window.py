@@ -1,0 +1,49 @@
+"""Dilated sliding window (Longformer): the window skips blocks to reach further back."""
+
+from __future__ import annotations
+
+import torch
+
+from designer.patterns._common import block_grid, blocks_check, check_shape, stack_heads
+from designer.validate import check_bool, per_head
+
+
+def dilated_window(
+    n_heads: int,
+    n_q_blocks: int,
+    n_k_blocks: int,
+    *,
+    window_blocks: int | list[int],
+    dilation: int | list[int],
+    causal: bool = True,
+) -> torch.Tensor:
+    """Every ``dilation``-th block near the diagonal: with ``d = row - col`` (``|row - col|``
+    when bidirectional), active iff ``d >= 0``, ``d % dilation == 0`` and
+    ``d // dilation < window_blocks``.
+
+    The window covers ``window_blocks`` blocks (per side when bidirectional, the diagonal one
+    included) spread ``dilation`` apart; ``dilation=1`` is ``sliding_window``. Both may be one
+    value per head. ``window_blocks=2, dilation=2``, causal::
+
+        █·····
+        ·█····
+        █·█···
+        ·█·█··
+        ··█·█·
+        ···█·█
+
+    >>> dilated_window(1, 6, 6, window_blocks=2, dilation=2).sum().item()
+    10
+    """
+    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    windows = per_head("window_blocks", window_blocks, n_heads, blocks_check(1))
+    dilations = per_head("dilation", dilation, n_heads, blocks_check(1))
+    causal = check_bool("causal", causal)
+    rows, cols = block_grid(n_q_blocks, n_k_blocks)
+    distance = rows - cols if causal else (rows - cols).abs()
+
+    def head(window_and_dilation: tuple[int, int]) -> torch.Tensor:
+        window, step = window_and_dilation
+        return (distance >= 0) & (distance % step == 0) & (distance // step < window)
+
+    return stack_heads(list(zip(windows, dilations, strict=True)), head)

@@ -1,0 +1,49 @@
+"""Global blocks: blocks that see everything (rows) and that everything sees (columns)."""
+
+from __future__ import annotations
+
+import torch
+
+from designer.patterns._common import check_shape
+from designer.validate import check_bool, check_int_list
+
+
+def global_tokens(
+    n_heads: int,
+    n_q_blocks: int,
+    n_k_blocks: int,
+    *,
+    global_blocks: list[int],
+    rows: bool = True,
+    columns: bool = True,
+) -> torch.Tensor:
+    """Whole rows and/or columns: active iff ``row in global_blocks`` (when ``rows``) or
+    ``col in global_blocks`` (when ``columns``).
+
+    A global row is a query block attending to every key block; a global column is a key block
+    every query block attends to. Each index must exist on the sides it is used for.
+    ``global_blocks=[0, 2]``, rows and columns::
+
+        ████
+        █·█·
+        ████
+        █·█·
+
+    >>> global_tokens(1, 4, 4, global_blocks=[0, 2]).sum().item()
+    12
+    """
+    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    rows = check_bool("rows", rows)
+    columns = check_bool("columns", columns)
+    if not (rows or columns):
+        raise ValueError("rows and columns must not both be False, got rows=False, columns=False")
+    used_sides = [n for n, used in ((n_q_blocks, rows), (n_k_blocks, columns)) if used]
+    indices = check_int_list(
+        "global_blocks", global_blocks, low=0, high=min(used_sides) - 1, min_len=1
+    )
+    blocks = torch.zeros(n_q_blocks, n_k_blocks, dtype=torch.bool)
+    if rows:
+        blocks[indices, :] = True
+    if columns:
+        blocks[:, indices] = True
+    return blocks.expand(n_heads, -1, -1).contiguous()

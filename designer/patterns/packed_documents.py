@@ -1,0 +1,50 @@
+"""Packed documents: several sequences share one row of the batch and must not see each other."""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+
+from designer.patterns._common import MAX_BLOCKS, block_grid, check_shape
+from designer.validate import check_bool, check_int_list
+
+
+def packed_documents(
+    n_heads: int,
+    n_q_blocks: int,
+    n_k_blocks: int,
+    *,
+    doc_blocks: list[int],
+    causal: bool = True,
+) -> torch.Tensor:
+    """Attention within each document: active iff ``doc(row) == doc(col)`` (and ``col <= row``
+    when ``causal``), where document ``d`` covers blocks ``[sum(doc_blocks[:d]),
+    sum(doc_blocks[:d + 1]))``.
+
+    Documents are laid out from block 0 on both axes. Blocks past the last document are padding
+    and take part in nothing; a document running past the end of an axis is cut off there.
+    ``doc_blocks=[1, 3]``, causal::
+
+        █···
+        ·█··
+        ·██·
+        ·███
+
+    >>> packed_documents(1, 4, 4, doc_blocks=[1, 3]).sum().item()
+    7
+    """
+    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    lengths = check_int_list(
+        "doc_blocks", doc_blocks, low=1, high=MAX_BLOCKS, min_len=1, max_len=MAX_BLOCKS
+    )
+    causal = check_bool("causal", causal)
+    ends = torch.tensor(list(itertools.accumulate(lengths)))
+    rows, cols = block_grid(n_q_blocks, n_k_blocks)
+    # Document number of each block; blocks past the last end get len(lengths), i.e. padding.
+    row_doc = torch.bucketize(rows, ends, right=True)
+    col_doc = torch.bucketize(cols, ends, right=True)
+    blocks = (row_doc == col_doc) & (row_doc < len(lengths))
+    if causal:
+        blocks &= cols <= rows
+    return blocks.expand(n_heads, -1, -1).contiguous()

@@ -1,0 +1,81 @@
+"""Seeded random blocks (BigBird's random part), reproducible from an explicit seed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from designer.patterns._common import block_grid, blocks_check, check_shape
+from designer.validate import check_bool, check_float, check_int, per_head
+
+#: Seeds are non-negative 63-bit integers (what a JSON recipe and numpy both hold exactly).
+MAX_SEED = (1 << 63) - 1
+
+
+def random_blocks(
+    n_heads: int,
+    n_q_blocks: int,
+    n_k_blocks: int,
+    *,
+    seed: int | list[int],
+    blocks_per_row: int | list[int] | None = None,
+    probability: float | list[float] | None = None,
+    causal: bool = False,
+) -> torch.Tensor:
+    """Random blocks drawn from a seeded numpy Generator: each head draws one key
+    ``u = rng.random((n_q_blocks, n_k_blocks))``; among a row's allowed cells (all, or
+    ``col <= row`` when ``causal``) the ``blocks_per_row`` smallest keys are active (all of them
+    if fewer are allowed), or every cell with ``u < probability``.
+
+    Give exactly one of ``blocks_per_row`` and ``probability``. A single ``seed`` feeds one
+    ``np.random.default_rng(seed)`` that draws the heads in order; a list gives head ``h`` its
+    own ``default_rng(seed[h])``. Counts and probabilities may be one value per head.
+    ``blocks_per_row=1``, causal, one possible draw::
+
+        █···
+        █···
+        ··█·
+        ·█··
+
+    >>> random_blocks(2, 4, 4, seed=0, blocks_per_row=1).sum().item()
+    8
+    """
+    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    if (blocks_per_row is None) == (probability is None):
+        raise ValueError(
+            "give exactly one of blocks_per_row and probability, got "
+            f"blocks_per_row={blocks_per_row!r}, probability={probability!r}"
+        )
+    causal = check_bool("causal", causal)
+    if isinstance(seed, (list, tuple, np.ndarray)):
+        seeds = per_head("seed", seed, n_heads, _check_seed)
+        generators = [np.random.default_rng(s) for s in seeds]
+    else:
+        generators = [np.random.default_rng(_check_seed("seed", seed))] * n_heads
+    if blocks_per_row is not None:
+        counts = per_head("blocks_per_row", blocks_per_row, n_heads, blocks_check(0))
+    else:
+        probabilities = per_head("probability", probability, n_heads, _check_probability)
+
+    rows, cols = block_grid(n_q_blocks, n_k_blocks)
+    allowed = (cols <= rows) if causal else torch.ones(n_q_blocks, n_k_blocks, dtype=torch.bool)
+    heads = []
+    for h, rng in enumerate(generators):
+        keys = torch.from_numpy(rng.random((n_q_blocks, n_k_blocks)))
+        if blocks_per_row is None:
+            heads.append(allowed & (keys < probabilities[h]))
+            continue
+        # Rank each row's allowed keys (disallowed ones sort last) and keep the first counts[h].
+        ranks = keys.masked_fill(~allowed, 2.0).argsort(dim=1, stable=True).argsort(dim=1)
+        heads.append(allowed & (ranks < counts[h]))
+    return torch.stack(heads).contiguous()
+
+
+def _check_seed(name: str, value: Any) -> int:
+    return check_int(name, value, low=0, high=MAX_SEED)
+
+
+def _check_probability(name: str, value: Any) -> float:
+    return check_float(name, value, low=0.0, high=1.0)
