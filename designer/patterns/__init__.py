@@ -1,5 +1,6 @@
 """The pattern library: DeepSpeed's ``SparsityConfig`` family and block-level generators.
 
+``PATTERNS`` and ``make_pattern`` (``registry.py``) name them all for the app and for recipes.
 Every generator takes the shape positionally, ``(n_heads, n_q_blocks, n_k_blocks)``, then
 keyword-only parameters (several may be one value per head), validates them all, and returns a
 compact ``torch.bool`` tensor ``[n_heads, n_q_blocks, n_k_blocks]``. With ``n_q_blocks !=
@@ -27,15 +28,19 @@ from designer.patterns.neighborhood_2d import neighborhood_2d
 from designer.patterns.packed_documents import packed_documents
 from designer.patterns.prefix_lm import prefix_lm
 from designer.patterns.random_blocks import random_blocks
+from designer.patterns.registry import PATTERNS, ParamSpec, PatternSpec, make_pattern
 from designer.patterns.sliding_window import sliding_window
 from designer.patterns.vertical_slash import vertical_slash
 
 __all__ = [
+    "PATTERNS",
     "BSLongformerSparsityConfig",
     "BigBirdSparsityConfig",
     "DenseSparsityConfig",
     "FixedSparsityConfig",
     "LocalSlidingWindowSparsityConfig",
+    "ParamSpec",
+    "PatternSpec",
     "SparsityConfig",
     "VariableSparsityConfig",
     "attention_sinks",
@@ -43,6 +48,7 @@ __all__ = [
     "causal",
     "dilated_window",
     "global_tokens",
+    "make_pattern",
     "neighborhood_2d",
     "packed_documents",
     "prefix_lm",

@@ -1,0 +1,171 @@
+"""Registry entries for DeepSpeed's configs: each builds the config with ``block=block_size`` and
+``num_heads=n_heads`` and calls ``make_layout(n_q_blocks * block_size)``.
+
+Random configs take a ``seed``: the builder seeds Python's global ``random`` with it, makes the
+layout and puts the caller's random state back, so the result equals DeepSpeed's after
+``random.seed(seed)`` and nothing else in the process sees a different random stream.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import torch
+
+from designer.patterns._common import MAX_BLOCKS
+from designer.patterns.catalog_generators import Builder
+from designer.patterns.deepspeed_base import ATTENTIONS, DenseSparsityConfig, SparsityConfig
+from designer.patterns.deepspeed_fixed import FixedSparsityConfig
+from designer.patterns.deepspeed_variable import VariableSparsityConfig
+from designer.patterns.deepspeed_window import (
+    BigBirdSparsityConfig,
+    BSLongformerSparsityConfig,
+    LocalSlidingWindowSparsityConfig,
+)
+from designer.patterns.random_blocks import MAX_SEED
+from designer.patterns.specs import ParamSpec, PatternSpec
+
+
+def _makes(config_class: type[SparsityConfig]) -> Builder:
+    def build(
+        n_heads: int, n_q_blocks: int, _n_k_blocks: int, block_size: int, params: dict[str, Any]
+    ) -> torch.Tensor:
+        kwargs = dict(params)
+        seed = kwargs.pop("seed", None)
+        if kwargs.get("global_block_end_indices") == []:  # the registry's "no end indices"
+            kwargs["global_block_end_indices"] = None
+        config = config_class(num_heads=n_heads, block=block_size, **kwargs)
+        seq_len = n_q_blocks * block_size
+        if seed is None:
+            return config.make_layout(seq_len)
+        state = random.getstate()
+        try:
+            random.seed(seed)
+            return config.make_layout(seq_len)
+        finally:
+            random.setstate(state)
+
+    return build
+
+
+def _count(name: str, default: int, low: int, help: str) -> ParamSpec:
+    return ParamSpec(name, "int", default, low=low, high=MAX_BLOCKS, help=help)
+
+
+def _indices(name: str, default: tuple[int, ...], help: str) -> ParamSpec:
+    return ParamSpec(name, "int_list", default, low=0, high=MAX_BLOCKS, help=help)
+
+
+def _attention(default: str) -> ParamSpec:
+    return ParamSpec("attention", "choice", default, choices=ATTENTIONS, help="causal or not")
+
+
+DIFFERENT = ParamSpec(
+    "different_layout_per_head", "bool", False, help="each head its own layout (else head 0's)"
+)
+HORIZONTAL = ParamSpec(
+    "horizontal_global_attention", "bool", False, help="global blocks also attend to everything"
+)
+SEED = ParamSpec("seed", "int", 0, low=0, high=MAX_SEED, help="seed for Python's random")
+WINDOW = _count("num_sliding_window_blocks", 3, 0, "window width (even W acts as W + 1)")
+GLOBAL_STARTS = _indices("global_block_indices", (0,), "global block indices (span starts)")
+GLOBAL_ENDS = _indices("global_block_end_indices", (), "span ends, exclusive (empty: single)")
+
+DEEPSPEED: tuple[tuple[PatternSpec, Builder], ...] = (
+    (
+        PatternSpec(
+            "deepspeed_dense",
+            "DeepSpeed Dense",
+            "deepspeed",
+            "all blocks",
+            (DIFFERENT,),
+            False,
+            True,
+        ),
+        _makes(DenseSparsityConfig),
+    ),
+    (
+        PatternSpec(
+            "deepspeed_fixed",
+            "DeepSpeed Fixed",
+            "deepspeed",
+            "local windows of L blocks; the last G blocks of each window are global columns",
+            (
+                DIFFERENT,
+                _count("num_local_blocks", 4, 1, "blocks per local window (L)"),
+                _count("num_global_blocks", 1, 1, "global blocks per window (G, divides L)"),
+                _attention("bidirectional"),
+                HORIZONTAL,
+                _count("num_different_global_patterns", 1, 1, "global patterns over heads"),
+            ),
+            False,
+            True,
+        ),
+        _makes(FixedSparsityConfig),
+    ),
+    (
+        PatternSpec(
+            "deepspeed_variable",
+            "DeepSpeed Variable",
+            "deepspeed",
+            "random blocks + local windows of listed sizes + chosen global blocks",
+            (
+                DIFFERENT,
+                _count("num_random_blocks", 0, 0, "random blocks per row"),
+                _indices("local_window_blocks", (4,), "window sizes; the last one repeats"),
+                GLOBAL_STARTS,
+                GLOBAL_ENDS,
+                _attention("bidirectional"),
+                HORIZONTAL,
+                SEED,
+            ),
+            True,
+            True,
+        ),
+        _makes(VariableSparsityConfig),
+    ),
+    (
+        PatternSpec(
+            "deepspeed_bigbird",
+            "DeepSpeed BigBird",
+            "deepspeed",
+            "random blocks + sliding window + the first G rows and columns",
+            (
+                DIFFERENT,
+                _count("num_random_blocks", 1, 0, "random blocks per row"),
+                WINDOW,
+                _count("num_global_blocks", 1, 0, "global blocks from index 0"),
+                _attention("bidirectional"),
+                SEED,
+            ),
+            True,
+            True,
+        ),
+        _makes(BigBirdSparsityConfig),
+    ),
+    (
+        PatternSpec(
+            "deepspeed_longformer",
+            "DeepSpeed BSLongformer",
+            "deepspeed",
+            "sliding window + global rows and columns",
+            (DIFFERENT, WINDOW, GLOBAL_STARTS, GLOBAL_ENDS, _attention("bidirectional")),
+            False,
+            True,
+        ),
+        _makes(BSLongformerSparsityConfig),
+    ),
+    (
+        PatternSpec(
+            "deepspeed_local_sliding_window",
+            "DeepSpeed LocalSlidingWindow",
+            "deepspeed",
+            "row r sees [r - W // 2, r] (unidirectional) or [r - W // 2, r + W // 2]",
+            (WINDOW, _attention("unidirectional")),
+            False,
+            True,
+        ),
+        _makes(LocalSlidingWindowSparsityConfig),
+    ),
+)
