@@ -1,0 +1,255 @@
+"""The fused block-sparse flash-attention forward: kernel configuration, plan and launch.
+
+``plan_fused`` does all host work once per layout (look-up table, upload, compilation);
+``run_fused`` only checks its tensors and launches ``gpu/kernels/fused_attention.cu`` on the
+caller's torch stream, so a benchmark that times ``run_fused`` times the kernel alone.
+
+Work and traffic of one call, with ``T`` the key tiles visited per batch element
+(``plan.n_tiles``: active ``block_m x block_n`` tiles summed over heads and query tiles):
+
+- FLOPs executed: ``4 · B · T · block_m · block_n · D`` (two matmuls), against the
+  ``4 · B · H · Sq · Sk · D · density`` that count as useful (effective TFLOP/s). A partial tile
+  (small layout blocks, causal diagonal) costs a full tile.
+- Device-memory bytes, at least: ``2 · B · H · (2 · Sq + 2 · Sk) · D`` (Q, K, V read once, O
+  written once, 16-bit). K and V tiles are read once per visiting query tile, mostly from L2.
+
+>>> config = choose_config(head_dim=128, dtype=torch.bfloat16)
+>>> config.block_m, config.block_n, config.shared_bytes
+(128, 64, 98304)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from designer.validate import as_block_tensor, check_bool, check_choice, check_float, check_int
+from gpu.fused_lut import BLOCK_SIZES, TILE_SIZES, build_fused_lut
+from gpu.runtime import compile_kernel, cupy_stream_for
+
+KERNEL_SOURCE = "fused_attention.cu"
+KERNEL_FUNCTION = "fused_attention_fwd"
+#: Dynamic shared memory one CTA may use on sm_80 / sm_90 (227 KB on Hopper; 163 KB on A100).
+SHARED_MEMORY_LIMIT = 227 * 1024
+DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
+HEAD_DIMS = (64, 128)
+
+# Tiles per head dim (block_m, block_n), 4 warps of 32 query rows each.
+# Register use (ptxas 13.0, sm_90a): D=64: 128x64 238 regs, no spill; 128x128 spills 84 bytes.
+# D=128: 128x64 255 regs, 32 bytes spilled once per key tile.
+_TILES = {64: (128, 64), 128: (128, 64)}
+
+
+@dataclass(frozen=True)
+class KernelConfig:
+    """Compile-time choices of one fused kernel build; each becomes a ``-D`` define."""
+
+    dtype: str  # "bf16" or "f16"
+    head_dim: int
+    block_m: int = 128  # query rows per CTA: 32 per warp
+    block_n: int = 64  # keys per tile
+    n_warps: int = 4
+    min_blocks: int = 2  # CTAs per SM the register budget is sized for
+
+    def __post_init__(self) -> None:
+        check_choice("dtype", self.dtype, tuple(DTYPE_NAMES.values()))
+        check_choice("head_dim", self.head_dim, HEAD_DIMS)
+        check_choice("n_warps", self.n_warps, (1, 2, 4))
+        check_choice("block_n", self.block_n, TILE_SIZES)
+        check_int("min_blocks", self.min_blocks, low=1, high=4)
+        if self.block_m != 32 * self.n_warps:
+            raise ValueError(
+                f"block_m must be 32 x n_warps = {32 * self.n_warps} (32 query rows per warp), "
+                f"got {self.block_m}"
+            )
+        if self.shared_bytes > SHARED_MEMORY_LIMIT:
+            raise ValueError(
+                f"block_m={self.block_m}, block_n={self.block_n}, head_dim={self.head_dim} need "
+                f"{self.shared_bytes} bytes of shared memory, more than {SHARED_MEMORY_LIMIT}"
+            )
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.n_warps
+
+    @property
+    def shared_bytes(self) -> int:
+        """Q tile plus double-buffered K and V tiles, 16-bit."""
+        return (self.block_m + 4 * self.block_n) * self.head_dim * 2
+
+    def defines(self) -> dict[str, int]:
+        return {
+            "DTYPE_BF16": int(self.dtype == "bf16"),
+            "HEAD_DIM": self.head_dim,
+            "BLOCK_M": self.block_m,
+            "BLOCK_N": self.block_n,
+            "N_WARPS": self.n_warps,
+            "MIN_BLOCKS": self.min_blocks,
+        }
+
+
+def choose_config(*, head_dim: int, dtype: torch.dtype) -> KernelConfig:
+    """The tiles we use for ``head_dim`` and ``dtype`` (any layout block size)."""
+    dtype_name = _dtype_name(dtype)
+    block_m, block_n = _TILES[check_choice("head_dim", head_dim, HEAD_DIMS)]
+    return KernelConfig(dtype_name, head_dim, block_m, block_n, n_warps=block_m // 32)
+
+
+@dataclass(frozen=True)
+class FusedPlan:
+    """Everything ``run_fused`` needs: the uploaded tables, the compiled kernel and the shapes."""
+
+    config: KernelConfig
+    block_size: int
+    causal: bool
+    n_heads: int
+    seq_q: int
+    seq_k: int
+    device: torch.device
+    items: torch.Tensor  # int32 [n_items, 4] on device
+    entries: torch.Tensor  # int32 [max(n_entries, 1), 4] on device
+    n_tiles: int  # key tiles visited per batch element
+    sub_rows_log2: int
+    sub_cols_log2: int
+    kernel: Any  # cupy.RawKernel
+
+    def flops(self, batch: int) -> int:
+        """FLOPs the kernel executes for ``batch`` elements (full tiles, both matmuls)."""
+        cfg = self.config
+        return 4 * batch * self.n_tiles * cfg.block_m * cfg.block_n * cfg.head_dim
+
+
+def plan_fused(
+    blocks: torch.Tensor,
+    block_size: int,
+    *,
+    causal: bool,
+    head_dim: int,
+    dtype: torch.dtype,
+    device: torch.device,
+) -> FusedPlan:
+    """Build the look-up table for a ``[H, M, N]`` layout, upload it and compile the kernel."""
+    config = choose_config(head_dim=head_dim, dtype=dtype)
+    return plan_fused_with(blocks, block_size, config, causal=causal, device=device)
+
+
+def plan_fused_with(
+    blocks: torch.Tensor,
+    block_size: int,
+    config: KernelConfig,
+    *,
+    causal: bool,
+    device: torch.device,
+) -> FusedPlan:
+    """``plan_fused`` with explicit tiles (to measure alternatives)."""
+    blocks = as_block_tensor("blocks", blocks)
+    block_size = check_choice("block_size", block_size, BLOCK_SIZES)
+    causal = check_bool("causal", causal)
+    if not isinstance(config, KernelConfig):
+        raise TypeError(f"config must be a KernelConfig, got {type(config).__name__}")
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"device must be a CUDA device, got {device}")
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    lut = build_fused_lut(
+        blocks, block_size, block_m=config.block_m, block_n=config.block_n, causal=causal
+    )
+    entries = lut.entries if len(lut.entries) else torch.zeros(1, 4, dtype=torch.int32)
+    kernel = compile_kernel(KERNEL_SOURCE, KERNEL_FUNCTION, config.defines(), device=device.index)
+    kernel.max_dynamic_shared_size_bytes = config.shared_bytes
+    n_heads, n_q_blocks, n_k_blocks = blocks.shape
+    return FusedPlan(
+        config=config,
+        block_size=block_size,
+        causal=causal,
+        n_heads=n_heads,
+        seq_q=n_q_blocks * block_size,
+        seq_k=n_k_blocks * block_size,
+        device=device,
+        items=lut.items.to(device),
+        entries=entries.to(device),
+        n_tiles=lut.n_tiles,
+        sub_rows_log2=int(math.log2(lut.sub_rows)),
+        sub_cols_log2=int(math.log2(lut.sub_cols)),
+        kernel=kernel,
+    )
+
+
+def run_fused(
+    plan: FusedPlan,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    scale: float,
+    out: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Launch the fused kernel on ``q [B,H,Sq,D]``, ``k, v [B,H,Sk,D]``; return ``out``.
+
+    Inputs must be contiguous CUDA tensors of the plan's dtype, device and shapes; ``scale``
+    multiplies ``QK^T`` and must be positive. Runs on the torch current stream of ``q``'s device.
+    """
+    cfg = plan.config
+    dtype = next(t for t, name in DTYPE_NAMES.items() if name == cfg.dtype)
+    batch = _check_tensor("q", q, plan, dtype, None, plan.seq_q)
+    _check_tensor("k", k, plan, dtype, batch, plan.seq_k)
+    _check_tensor("v", v, plan, dtype, batch, plan.seq_k)
+    scale = check_float("scale", scale)
+    if scale <= 0:
+        raise ValueError(f"scale must be positive, got {scale}")
+    if out is None:
+        out = torch.empty_like(q)
+    else:
+        _check_tensor("out", out, plan, dtype, batch, plan.seq_q)
+    n_ctas = len(plan.items) * batch
+    if n_ctas == 0:
+        return out
+    args = (
+        *(np.uint64(t.data_ptr()) for t in (q, k, v, out, plan.items, plan.entries)),
+        *(np.int32(x) for x in (batch, plan.n_heads, plan.seq_q, plan.seq_k)),
+        np.int32(plan.sub_rows_log2),
+        np.int32(plan.sub_cols_log2),
+        np.float32(scale * math.log2(math.e)),
+    )
+    with cupy_stream_for(q):
+        plan.kernel((n_ctas,), (cfg.threads,), args, shared_mem=cfg.shared_bytes)
+    return out
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    if dtype not in DTYPE_NAMES:
+        allowed = ", ".join(str(t) for t in DTYPE_NAMES)
+        raise ValueError(f"dtype must be one of {allowed}, got {dtype}")
+    return DTYPE_NAMES[dtype]
+
+
+def _check_tensor(
+    name: str,
+    tensor: Any,
+    plan: FusedPlan,
+    dtype: torch.dtype,
+    batch: int | None,
+    seq: int,
+) -> int:
+    """Check one operand against the plan; return its batch size."""
+    if not isinstance(tensor, torch.Tensor):
+        raise TypeError(f"{name} must be a torch tensor, got {type(tensor).__name__}")
+    expected = [batch if batch is not None else "B", plan.n_heads, seq, plan.config.head_dim]
+    if (
+        tensor.dim() != 4
+        or list(tensor.shape[1:]) != expected[1:]
+        or (batch is not None and tensor.shape[0] != batch)
+    ):
+        raise ValueError(f"{name} must have shape {expected}, got {list(tensor.shape)}")
+    if tensor.dtype != dtype:
+        raise ValueError(f"{name} must have dtype {dtype} (the plan's), got {tensor.dtype}")
+    if tensor.device != plan.device:
+        raise ValueError(f"{name} must be on {plan.device} (the plan's), got {tensor.device}")
+    if not tensor.is_contiguous():
+        raise ValueError(f"{name} must be contiguous")
+    return tensor.shape[0]

@@ -1,0 +1,466 @@
+// Block-sparse flash attention, forward pass (FlashAttention-2, Dao 2023), mma.sync tensor cores.
+//
+// Algorithm. For one (batch b, head h, query tile of BLOCK_M rows), keep per row a running max m,
+// a running sum l and an fp32 accumulator O. For each *active* key tile j of BLOCK_N keys, listed
+// by the look-up table (gpu/fused_lut.py):
+//     S = Q K_j^T                              (fp32, tensor cores)
+//     S[masked] = -inf                         (only for tiles flagged partial or diagonal)
+//     m' = max(m, rowmax S);  P = 2^(S·c - m'·c)   with c = scale·log2(e)
+//     l  = l·2^((m - m')·c) + rowsum P;  O = O·2^((m - m')·c) + P V_j;  m = m'
+// then O / l is written (rows with no active key: l = 0, so exact zeros, never NaN).
+//
+// Inputs (all contiguous, 16-bit floats handled as raw `unsigned short` bits):
+//   q [B, H, seq_q, HEAD_DIM], k and v [B, H, seq_k, HEAD_DIM], out [B, H, seq_q, HEAD_DIM].
+//   items   int4 [n_items]:   (head, q_tile, first entry, entry count), heaviest rows first.
+//   entries int4 [n_entries]: (k_tile, flags, mask bits 0-31, mask bits 32-63).
+//     flags bit 0: some layout blocks inside the tile are inactive, apply the mask bits;
+//     flags bit 1: the tile crosses the causal diagonal, apply q_idx >= k_idx.
+//     Mask bit (r·n_sub_cols + c) covers tile rows [r·2^sub_rows_log2, ...) and tile columns
+//     [c·2^sub_cols_log2, ...): a layout block, or the part of one that lies in the tile. The
+//     layout block size only enters through these two shifts, so one compiled module serves
+//     layout blocks 16 to 128 alike.
+//
+// Work split. Grid = n_items · B CTAs; CTA x runs item x / B of batch x % B, so the grid walks
+// the items heaviest first. A CTA has N_WARPS warps; warp w owns query rows [32w, 32w + 32) of
+// the tile (two 16-row mma atoms) and the whole key tile, so each K/V fragment read from shared
+// memory feeds two mma's. Q is loaded once (cp.async), K/V tiles are double-buffered: the copy
+// of tile n + 1 is in flight while tile n is computed. S fragments turn into the A operand of
+// P V in registers (the m16n8k16 accumulator and A layouts line up); V is read with
+// ldmatrix.trans. Shared rows are HEAD_DIM·2 bytes; 16-byte chunk c of row r is stored at chunk
+// c ^ (r & 7) so that ldmatrix and cp.async touch 8 different bank groups. At the end each warp
+// normalises its rows, stages them through its own rows of the Q buffer and writes 16-byte
+// coalesced stores.
+//
+// Compile-time defines: DTYPE_BF16 (1: bfloat16, 0: float16), HEAD_DIM (64 or 128),
+// BLOCK_M (= 32·N_WARPS), BLOCK_N (multiple of 16, at most 128), N_WARPS, MIN_BLOCKS (CTAs per
+// SM the register budget is sized for). No headers: it compiles under NVRTC and nvcc alike.
+
+#if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(BLOCK_M) || !defined(BLOCK_N) || \
+    !defined(N_WARPS) || !defined(MIN_BLOCKS)
+#error "define DTYPE_BF16, HEAD_DIM, BLOCK_M, BLOCK_N, N_WARPS and MIN_BLOCKS"
+#endif
+
+namespace {
+
+constexpr int kHeadDim = HEAD_DIM;
+constexpr int kBlockM = BLOCK_M;
+constexpr int kBlockN = BLOCK_N;
+constexpr int kThreads = N_WARPS * 32;
+constexpr int kWarpRows = 32;
+constexpr int kMAtoms = kWarpRows / 16;        // 16-row mma atoms per warp
+constexpr int kChunks = kHeadDim / 8;          // 16-byte chunks per shared row
+constexpr int kRowBytes = kHeadDim * 2;
+constexpr int kSAtoms = kBlockN / 8;           // 8-column atoms of S per warp row block
+constexpr int kOAtoms = kHeadDim / 8;          // 8-column atoms of O
+constexpr int kQBytes = kBlockM * kRowBytes;
+constexpr int kKVBytes = kBlockN * kRowBytes;
+constexpr bool kQInRegisters = kHeadDim <= 64;  // D = 128 would need 64 more registers
+constexpr unsigned kFlagPartial = 1u;
+constexpr unsigned kFlagDiagonal = 2u;
+
+static_assert(kHeadDim == 64 || kHeadDim == 128, "HEAD_DIM must be 64 or 128");
+static_assert(kBlockM == kWarpRows * N_WARPS, "each warp owns 32 query rows");
+static_assert(kBlockN % 16 == 0 && kBlockN <= 128, "BLOCK_N must be a multiple of 16, <= 128");
+static_assert((kBlockM * kChunks) % kThreads == 0, "Q tile copy must split evenly");
+static_assert((kBlockN * kChunks) % kThreads == 0, "K/V tile copy must split evenly");
+static_assert(32 % kChunks == 0, "a warp stores whole output rows");
+
+struct alignas(16) Int4 {
+  int x, y, z, w;
+};
+struct alignas(16) Bits128 {
+  unsigned x, y, z, w;
+};
+
+// ------------------------------------------------------------------ PTX wrappers
+__device__ __forceinline__ unsigned shared_address(const void* pointer) {
+  unsigned address;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }"
+      : "=r"(address)
+      : "l"(pointer));
+  return address;
+}
+
+// 16-byte global -> shared copy; src_bytes = 0 zero-fills (rows past the sequence end).
+__device__ __forceinline__ void copy_async_16(unsigned dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void copy_async_commit() {
+  asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+
+template <int Pending>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned address, unsigned (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned address, unsigned (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// d += a · b for one m16n8k16 atom, fp32 accumulators.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                          unsigned b1) {
+#if DTYPE_BF16
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+#else
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+#endif
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two floats -> one register of two 16-bit floats, `low` in the low half.
+__device__ __forceinline__ unsigned pack_pair(float low, float high) {
+  unsigned packed;
+#if DTYPE_BF16
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(high), "f"(low));
+#else
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(high), "f"(low));
+#endif
+  return packed;
+}
+
+__device__ __forceinline__ float exp2_approx(float x) {  // 2^-inf = +0
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float max_of(float a, float b) { return a > b ? a : b; }
+
+__device__ __forceinline__ float negative_infinity() { return -__int_as_float(0x7f800000); }
+
+// The lane and thread index read afresh: per-lane address arithmetic derived from these is
+// recomputed where it is used instead of being hoisted out of the main loop, where it held ~25
+// registers and spilled (ptxas, D = 128).
+__device__ __forceinline__ int fresh_lane() {
+  int lane;
+  asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
+  return lane;
+}
+
+__device__ __forceinline__ int fresh_thread() {
+  int tid;
+  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
+  return tid;
+}
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile. Tiles start at multiples
+// of kRowBytes, and for an even chunk 2j the chunks 2j and 2j + 1 satisfy
+// swizzled(r, 2j + c) = swizzled(r, c) ^ (j << 5), so a k-step is one XOR on a base address.
+__device__ __forceinline__ unsigned swizzled(int row, int chunk) {
+  return row * kRowBytes + ((chunk ^ (row & 7)) << 4);
+}
+
+// ------------------------------------------------------------------ tile steps
+// Copy rows [row0, row0 + Rows) of a [seq, HEAD_DIM] slice into shared tile `tile`; rows past
+// `seq` are zero-filled.
+template <int Rows>
+__device__ __forceinline__ void load_tile(unsigned tile, const unsigned short* slice, int row0,
+                                          int seq) {
+  constexpr int kRowsPerPass = kThreads / kChunks;
+  const int tid = fresh_thread();
+  const int row = tid / kChunks;
+  const int chunk = tid % kChunks;
+  const unsigned dst = tile + swizzled(row, chunk);
+  const unsigned short* src = slice + static_cast<long long>(row0 + row) * kHeadDim + chunk * 8;
+#pragma unroll
+  for (int i = 0; i < Rows / kRowsPerPass; ++i) {
+    const bool inside = row0 + row + i * kRowsPerPass < seq;
+    copy_async_16(dst + i * kRowsPerPass * kRowBytes,
+                  inside ? src + i * kRowsPerPass * kHeadDim : slice, inside ? 16 : 0);
+  }
+}
+
+// s = Q_warp · K_tile^T. `q_base`, `k_base`: this lane's ldmatrix addresses for k-step 0.
+template <typename QFragments>
+__device__ __forceinline__ void qk_product(unsigned k_base, QFragments&& q_fragments,
+                                           float (&s)[kMAtoms][kSAtoms][4]) {
+#pragma unroll
+  for (int mi = 0; mi < kMAtoms; ++mi) {
+#pragma unroll
+    for (int nj = 0; nj < kSAtoms; ++nj) s[mi][nj][0] = s[mi][nj][1] = s[mi][nj][2] = s[mi][nj][3] = 0.f;
+  }
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    unsigned a[kMAtoms][4];
+    q_fragments(kk, a);
+#pragma unroll
+    for (int nj = 0; nj < kSAtoms / 2; ++nj) {
+      unsigned b[4];  // b[0..1]: keys 16nj..+7, b[2..3]: keys 16nj+8..+15
+      ldmatrix_x4((k_base ^ (kk << 5)) + nj * 16 * kRowBytes, b);
+#pragma unroll
+      for (int mi = 0; mi < kMAtoms; ++mi) {
+        mma_16816(s[mi][2 * nj], a[mi], b[0], b[1]);
+        mma_16816(s[mi][2 * nj + 1], a[mi], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// A fragments of this warp's Q rows for k-step kk, from shared memory.
+__device__ __forceinline__ void load_q_fragments(unsigned q_base, int kk, unsigned (&a)[kMAtoms][4]) {
+#pragma unroll
+  for (int mi = 0; mi < kMAtoms; ++mi) ldmatrix_x4((q_base ^ (kk << 5)) + mi * 16 * kRowBytes, a[mi]);
+}
+
+// Set masked scores to -inf: inactive layout blocks (flag bit 0), keys after the query (bit 1).
+__device__ __forceinline__ void apply_mask(float (&s)[kMAtoms][kSAtoms][4], const Int4& entry,
+                                           int warp_row0, int q_row0, int sub_rows_log2,
+                                           int sub_cols_log2) {
+  const int lane = fresh_lane();
+  const unsigned long long word =
+      (static_cast<unsigned long long>(static_cast<unsigned>(entry.w)) << 32) |
+      static_cast<unsigned>(entry.z);
+  const bool use_bits = entry.y & kFlagPartial;
+  const bool causal = entry.y & kFlagDiagonal;
+  const int sub_cols = kBlockN >> sub_cols_log2;
+  unsigned row_bits[kMAtoms][2];
+  int q_index[kMAtoms][2];
+#pragma unroll
+  for (int mi = 0; mi < kMAtoms; ++mi) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = warp_row0 + mi * 16 + half * 8 + (lane >> 2);
+      row_bits[mi][half] =
+          use_bits ? static_cast<unsigned>(word >> ((row >> sub_rows_log2) * sub_cols)) : ~0u;
+      q_index[mi][half] = q_row0 + row;
+    }
+  }
+  const int k_col0 = entry.x * kBlockN + 2 * (lane & 3);
+#pragma unroll
+  for (int nj = 0; nj < kSAtoms; ++nj) {
+    const int bit = (nj * 8) >> sub_cols_log2;
+#pragma unroll
+    for (int mi = 0; mi < kMAtoms; ++mi) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const bool block_on = (row_bits[mi][half] >> bit) & 1u;
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const bool keep = block_on && !(causal && k_col0 + nj * 8 + e > q_index[mi][half]);
+          if (!keep) s[mi][nj][2 * half + e] = negative_infinity();
+        }
+      }
+    }
+  }
+}
+
+// Online softmax on one tile: S -> P (in place), rescale O, update max and sum.
+__device__ __forceinline__ void softmax_step(float (&s)[kMAtoms][kSAtoms][4],
+                                             float (&o)[kMAtoms][kOAtoms][4],
+                                             float (&row_max)[kMAtoms][2],
+                                             float (&row_sum)[kMAtoms][2], float scale_log2) {
+  const float neg_inf = negative_infinity();
+#pragma unroll
+  for (int mi = 0; mi < kMAtoms; ++mi) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float tile_max = neg_inf;
+#pragma unroll
+      for (int nj = 0; nj < kSAtoms; ++nj) {
+        tile_max = max_of(tile_max, max_of(s[mi][nj][2 * half], s[mi][nj][2 * half + 1]));
+      }
+      tile_max = max_of(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
+      tile_max = max_of(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
+      const float new_max = max_of(row_max[mi][half], tile_max);
+      const float base = new_max == neg_inf ? 0.f : new_max * scale_log2;  // all masked so far
+      const float correction = exp2_approx(row_max[mi][half] * scale_log2 - base);
+      row_max[mi][half] = new_max;
+      float sum = 0.f;
+#pragma unroll
+      for (int nj = 0; nj < kSAtoms; ++nj) {
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          const float p = exp2_approx(__fmaf_rn(s[mi][nj][2 * half + e], scale_log2, -base));
+          s[mi][nj][2 * half + e] = p;
+          sum += p;
+        }
+      }
+      row_sum[mi][half] = row_sum[mi][half] * correction + sum;
+#pragma unroll
+      for (int dn = 0; dn < kOAtoms; ++dn) {
+        o[mi][dn][2 * half] *= correction;
+        o[mi][dn][2 * half + 1] *= correction;
+      }
+    }
+  }
+}
+
+// P (fp32 S accumulators) -> 16-bit A fragments of P · V, 16 keys per k-step.
+__device__ __forceinline__ void pack_probabilities(const float (&s)[kMAtoms][kSAtoms][4],
+                                                   unsigned (&p)[kMAtoms][kBlockN / 16][4]) {
+#pragma unroll
+  for (int mi = 0; mi < kMAtoms; ++mi) {
+#pragma unroll
+    for (int ks = 0; ks < kBlockN / 16; ++ks) {
+      p[mi][ks][0] = pack_pair(s[mi][2 * ks][0], s[mi][2 * ks][1]);
+      p[mi][ks][1] = pack_pair(s[mi][2 * ks][2], s[mi][2 * ks][3]);
+      p[mi][ks][2] = pack_pair(s[mi][2 * ks + 1][0], s[mi][2 * ks + 1][1]);
+      p[mi][ks][3] = pack_pair(s[mi][2 * ks + 1][2], s[mi][2 * ks + 1][3]);
+    }
+  }
+}
+
+// o += P · V_tile. `v_base`: this lane's ldmatrix.trans address for head dims 0..15.
+__device__ __forceinline__ void pv_product(unsigned v_base,
+                                           const unsigned (&p)[kMAtoms][kBlockN / 16][4],
+                                           float (&o)[kMAtoms][kOAtoms][4]) {
+#pragma unroll
+  for (int ks = 0; ks < kBlockN / 16; ++ks) {
+#pragma unroll
+    for (int dp = 0; dp < kOAtoms / 2; ++dp) {
+      unsigned b[4];  // b[0..1]: head dims 16dp..+7, b[2..3]: 16dp+8..+15
+      ldmatrix_x4_trans((v_base ^ (dp << 5)) + ks * 16 * kRowBytes, b);
+#pragma unroll
+      for (int mi = 0; mi < kMAtoms; ++mi) {
+        mma_16816(o[mi][2 * dp], p[mi][ks], b[0], b[1]);
+        mma_16816(o[mi][2 * dp + 1], p[mi][ks], b[2], b[3]);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
+    fused_attention_fwd(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
+                        const unsigned short* __restrict__ v, unsigned short* __restrict__ out,
+                        const Int4* __restrict__ items, const Int4* __restrict__ entries,
+                        int batch, int heads, int seq_q, int seq_k, int sub_rows_log2,
+                        int sub_cols_log2, float scale_log2) {
+  extern __shared__ __align__(1024) Bits128 shared_raw[];
+  const int warp_row0 = (threadIdx.x >> 5) * kWarpRows;
+
+  // ---- which work item
+  const Int4 item = items[blockIdx.x / batch];
+  const int b = blockIdx.x % batch;
+  const int q_row0 = item.y * kBlockM;
+  const int first = item.z;
+  const int count = item.w;
+  const long long slice = static_cast<long long>(b) * heads + item.x;
+  const unsigned short* q_slice = q + slice * seq_q * kHeadDim;
+  const unsigned short* k_slice = k + slice * seq_k * kHeadDim;
+  const unsigned short* v_slice = v + slice * seq_k * kHeadDim;
+  unsigned short* out_slice = out + slice * seq_q * kHeadDim;
+
+  // ---- shared memory: Q | K0 | K1 | V0 | V1
+  const unsigned q_tile = shared_address(shared_raw);
+  const unsigned k_tiles = q_tile + kQBytes;
+  const unsigned v_tiles = k_tiles + 2 * kKVBytes;
+
+  if (count > 0) {
+    load_tile<kBlockM>(q_tile, q_slice, q_row0, seq_q);
+    const int k_row0 = entries[first].x * kBlockN;
+    load_tile<kBlockN>(k_tiles, k_slice, k_row0, seq_k);
+    load_tile<kBlockN>(v_tiles, v_slice, k_row0, seq_k);
+  }
+  copy_async_commit();
+
+  // ---- running state of this thread's rows (2 per mma atom: lane/4 and lane/4 + 8)
+  float o[kMAtoms][kOAtoms][4];
+  float row_max[kMAtoms][2];
+  float row_sum[kMAtoms][2];
+#pragma unroll
+  for (int mi = 0; mi < kMAtoms; ++mi) {
+#pragma unroll
+    for (int dn = 0; dn < kOAtoms; ++dn) o[mi][dn][0] = o[mi][dn][1] = o[mi][dn][2] = o[mi][dn][3] = 0.f;
+    row_max[mi][0] = row_max[mi][1] = negative_infinity();
+    row_sum[mi][0] = row_sum[mi][1] = 0.f;
+  }
+  unsigned q_registers[kQInRegisters ? kHeadDim / 16 : 1][kMAtoms][4];
+
+  // ---- walk the active key tiles
+  for (int n = 0; n < count; ++n) {
+    const Int4 entry = entries[first + n];
+    if (n + 1 < count) {  // prefetch tile n + 1 into the other buffer
+      const int k_row0 = entries[first + n + 1].x * kBlockN;
+      const unsigned buffer = ((n + 1) & 1) * kKVBytes;
+      load_tile<kBlockN>(k_tiles + buffer, k_slice, k_row0, seq_k);
+      load_tile<kBlockN>(v_tiles + buffer, v_slice, k_row0, seq_k);
+    }
+    copy_async_commit();
+    copy_async_wait<1>();  // everything but the prefetch has landed
+    __syncthreads();
+
+    const int lane = fresh_lane();
+    const unsigned buffer = (n & 1) * kKVBytes;
+    const unsigned q_base =
+        q_tile + swizzled(warp_row0 + (lane & 15), lane >> 4);  // A: rows lane%16, chunk lane/16
+    const unsigned k_base =
+        k_tiles + buffer + swizzled((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+    const unsigned v_base = v_tiles + buffer + swizzled(lane & 15, lane >> 4);
+
+    float s[kMAtoms][kSAtoms][4];
+    if constexpr (kQInRegisters) {
+      if (n == 0) {
+#pragma unroll
+        for (int kk = 0; kk < kHeadDim / 16; ++kk) load_q_fragments(q_base, kk, q_registers[kk]);
+      }
+      qk_product(k_base, [&](int kk, unsigned (&a)[kMAtoms][4]) {
+#pragma unroll
+        for (int mi = 0; mi < kMAtoms; ++mi) {
+#pragma unroll
+          for (int r = 0; r < 4; ++r) a[mi][r] = q_registers[kk][mi][r];
+        }
+      }, s);
+    } else {
+      qk_product(k_base, [&](int kk, unsigned (&a)[kMAtoms][4]) {
+        load_q_fragments(q_base, kk, a);
+      }, s);
+    }
+    if (entry.y != 0) apply_mask(s, entry, warp_row0, q_row0, sub_rows_log2, sub_cols_log2);
+    softmax_step(s, o, row_max, row_sum, scale_log2);
+    unsigned p[kMAtoms][kBlockN / 16][4];
+    pack_probabilities(s, p);
+    pv_product(v_base, p, o);
+    __syncthreads();  // buffer n & 1 is refilled by the next iteration's prefetch
+  }
+
+  // ---- normalise, stage this warp's rows in its own rows of the Q buffer, store coalesced
+  const int lane = fresh_lane();
+  unsigned char* staging = reinterpret_cast<unsigned char*>(shared_raw);
+#pragma unroll
+  for (int mi = 0; mi < kMAtoms; ++mi) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float sum = row_sum[mi][half];
+      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+      const float inverse = sum > 0.f ? 1.f / sum : 0.f;  // no active key: zeros
+      const int row = warp_row0 + mi * 16 + half * 8 + (lane >> 2);
+#pragma unroll
+      for (int dn = 0; dn < kOAtoms; ++dn) {
+        const unsigned packed =
+            pack_pair(o[mi][dn][2 * half] * inverse, o[mi][dn][2 * half + 1] * inverse);
+        *reinterpret_cast<unsigned*>(staging + swizzled(row, dn) + 4 * (lane & 3)) = packed;
+      }
+    }
+  }
+  __syncwarp();
+  constexpr int kRowsPerPass = 32 / kChunks;
+#pragma unroll
+  for (int pass = 0; pass < kWarpRows / kRowsPerPass; ++pass) {
+    const int row = warp_row0 + pass * kRowsPerPass + lane / kChunks;
+    const int chunk = lane % kChunks;
+    const Bits128 value = *reinterpret_cast<const Bits128*>(staging + swizzled(row, chunk));
+    if (q_row0 + row < seq_q) {
+      *reinterpret_cast<Bits128*>(out_slice + static_cast<long long>(q_row0 + row) * kHeadDim +
+                                  chunk * 8) = value;
+    }
+  }
+}

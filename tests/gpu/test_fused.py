@@ -1,0 +1,197 @@
+"""The fused kernel: its configurations compile, its arguments are checked, and on the GPU it
+matches fp64 dense masked attention across block sizes, head dims, dtypes and masks."""
+
+from __future__ import annotations
+
+import math
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+
+from gpu.fused import (
+    DTYPE_NAMES,
+    HEAD_DIMS,
+    KernelConfig,
+    choose_config,
+    plan_fused,
+    run_fused,
+)
+from gpu.runtime import KERNEL_DIR
+
+TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 5e-3}
+
+
+# --------------------------------------------------------------------------- CPU checks
+def test_every_chosen_config_compiles_with_nvcc(tmp_path):
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not on PATH")
+    configs = [choose_config(head_dim=d, dtype=t) for d in HEAD_DIMS for t in DTYPE_NAMES]
+
+    def compile_one(config: KernelConfig) -> subprocess.CompletedProcess:
+        defines = [f"-D{name}={value}" for name, value in config.defines().items()]
+        command = [nvcc, "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17"]
+        command += ["--use_fast_math", "-c", *defines, str(KERNEL_DIR / "fused_attention.cu")]
+        command += ["-o", str(tmp_path / f"{config.dtype}_{config.head_dim}.o")]
+        return subprocess.run(command, capture_output=True, text=True, check=False)
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(compile_one, configs))
+    for config, result in zip(configs, results, strict=True):
+        assert result.returncode == 0, f"{config}:\n{result.stderr}"
+
+
+def test_choose_config_gives_valid_tiles():
+    for head_dim in HEAD_DIMS:
+        config = choose_config(head_dim=head_dim, dtype=torch.float16)
+        assert config.dtype == "f16" and config.block_m == 32 * config.n_warps
+        assert config.defines()["HEAD_DIM"] == head_dim
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"dtype": "f32"}, ValueError, "dtype must be one of"),
+        ({"head_dim": 96}, ValueError, "head_dim must be one of"),
+        ({"block_n": 48}, ValueError, "block_n must be one of"),
+        ({"n_warps": 3}, ValueError, "n_warps must be one of"),
+        ({"block_m": 64}, ValueError, "block_m must be 32 x n_warps = 128"),
+        ({"min_blocks": 0}, ValueError, r"min_blocks must be in \[1, 4\]"),
+    ],
+)
+def test_kernel_config_names_bad_values(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        KernelConfig(**{"dtype": "bf16", "head_dim": 64, **kwargs})
+
+
+def test_choose_config_rejects_other_dtypes():
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        choose_config(head_dim=64, dtype=torch.float32)
+
+
+def test_plan_needs_a_cuda_device():
+    with pytest.raises(ValueError, match="device must be a CUDA device, got cpu"):
+        plan_fused(
+            torch.ones(1, 2, 2, dtype=torch.bool),
+            64,
+            causal=False,
+            head_dim=64,
+            dtype=torch.bfloat16,
+            device=torch.device("cpu"),
+        )
+
+
+# --------------------------------------------------------------------------- GPU checks
+def reference(q, k, v, blocks, block_size, causal, scale):
+    """fp64 dense masked attention; rows without an allowed key give zeros."""
+    mask = blocks.to(q.device).repeat_interleave(block_size, 1).repeat_interleave(block_size, 2)
+    if causal:
+        mask = mask & torch.ones_like(mask[0]).tril()
+    scores = (q.double() @ k.double().transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~mask, float("-inf"))
+    probs = torch.softmax(scores, -1).nan_to_num(0.0)
+    return probs @ v.double()
+
+
+def check(blocks, block_size, *, causal, head_dim, dtype, batch=2, seed=0):
+    """Run the kernel on fresh random inputs into a NaN-poisoned output and compare."""
+    n_heads, n_q, n_k = blocks.shape
+    generator = torch.Generator(device="cuda").manual_seed(seed)
+    shape_q = (batch, n_heads, n_q * block_size, head_dim)
+    shape_k = (batch, n_heads, n_k * block_size, head_dim)
+    q, k, v = (
+        torch.randn(s, device="cuda", generator=generator).to(dtype)
+        for s in (shape_q, shape_k, shape_k)
+    )
+    scale = 1.0 / math.sqrt(head_dim)
+    plan = plan_fused(
+        blocks, block_size, causal=causal, head_dim=head_dim, dtype=dtype, device=q.device
+    )
+    out = torch.full_like(q, float("nan"))
+    assert run_fused(plan, q, k, v, scale=scale, out=out) is out
+    torch.cuda.synchronize()
+    expected = reference(q, k, v, blocks, block_size, causal, scale)
+    assert not out.isnan().any(), "unwritten or NaN output elements"
+    error = (out.double() - expected).norm() / expected.norm().clamp_min(1e-30)
+    assert error <= TOLERANCE[dtype], f"relative error {error:.2e}"
+    silent = expected.abs().amax(-1) == 0  # rows with no allowed key
+    assert (out[silent] == 0).all()
+    return error
+
+
+def mixed_layout(n_q: int, n_k: int, seed: int) -> torch.Tensor:
+    """Three heads: random with an empty row, all ones, one block."""
+    generator = torch.Generator().manual_seed(seed)
+    blocks = torch.zeros(3, n_q, n_k, dtype=torch.bool)
+    blocks[0] = torch.rand(n_q, n_k, generator=generator) < 0.4
+    blocks[0, min(1, n_q - 1)] = False
+    blocks[1] = True
+    blocks[2, n_q // 2, n_k // 3] = True
+    return blocks
+
+
+# Sq != Sk, and neither a multiple of the 128 x 64 tiles where the block allows it.
+SHAPES = {16: (13, 21), 32: (7, 11), 64: (5, 3), 128: (3, 5)}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+@pytest.mark.parametrize("block_size", sorted(SHAPES))
+def test_matches_fp64_reference(block_size, head_dim, dtype, causal):
+    n_q, n_k = SHAPES[block_size]
+    blocks = mixed_layout(n_q, n_k, seed=block_size + head_dim)
+    check(blocks, block_size, causal=causal, head_dim=head_dim, dtype=dtype)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_dense_long_rows_and_causal_longer_keys(head_dim):
+    """Many key tiles per row (double buffering over several tiles), both causal shapes."""
+    full = torch.ones(2, 16, 16, dtype=torch.bool)
+    check(full, 64, causal=False, head_dim=head_dim, dtype=torch.bfloat16, batch=1)
+    check(full[:, :6], 64, causal=True, head_dim=head_dim, dtype=torch.bfloat16, seed=1)
+    check(full[:, :, :6], 64, causal=True, head_dim=head_dim, dtype=torch.float16, seed=2)
+
+
+@pytest.mark.gpu
+def test_small_blocks_band_partial_tiles():
+    """A 16-token band: most visited 128 x 64 tiles are partial."""
+    index = torch.arange(64)
+    band = ((index[:, None] - index[None, :]).abs() <= 5).unsqueeze(0).repeat(2, 1, 1)
+    band[1, :, ::3] = False  # a different layout per head
+    for causal in (False, True):
+        check(band, 16, causal=causal, head_dim=128, dtype=torch.bfloat16, batch=1)
+
+
+@pytest.mark.gpu
+def test_empty_layout_writes_zeros():
+    blocks = torch.zeros(2, 3, 4, dtype=torch.bool)
+    q = torch.randn(1, 2, 192, 64, device="cuda").bfloat16()
+    k = torch.randn(1, 2, 256, 64, device="cuda").bfloat16()
+    plan = plan_fused(blocks, 64, causal=False, head_dim=64, dtype=torch.bfloat16, device=q.device)
+    out = run_fused(plan, q, k, k, scale=0.125, out=torch.full_like(q, float("nan")))
+    assert (out == 0).all()
+
+
+@pytest.mark.gpu
+def test_run_checks_its_tensors():
+    blocks = torch.ones(2, 2, 2, dtype=torch.bool)
+    q = torch.randn(1, 2, 128, 64, device="cuda").half()
+    plan = plan_fused(blocks, 64, causal=False, head_dim=64, dtype=torch.float16, device=q.device)
+    cases = [
+        ((q[:, :1], q, q), {}, ValueError, r"q must have shape \['B', 2, 128, 64\]"),
+        ((q, q[:, :, :64], q), {}, ValueError, r"k must have shape \[1, 2, 128, 64\]"),
+        ((q, q, q.bfloat16()), {}, ValueError, "v must have dtype torch.float16"),
+        ((q, q, q.transpose(2, 3).contiguous().transpose(2, 3)), {}, ValueError, "contiguous"),
+        ((q, q, q), {"scale": -1.0}, ValueError, "scale must be positive"),
+        ((q, q, q), {"out": q.cpu()}, ValueError, "out must be on cuda"),
+        ((q, q, [1]), {}, TypeError, "v must be a torch tensor"),
+    ]
+    for args, kwargs, error, match in cases:
+        with pytest.raises(error, match=match):
+            run_fused(plan, *args, **{"scale": 0.125, **kwargs})

@@ -1,0 +1,185 @@
+"""The fused kernel's look-up table against a token-by-token construction (CPU, runs in CI)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from gpu.fused_lut import FLAG_DIAGONAL, FLAG_PARTIAL, build_fused_lut, tile_masks
+
+TILES = [(128, 64), (128, 128), (64, 64), (32, 16)]
+
+
+def token_mask(blocks: np.ndarray, block_size: int, causal: bool) -> np.ndarray:
+    """``[H, Sq, Sk]`` bool: the attention each query may pay to each key."""
+    mask = blocks.repeat(block_size, 1).repeat(block_size, 2)
+    if causal:
+        mask &= np.tri(mask.shape[1], mask.shape[2], dtype=bool)  # q_idx >= k_idx
+    return mask
+
+
+def slow_lut(blocks: np.ndarray, block_size: int, block_m: int, block_n: int, causal: bool):
+    """Per listed tile: (mask word, flags), built cell by cell from the token masks."""
+    allowed = token_mask(blocks, block_size, causal)
+    layout = token_mask(blocks, block_size, False)
+    n_heads, seq_q, seq_k = allowed.shape
+    sub_r, sub_c = min(block_size, block_m), min(block_size, block_n)
+    per_row, per_col = block_n // sub_c, block_m // sub_r
+    tiles = {}
+    for h in range(n_heads):
+        for qt in range(-(-seq_q // block_m)):
+            for kt in range(-(-seq_k // block_n)):
+                word, n_cells, diagonal = 0, 0, False
+                for r in range(per_col):
+                    for c in range(per_row):
+                        q0, k0 = qt * block_m + r * sub_r, kt * block_n + c * sub_c
+                        if not allowed[h, q0 : q0 + sub_r, k0 : k0 + sub_c].any():
+                            continue
+                        word |= 1 << (r * per_row + c)
+                        n_cells += 1
+                        cell = layout[h, q0 : q0 + sub_r, k0 : k0 + sub_c]
+                        rows = np.arange(q0, q0 + cell.shape[0])[:, None]
+                        cols = np.arange(k0, k0 + cell.shape[1])[None, :]
+                        diagonal |= causal and bool((cell & (rows < cols)).any())
+                if word:
+                    flags = FLAG_PARTIAL * (n_cells < per_col * per_row) + FLAG_DIAGONAL * diagonal
+                    tiles[h, qt, kt] = (word, flags)
+    return tiles
+
+
+def decode(lut, n_heads: int, seq_q: int, seq_k: int, block_m: int, block_n: int) -> np.ndarray:
+    """The token mask the kernel applies, read back from the table as the kernel reads it."""
+    mask = np.zeros((n_heads, -(-seq_q // block_m) * block_m, -(-seq_k // block_n) * block_n), bool)
+    per_row = block_n // lut.sub_cols
+    for head, q_tile, first, count in lut.items.tolist():
+        for k_tile, flags, low, high in lut.entries[first : first + count].tolist():
+            word = (low & 0xFFFFFFFF) | ((high & 0xFFFFFFFF) << 32)
+            q0, k0 = q_tile * block_m, k_tile * block_n
+            rows = np.arange(block_m)[:, None]
+            cols = np.arange(block_n)[None, :]
+            bit = (rows // lut.sub_rows) * per_row + cols // lut.sub_cols
+            on = (word >> bit) & 1 == 1 if flags & FLAG_PARTIAL else np.ones_like(bit, bool)
+            if flags & FLAG_DIAGONAL:
+                on &= q0 + rows >= k0 + cols
+            mask[head, q0 : q0 + block_m, k0 : k0 + block_n] = on
+    return mask[:, :seq_q, :seq_k]
+
+
+@st.composite
+def layouts(draw):
+    block_size = draw(st.sampled_from([16, 32, 64, 128]))
+    most = max(1, 384 // block_size)
+    shape = (
+        draw(st.integers(1, 3)),
+        draw(st.integers(1, most)),
+        draw(st.integers(1, most)),
+    )
+    density = draw(st.sampled_from([0.0, 0.2, 0.6, 1.0]))
+    seed = draw(st.integers(0, 2**31))
+    blocks = np.random.default_rng(seed).random(shape) < density
+    return blocks, block_size, draw(st.sampled_from(TILES)), draw(st.booleans())
+
+
+@settings(max_examples=60, deadline=None)
+@given(layouts())
+def test_table_matches_slow_construction(case):
+    blocks, block_size, (block_m, block_n), causal = case
+    words, flags = tile_masks(
+        torch.from_numpy(blocks), block_size, block_m=block_m, block_n=block_n, causal=causal
+    )
+    expected = slow_lut(blocks, block_size, block_m, block_n, causal)
+    got = {
+        tuple(int(i) for i in index): (int(words[index]), int(flags[index]))
+        for index in zip(*np.nonzero(words), strict=True)
+    }
+    assert got == expected
+
+
+@settings(max_examples=60, deadline=None)
+@given(layouts())
+def test_kernel_view_of_table_is_the_token_mask(case):
+    blocks, block_size, (block_m, block_n), causal = case
+    lut = build_fused_lut(
+        torch.from_numpy(blocks), block_size, block_m=block_m, block_n=block_n, causal=causal
+    )
+    n_heads, n_q, n_k = blocks.shape
+    seq_q, seq_k = n_q * block_size, n_k * block_size
+    got = decode(lut, n_heads, seq_q, seq_k, block_m, block_n)
+    np.testing.assert_array_equal(got, token_mask(blocks, block_size, causal))
+
+
+@settings(max_examples=40, deadline=None)
+@given(layouts())
+def test_work_list_covers_every_query_tile_heaviest_first(case):
+    blocks, block_size, (block_m, block_n), causal = case
+    lut = build_fused_lut(
+        torch.from_numpy(blocks), block_size, block_m=block_m, block_n=block_n, causal=causal
+    )
+    items = lut.items.numpy()
+    assert items.dtype == np.int32 and lut.entries.dtype == torch.int32
+    n_heads = blocks.shape[0]
+    assert sorted(map(tuple, items[:, :2].tolist())) == [
+        (h, t) for h in range(n_heads) for t in range(lut.n_q_tiles)
+    ]
+    counts = items[:, 3]
+    assert (np.diff(counts) <= 0).all()
+    spans = sorted((first, count) for first, count in items[:, 2:].tolist())
+    assert sum(count for _, count in spans) == len(lut.entries) == lut.n_tiles
+    assert all(a[0] + a[1] == b[0] for a, b in itertools.pairwise(spans))
+    for _, _, first, count in items.tolist():
+        k_tiles = lut.entries[first : first + count, 0].numpy()
+        assert (np.diff(k_tiles) > 0).all() and ((k_tiles >= 0) & (k_tiles < lut.n_k_tiles)).all()
+
+
+def test_block_16_in_a_128_tile_uses_all_64_bits():
+    blocks = torch.ones(1, 8, 8, dtype=torch.bool)
+    blocks[0, 7, 7] = False
+    lut = build_fused_lut(blocks, 16, block_m=128, block_n=128, causal=False)
+    _, flags, low, high = lut.entries[0].tolist()
+    assert flags == FLAG_PARTIAL
+    assert (low & 0xFFFFFFFF, high & 0xFFFFFFFF) == (0xFFFFFFFF, 0x7FFFFFFF)
+
+
+def test_full_tiles_carry_no_flags_and_empty_rows_stay_listed():
+    blocks = torch.zeros(2, 4, 4, dtype=torch.bool)
+    blocks[0] = True
+    lut = build_fused_lut(blocks, 64, block_m=128, block_n=64, causal=False)
+    assert lut.items.tolist()[:2] == [[0, 0, 0, 4], [0, 1, 4, 4]]
+    assert lut.items[2:, 3].tolist() == [0, 0]
+    assert set(lut.entries[:, 1].tolist()) == {0}
+
+
+def test_block_128_spans_two_64_wide_key_tiles():
+    lut = build_fused_lut(
+        torch.ones(1, 1, 1, dtype=torch.bool), 128, block_m=128, block_n=64, causal=True
+    )
+    assert lut.entries[:, :2].tolist() == [[0, FLAG_DIAGONAL], [1, FLAG_DIAGONAL]]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        ({"block_size": 8}, ValueError, "block_size must be one of"),
+        ({"block_m": 256}, ValueError, "block_m must be one of"),
+        ({"block_n": 48}, ValueError, "block_n must be one of"),
+        ({"causal": 1}, TypeError, "causal must be True or False"),
+        ({"blocks": torch.ones(4, 4, dtype=torch.bool)}, ValueError, r"blocks must have rank 3"),
+        ({"blocks": torch.full((1, 2, 2), 2)}, ValueError, "blocks must hold only 0 and 1"),
+    ],
+)
+def test_bad_arguments_are_named(kwargs, error, match):
+    args = {
+        "blocks": torch.ones(1, 2, 2, dtype=torch.bool),
+        "block_size": 16,
+        "block_m": 128,
+        "block_n": 64,
+        "causal": False,
+        **kwargs,
+    }
+    with pytest.raises(error, match=match):
+        build_fused_lut(args.pop("blocks"), args.pop("block_size"), **args)
