@@ -66,6 +66,11 @@ class KernelConfig:
                 f"block_m must be 32 x n_warps = {32 * self.n_warps} (32 query rows per warp), "
                 f"got {self.block_m}"
             )
+        if self.threads < self.head_dim:
+            raise ValueError(
+                f"n_warps must be at least head_dim / 32 = {self.head_dim // 32} (tile copies "
+                f"cover 8 whole rows per pass), got {self.n_warps}"
+            )
         if self.shared_bytes > SHARED_MEMORY_LIMIT:
             raise ValueError(
                 f"block_m={self.block_m}, block_n={self.block_n}, head_dim={self.head_dim} need "

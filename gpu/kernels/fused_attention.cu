@@ -64,6 +64,7 @@ static_assert(kBlockN % 16 == 0 && kBlockN <= 128, "BLOCK_N must be a multiple o
 static_assert((kBlockM * kChunks) % kThreads == 0, "Q tile copy must split evenly");
 static_assert((kBlockN * kChunks) % kThreads == 0, "K/V tile copy must split evenly");
 static_assert(32 % kChunks == 0, "a warp stores whole output rows");
+static_assert((kThreads / kChunks) % 8 == 0, "each copy pass must cover whole swizzle periods");
 
 struct alignas(16) Int4 {
   int x, y, z, w;

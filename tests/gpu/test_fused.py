@@ -60,6 +60,11 @@ def test_choose_config_gives_valid_tiles():
         ({"n_warps": 3}, ValueError, "n_warps must be one of"),
         ({"block_m": 64}, ValueError, "block_m must be 32 x n_warps = 128"),
         ({"min_blocks": 0}, ValueError, r"min_blocks must be in \[1, 4\]"),
+        (
+            {"head_dim": 128, "n_warps": 2, "block_m": 64},
+            ValueError,
+            "n_warps must be at least head_dim / 32 = 4",
+        ),
     ],
 )
 def test_kernel_config_names_bad_values(kwargs, error, match):
