@@ -16,7 +16,8 @@ given in block coordinates ``(row, col)`` = ``(query block, key block)``:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
@@ -54,6 +55,19 @@ def check_keys(
         allowed = ", ".join(map(repr, [*required, *sorted(optional)]))
         raise ValueError(f"{name} has unknown keys {unknown!r}; allowed: {allowed}")
     return data
+
+
+@contextmanager
+def error_context(prefix: str, *, as_value_error: bool = False) -> Iterator[None]:
+    """Re-raise a ``ValueError`` or ``TypeError`` from inside with ``prefix:`` before its message.
+
+    ``as_value_error`` turns both into ``ValueError``, for loaders that promise only that.
+    """
+    try:
+        yield
+    except (ValueError, TypeError) as error:
+        kind = ValueError if as_value_error else type(error)
+        raise kind(f"{prefix}: {error}") from error
 
 
 def _outside(name: str, value: Any, n_rows: int, n_cols: int) -> ValueError:
@@ -215,14 +229,16 @@ def region_from_dict(data: Any) -> Region:
 
 
 # --------------------------------------------------------------------------- edit operations
-def _check_heads(name: str, heads: Any) -> tuple[int, ...]:
+def check_heads(name: str, heads: Any) -> tuple[int, ...]:
+    """Return ``heads`` as a tuple of distinct head indices (at least one)."""
     values = check_int_list(name, heads, low=0, high=MAX_HEAD, min_len=1, max_len=MAX_HEAD + 1)
     if len(set(values)) != len(values):
         raise ValueError(f"{name} must not repeat a head, got {values}")
     return tuple(values)
 
 
-def _fit_heads(name: str, heads: tuple[int, ...], n_heads: int) -> None:
+def fit_heads(name: str, heads: tuple[int, ...], n_heads: int) -> None:
+    """Raise naming the first of ``heads`` that a layout of ``n_heads`` heads does not have."""
     for i, head in enumerate(heads):
         if head >= n_heads:
             raise ValueError(
@@ -246,11 +262,11 @@ class EditOp:
                 f"got {type(self.region).__name__}"
             )
         if self.heads is not None:
-            object.__setattr__(self, "heads", _check_heads("heads", self.heads))
+            object.__setattr__(self, "heads", check_heads("heads", self.heads))
 
     def output_shape(self, shape: Shape) -> Shape:
         """The layout shape after this edit; raises if the edit does not fit ``shape``."""
-        _fit_heads("heads", self.heads or (), shape[0])
+        fit_heads("heads", self.heads or (), shape[0])
         self.region.mask(shape[1], shape[2])
         return shape
 
@@ -272,12 +288,12 @@ class CopyHead:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "source", check_int("source", self.source, low=0, high=MAX_HEAD))
-        object.__setattr__(self, "targets", _check_heads("targets", self.targets))
+        object.__setattr__(self, "targets", check_heads("targets", self.targets))
 
     def output_shape(self, shape: Shape) -> Shape:
         """The layout shape after this edit; raises if a head is outside ``shape``."""
-        _fit_heads("source", (self.source,), shape[0])
-        _fit_heads("targets", self.targets, shape[0])
+        fit_heads("source", (self.source,), shape[0])
+        fit_heads("targets", self.targets, shape[0])
         return shape
 
     def to_dict(self) -> dict[str, Any]:

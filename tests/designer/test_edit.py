@@ -21,6 +21,7 @@ from designer.edit import (
     region_from_dict,
 )
 from designer.layout import Layout
+from tests.designer.formats.strategies import edits
 from tests.factories import random_layout
 
 
@@ -63,44 +64,12 @@ def reference_apply(layout, op):
     return grid
 
 
-# --------------------------------------------------------------------------- strategies
-@st.composite
-def regions(draw, n_rows, n_cols):
-    kind = draw(st.sampled_from(["cells", "rect", "row", "column", "band"]))
-    if kind == "cells":
-        cell = st.tuples(st.integers(0, n_rows - 1), st.integers(0, n_cols - 1))
-        return Cells(tuple(draw(st.lists(cell, min_size=1, max_size=12))))
-    if kind == "rect":
-        rows = sorted(draw(st.lists(st.integers(0, n_rows - 1), min_size=2, max_size=2)))
-        cols = sorted(draw(st.lists(st.integers(0, n_cols - 1), min_size=2, max_size=2)))
-        return Rect(rows[0], cols[0], rows[1], cols[1])
-    if kind == "row":
-        return Row(draw(st.integers(0, n_rows - 1)))
-    if kind == "column":
-        return Column(draw(st.integers(0, n_cols - 1)))
-    lo = draw(st.integers(-n_rows - 2, n_cols + 2))
-    return Band(lo, draw(st.integers(lo, n_cols + 3)))
-
-
 @st.composite
 def layouts_and_edits(draw):
-    h, m, n = draw(st.integers(1, 4)), draw(st.integers(1, 7)), draw(st.integers(1, 7))
+    shape = (draw(st.integers(1, 4)), draw(st.integers(1, 7)), draw(st.integers(1, 7)))
     seed = draw(st.integers(0, 2**32 - 1))
-    layout = random_layout(np.random.default_rng(seed), h, m, n, density=0.4)
-    head_lists = st.lists(st.integers(0, h - 1), min_size=1, max_size=h, unique=True)
-    op = draw(
-        st.one_of(
-            st.builds(
-                EditOp,
-                st.sampled_from(["set", "clear", "toggle"]),
-                regions(m, n),
-                st.none() | head_lists.map(tuple),
-            ),
-            st.builds(CopyHead, st.integers(0, h - 1), head_lists.map(tuple)),
-            st.just(Transpose()),
-        )
-    )
-    return layout, op
+    layout = random_layout(np.random.default_rng(seed), *shape, density=0.4)
+    return layout, draw(edits(shape))
 
 
 # --------------------------------------------------------------------------- behaviour

@@ -1,0 +1,265 @@
+"""How a layout was made, as a value that rebuilds it exactly: pattern steps, then manual edits.
+
+``build()`` starts from an empty ``[n_heads, n_q_blocks, n_k_blocks]`` layout, applies each
+``RecipeStep`` to its heads in order (the pattern is generated for those heads only, so a per-head
+parameter has one value per listed head), then replays the edits. Random patterns take a ``seed``
+parameter, so the same recipe always gives the same layout. ``to_dict`` / ``recipe_from_dict``
+carry it through JSON and ``.pt`` files; reading checks every key, name, range and parameter.
+
+>>> from designer.edit import EditOp, Row
+>>> recipe = Recipe(2, 4, 4, 64, steps=(RecipeStep("causal"),))
+>>> recipe.with_edit(EditOp("clear", Row(0), heads=(1,))).build().blocks.sum().item()
+19
+"""
+
+from __future__ import annotations
+
+import functools
+import numbers
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from designer.edit import (
+    CopyHead,
+    Edit,
+    EditOp,
+    Transpose,
+    apply_edit,
+    check_heads,
+    check_keys,
+    edit_from_dict,
+    error_context,
+    fit_heads,
+)
+from designer.layout import MAX_BLOCK_SIZE, Layout
+from designer.patterns._common import check_shape
+from designer.patterns.registry import PATTERNS, make_pattern
+from designer.validate import check_choice, check_float, check_int
+
+#: How a step's pattern meets the blocks its heads already have.
+COMBINES = ("replace", "union", "intersect", "subtract")
+#: Most steps and edits a recipe may hold (files users upload are read against these).
+MAX_STEPS = 256
+MAX_EDITS = 10_000
+#: Most items in one list-valued parameter, and the longest string parameter.
+MAX_PARAM_ITEMS = 4096
+MAX_PARAM_CHARS = 200
+
+
+# --------------------------------------------------------------------------- parameters
+def _freeze(name: str, value: Any, depth: int = 0) -> Any:
+    """A JSON-plain value made immutable: lists (up to two levels) become tuples."""
+    if value is None or isinstance(value, (bool, np.bool_)):
+        return None if value is None else bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return check_float(name, value)
+    if isinstance(value, str):
+        if len(value) > MAX_PARAM_CHARS:
+            raise ValueError(f"{name} must have at most {MAX_PARAM_CHARS} characters")
+        return value
+    if isinstance(value, (list, tuple, np.ndarray)) and depth < 2:
+        if len(value) > MAX_PARAM_ITEMS:
+            raise ValueError(f"{name} must have at most {MAX_PARAM_ITEMS} items, got {len(value)}")
+        return tuple(_freeze(f"{name}[{i}]", item, depth + 1) for i, item in enumerate(value))
+    raise TypeError(
+        f"{name} must be a number, string, bool, None or a list of them (two levels at most), "
+        f"got {type(value).__name__}"
+    )
+
+
+def _thaw(value: Any) -> Any:
+    return [_thaw(item) for item in value] if isinstance(value, tuple) else value
+
+
+class Params(Mapping[str, Any]):
+    """Read-only, hashable pattern parameters holding JSON values only (lists become tuples)."""
+
+    __slots__ = ("_items",)
+
+    def __init__(self, params: Mapping[str, Any] | None = None) -> None:
+        params = {} if params is None else params
+        if not isinstance(params, Mapping):
+            raise TypeError(f"params must be a dict, got {type(params).__name__}")
+        for key in params:
+            if not isinstance(key, str):
+                raise TypeError(f"params names must be strings, got {key!r}")
+        self._items = {key: _freeze(f"params[{key!r}]", params[key]) for key in sorted(params)}
+
+    def __getitem__(self, key: str) -> Any:
+        return self._items[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def __hash__(self) -> int:
+        return hash(tuple(self._items.items()))
+
+    def __repr__(self) -> str:
+        return f"Params({self._items!r})"
+
+    def to_plain(self) -> dict[str, Any]:
+        """The parameters as a JSON-ready dict (tuples back to lists)."""
+        return {key: _thaw(value) for key, value in self._items.items()}
+
+
+# --------------------------------------------------------------------------- steps
+@dataclass(frozen=True)
+class RecipeStep:
+    """Generate ``pattern`` with ``params`` for ``heads`` (``None``: all) and ``combine`` it in."""
+
+    pattern: str
+    params: Mapping[str, Any] = field(default_factory=Params)
+    heads: tuple[int, ...] | None = None
+    combine: str = "replace"
+
+    def __post_init__(self) -> None:
+        check_choice("pattern", self.pattern, tuple(PATTERNS))
+        params = Params(self.params)
+        for name in params:
+            PATTERNS[self.pattern].param(name)  # raises naming the allowed parameters
+        object.__setattr__(self, "params", params)
+        if self.heads is not None:
+            object.__setattr__(self, "heads", check_heads("heads", self.heads))
+        check_choice("combine", self.combine, COMBINES)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "pattern": self.pattern,
+            "params": self.params.to_plain(),
+            "heads": None if self.heads is None else list(self.heads),
+            "combine": self.combine,
+        }
+
+
+def _combine(current: Layout, made: Layout, how: str) -> Layout:
+    if how == "union":
+        return current.union(made)
+    if how == "intersect":
+        return current.intersection(made)
+    if how == "subtract":
+        return current.difference(made)
+    return made
+
+
+# --------------------------------------------------------------------------- recipes
+@dataclass(frozen=True)
+class Recipe:
+    """Shape and block size, the pattern steps, then the edits: everything ``build()`` needs."""
+
+    n_heads: int
+    n_q_blocks: int
+    n_k_blocks: int
+    block_size: int
+    steps: tuple[RecipeStep, ...] = ()
+    edits: tuple[Edit, ...] = ()
+
+    def __post_init__(self) -> None:
+        check_shape(self.n_heads, self.n_q_blocks, self.n_k_blocks)
+        check_int("block_size", self.block_size, low=1, high=MAX_BLOCK_SIZE)
+        for name, kinds, limit in (
+            ("steps", (RecipeStep,), MAX_STEPS),
+            ("edits", (EditOp, CopyHead, Transpose), MAX_EDITS),
+        ):
+            values = getattr(self, name)
+            if not isinstance(values, (list, tuple)):
+                raise TypeError(f"{name} must be a list, got {type(values).__name__}")
+            if len(values) > limit:
+                raise ValueError(f"{name} must have at most {limit} items, got {len(values)}")
+            for i, value in enumerate(values):
+                if not isinstance(value, kinds):
+                    expected = " or ".join(kind.__name__ for kind in kinds)
+                    raise TypeError(f"{name}[{i}] must be a {expected}, got {type(value).__name__}")
+            object.__setattr__(self, name, tuple(values))
+        for i, step in enumerate(self.steps):
+            fit_heads(f"steps[{i}].heads", step.heads or (), self.n_heads)
+        shape = (self.n_heads, self.n_q_blocks, self.n_k_blocks)
+        for i, op in enumerate(self.edits):
+            with error_context(f"edits[{i}]"):
+                shape = op.output_shape(shape)
+
+    def build(self) -> Layout:
+        """The layout this recipe makes (built once, then shared: layouts are immutable)."""
+        return self._layout
+
+    @functools.cached_property
+    def _layout(self) -> Layout:
+        layout = Layout.zeros(self.n_heads, self.n_q_blocks, self.n_k_blocks, self.block_size)
+        for i, step in enumerate(self.steps):
+            heads = list(range(self.n_heads)) if step.heads is None else list(step.heads)
+            with error_context(f"steps[{i}] ({step.pattern})"):
+                made = make_pattern(
+                    step.pattern,
+                    len(heads),
+                    self.n_q_blocks,
+                    self.n_k_blocks,
+                    self.block_size,
+                    step.params.to_plain(),
+                )
+            combined = _combine(layout.select_heads(heads), made, step.combine)
+            layout = layout.with_heads(heads, combined)
+        for op in self.edits:
+            layout = apply_edit(layout, op)
+        return layout
+
+    def with_step(self, step: RecipeStep) -> Recipe:
+        """The same recipe with one more pattern step (before the edits)."""
+        return replace(self, steps=(*self.steps, step))
+
+    def with_edit(self, op: Edit) -> Recipe:
+        """The same recipe with one more edit at the end."""
+        return replace(self, edits=(*self.edits, op))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict that ``recipe_from_dict`` reads back to an equal recipe."""
+        return {
+            "n_heads": self.n_heads,
+            "n_q_blocks": self.n_q_blocks,
+            "n_k_blocks": self.n_k_blocks,
+            "block_size": self.block_size,
+            "steps": [step.to_dict() for step in self.steps],
+            "edits": [op.to_dict() for op in self.edits],
+        }
+
+
+def recipe_from_dict(data: Any) -> Recipe:
+    """Read a recipe written by ``Recipe.to_dict()``, checking everything, parameters included.
+
+    Parameters are checked by building the layout once (the registry validates them), so a recipe
+    that comes back from here always builds.
+    """
+    keys = ("n_heads", "n_q_blocks", "n_k_blocks", "block_size", "steps", "edits")
+    check_keys("recipe", data, keys)
+    steps, edits = data["steps"], data["edits"]
+    for name, values, limit in (("steps", steps, MAX_STEPS), ("edits", edits, MAX_EDITS)):
+        if not isinstance(values, list):
+            raise TypeError(f"recipe {name} must be a list, got {type(values).__name__}")
+        if len(values) > limit:
+            raise ValueError(f"recipe {name} must have at most {limit} items, got {len(values)}")
+    read_steps = []
+    for i, step in enumerate(steps):
+        with error_context(f"recipe steps[{i}]"):
+            check_keys("step", step, ("pattern", "params", "heads", "combine"))
+            read_steps.append(RecipeStep(**step))
+    read_edits = []
+    for i, op in enumerate(edits):
+        with error_context(f"recipe edits[{i}]"):
+            read_edits.append(edit_from_dict(op))
+    with error_context("recipe"):
+        recipe = Recipe(
+            data["n_heads"],
+            data["n_q_blocks"],
+            data["n_k_blocks"],
+            data["block_size"],
+            tuple(read_steps),
+            tuple(read_edits),
+        )
+        recipe.build()
+    return recipe
