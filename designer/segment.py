@@ -1,0 +1,157 @@
+"""Segmentation of a block layout into the square tiles an SDD (QKᵀ) kernel launches.
+
+``sdd_segment`` is DeepSpeed's ``sdd_segment`` (``csrc/sparse_attention/utils.cpp``, Triton 1.0's
+``superblock``), specified in ``SDD_SEGMENT.md``: for each width of the halving chain
+``start_width, start_width // 2, ..., 1``, a greedy row-major scan per head extracts square
+groups of that width (the scan itself is in ``designer.segment_scan``). For widths >= 3
+DeepSpeed's groups can contain absent cells (phantoms, ``orig_idx`` 0) and cells it emitted
+before (duplicates): ``mode="deepspeed"`` reproduces them, ``mode="safe"`` refuses such groups.
+
+Heads run on a small thread pool (the compiled scan releases the GIL) and are gathered in
+ascending head order, so results never depend on timing. Numba's ``parallel=True`` is avoided on
+purpose: its fallback threading layer aborts when two app sessions call it at once.
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
+from typing import Any
+
+import numpy as np
+import torch
+
+from designer.layout import Layout
+from designer.segment_scan import gather_width, segment_heads
+from designer.validate import MAX_LAYOUT_CELLS, as_block_tensor, check_choice, check_int
+
+MODES = ("safe", "deepspeed")
+
+#: Room for DeepSpeed mode's phantom and duplicate rows, as a fraction of a head's blocks (they
+#: stay far below it on random layouts); a head that needs more is segmented again.
+_DEEPSPEED_SPARE_ROWS = 0.25
+
+#: Below this many cells a layout is segmented on the calling thread (threads cost more).
+_THREADED_MIN_CELLS = 1 << 16
+
+Segments = list[tuple[int, torch.Tensor]]
+
+
+def sdd_segment(layout: Any, start_width: int, *, mode: str = "safe") -> Segments:
+    """Group the present blocks of each head into square tiles, widest first.
+
+    Args:
+        layout: ``[H, M, N]`` torch tensor or numpy array of any integer or bool dtype (non-zero
+            means present, negative values are refused), or a ``Layout``. Never modified.
+        start_width: widest tile, in blocks; the widths tried are ``start_width,
+            start_width // 2, ..., 1``; ``0`` gives ``[]``. Widths above ``min(M, N)`` cannot
+            hold a group and are skipped, so a huge value costs nothing.
+        mode: ``"deepspeed"`` reproduces DeepSpeed's output bit for bit, phantom (absent,
+            ``orig_idx`` 0) and duplicate blocks included. ``"safe"`` follows the same scan but,
+            when a group reaches width ``w``, first checks that all ``w²`` cells are present and
+            not yet extracted; if one is not, it refuses the group (its blocks stay for smaller
+            widths) and stores ``w - 1`` as the corner's DP value, so neighbouring squares can
+            still reach ``w``. Where DeepSpeed emits no phantom or duplicate, no group is refused
+            and both modes agree; otherwise every present block is emitted exactly once.
+
+    Returns:
+        ``[(width, rows), ...]`` with widths strictly decreasing and empty widths left out;
+        ``rows`` is an int64 ``[k * width², 4]`` tensor of ``(head, row, col, orig_idx)``,
+        ``k`` groups one after the other (ascending head, then the order the scan reached each
+        group's bottom-right corner, row-major inside a group). ``orig_idx`` is the block's rank
+        in ``layout.nonzero()`` order, its index in a packed ``[B, nnz, block, block]`` tensor.
+
+    >>> [(w, rows.shape) for w, rows in sdd_segment(torch.ones(1, 3, 3, dtype=torch.int32), 2)]
+    [(2, torch.Size([4, 4])), (1, torch.Size([5, 4]))]
+    """
+    present = _present_blocks(layout)
+    start_width = check_int("start_width", start_width, low=0)
+    safe = check_choice("mode", mode, MODES) == "safe"
+    n_heads, n_rows, n_cols = present.shape
+    widths = _widths(start_width, min(n_rows, n_cols))
+    if not widths.size or not present.any():
+        return []
+    per_head = present.reshape(n_heads, -1).sum(axis=1, dtype=np.int64)
+    first_idx = np.concatenate(([0], np.cumsum(per_head)[:-1]))
+    # Safe mode emits each block once; DeepSpeed mode may emit more, and is rerun if it did.
+    spare = 0 if safe else np.ceil(per_head * _DEEPSPEED_SPARE_ROWS).astype(np.int64)
+    capacity = per_head + spare
+    rows, counts = _segment_heads(present, widths, safe, capacity)
+    if (counts.sum(axis=1) > capacity).any():
+        capacity = counts.sum(axis=1)
+        rows, counts = _segment_heads(present, widths, safe, capacity)
+    row_offsets = np.concatenate(([0], np.cumsum(capacity)))
+    segments = []
+    for p, width in enumerate(widths.tolist()):
+        if counts[:, p].any():
+            out = np.empty((int(counts[:, p].sum()), 4), dtype=np.int64)
+            gather_width(rows, row_offsets, counts, first_idx, p, out)
+            segments.append((width, torch.from_numpy(out)))
+    return segments
+
+
+def _present_blocks(layout: Any) -> np.ndarray:
+    """A C-contiguous uint8 ``[H, M, N]`` copy of the layout: 1 where a block is present.
+
+    Works in numpy only: torch's intra-op threads keep spinning after an operation and would
+    compete with the segmentation threads that follow.
+    """
+    if isinstance(layout, Layout):
+        return layout.to_numpy().copy()
+    array = _integer_array(layout)
+    if array is None or array.ndim != 3 or array.size > MAX_LAYOUT_CELLS:
+        as_block_tensor("layout", layout)  # raises the shared message for this type, rank or size
+    if array.size and array.min() < 0:
+        raise ValueError(f"layout must not hold negative values, got minimum {int(array.min())}")
+    return np.ascontiguousarray(array != 0).view(np.uint8)
+
+
+def _integer_array(layout: Any) -> np.ndarray | None:
+    """``layout`` as a numpy array if it is an integer or bool tensor or array, else None."""
+    if isinstance(layout, torch.Tensor) and not (layout.is_floating_point() or layout.is_complex()):
+        return layout.detach().cpu().numpy()
+    if isinstance(layout, np.ndarray) and layout.dtype.kind in "biu":
+        return layout
+    return None
+
+
+def _widths(start_width: int, max_width: int) -> np.ndarray:
+    """The halving chain from ``start_width``, without the widths above ``max_width``."""
+    widths = []
+    while start_width > 0:
+        if start_width <= max_width:
+            widths.append(start_width)
+        start_width //= 2
+    return np.array(widths, dtype=np.int64)
+
+
+def _segment_heads(
+    present: np.ndarray, widths: np.ndarray, safe: bool, capacity: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Rows ``(row, col, rank in head)`` of every head, head ``h`` in its ``capacity[h]`` slot.
+
+    Heads are shared out round-robin between the usable CPUs; the calling thread takes one share.
+    """
+    n_heads = present.shape[0]
+    rows = np.empty((int(capacity.sum()), 3), dtype=np.int32)
+    counts = np.zeros((n_heads, widths.size), dtype=np.int64)
+    row_offsets = np.concatenate(([0], np.cumsum(capacity)))
+    workers = min(n_heads, _usable_cpus()) if present.size >= _THREADED_MIN_CELLS else 1
+    shares = [np.arange(first, n_heads, workers) for first in range(workers)]
+
+    def run(heads: np.ndarray) -> None:
+        segment_heads(present, heads, widths, safe, row_offsets, rows, counts)
+
+    with ThreadPoolExecutor(workers - 1) if workers > 1 else nullcontext() as pool:
+        others = [pool.submit(run, share) for share in shares[1:]]
+        run(shares[0])
+        for other in others:
+            other.result()
+    return rows, counts
+
+
+def _usable_cpus() -> int:
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
