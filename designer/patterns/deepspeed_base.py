@@ -3,9 +3,12 @@
 These classes reproduce DeepSpeed's sparse-attention configs (removed from DeepSpeed in 2026) so
 that a layout designed here is the layout DeepSpeed users know: same names, parameters, defaults,
 error types and messages, ``make_layout(seq_len)`` results (``int64 [num_heads, nb, nb]``) and,
-after ``random.seed(s)``, the same random blocks. Where DeepSpeed crashed by accident, the same
-call raises a ``ValueError`` that says what to fix; arguments DeepSpeed silently misread (wrong
-types, negative sizes or indices) are refused when the config is built.
+after ``random.seed(s)``, the same random blocks.
+
+Where DeepSpeed crashed by accident (a zero global block count, an empty window list, BigBird's
+unidirectional draws), the same call raises a ``ValueError`` that says what to fix. Arguments that
+DeepSpeed misread or crashed on later (wrong types, negative sizes or indices, a zero pattern
+count) are refused when the config is built, after DeepSpeed's own checks.
 """
 
 from __future__ import annotations

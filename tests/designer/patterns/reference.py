@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from typing import Any
 
@@ -47,3 +48,19 @@ def shapes(max_heads: int = 3, max_blocks: int = 12) -> st.SearchStrategy[tuple[
 def above_diagonal(blocks: torch.Tensor) -> int:
     """How many active cells have ``col > row``."""
     return int(torch.triu(blocks, diagonal=1).sum())
+
+
+def grid(*rows: str) -> torch.Tensor:
+    """A hand-written ``int64 [M, N]`` layout from strings of 0/1, one per row."""
+    return torch.tensor([[int(cell) for cell in row] for row in rows], dtype=torch.int64)
+
+
+def drawn_rows(num_blocks: int, count: int, causal: bool = False) -> torch.Tensor:
+    """DeepSpeed's documented random draws: one ``random.sample`` per row, rows in order, from a
+    list as long as ``range(num_blocks)`` (``range(row + 1)`` when ``causal``)."""
+    head = torch.zeros(num_blocks, num_blocks, dtype=torch.int64)
+    for row in range(num_blocks):
+        population = list(range(row + 1 if causal else num_blocks))
+        for col in random.sample(population, count):
+            head[row, col] = 1
+    return head
