@@ -159,23 +159,27 @@ def test_larger_layout_equals_the_reference(rng):
 
 def test_threads_do_not_change_the_result(rng, monkeypatch):
     """A layout large enough for threads equals its heads segmented one by one, on one thread."""
-    layout = torch.from_numpy(rng.random((5, 160, 96)) < 0.7)
+    layout = torch.from_numpy(rng.random((4, 128, 128)) < 0.7)
+    assert layout.numel() >= segment_module._THREADED_MIN_CELLS
     for mode in ("safe", "deepspeed"):
-        together = as_lists(sdd_segment(layout, 8, mode=mode))
+        together = sdd_segment(layout, 8, mode=mode)
         monkeypatch.setattr(segment_module, "_usable_cpus", lambda: 1)
-        assert as_lists(sdd_segment(layout, 8, mode=mode)) == together
+        alone = sdd_segment(layout, 8, mode=mode)
         monkeypatch.undo()
+        assert [w for w, _ in alone] == [w for w, _ in together]
+        assert all(torch.equal(a, b) for (_, a), (_, b) in zip(alone, together, strict=True))
         first_idx = 0
-        per_width: dict[int, list] = {}
-        for h in range(5):
+        per_width: dict[int, list[torch.Tensor]] = {}
+        for h in range(4):
             for width, rows in sdd_segment(layout[h : h + 1], 8, mode=mode):
                 rows = rows.clone()
                 rows[:, 0] = h
-                present = layout[h][rows[:, 1], rows[:, 2]].long()
-                rows[:, 3] += first_idx * present  # phantoms keep orig_idx 0
-                per_width.setdefault(width, []).extend(rows.tolist())
+                rows[:, 3] += first_idx * layout[h][rows[:, 1], rows[:, 2]]  # phantoms keep 0
+                per_width.setdefault(width, []).append(rows)
             first_idx += int(layout[h].sum())
-        assert together == sorted(per_width.items(), reverse=True)
+        assert [w for w, _ in together] == sorted(per_width, reverse=True)
+        for width, rows in together:
+            assert torch.equal(rows, torch.cat(per_width[width]))
 
 
 # ------------------------------------------------------------------ safe-mode properties
