@@ -1,0 +1,120 @@
+"""FlexAttention ``BlockMask`` both ways.
+
+A ``BlockMask`` lists, for each ``[batch, head, q_block]`` row, the key blocks to visit: ``full``
+ones (every token pair attends, ``mask_mod`` is skipped) and partial ones (``mask_mod`` decides per
+token pair). Compiled ``flex_attention`` (GPU) reads only those lists; eager ``flex_attention``
+(CPU) ignores them and applies ``mask_mod`` to every pair. So an exported mask carries both, and
+they agree:
+
+- without ``causal``, every active block is full;
+- with ``causal`` (``q_idx >= kv_idx`` inside blocks), blocks below the diagonal are full, diagonal
+  blocks partial, and blocks above it are dropped (no pair there may attend);
+- ``mask_mod(b, h, q_idx, kv_idx)`` is ``layout[h, q_idx // block, kv_idx // block]`` (and the
+  causal test), so the eager result is the layout's attention too.
+
+The block size of the ``BlockMask`` is the layout's block size: a layout with 16-token blocks gives
+``BLOCK_SIZE = (16, 16)``. Compiled kernels want multiples of their tile size (128 by default).
+The batch dimension is 1 (it broadcasts); a one-head layout broadcasts over heads.
+
+>>> bm = to_block_mask(Layout(torch.eye(2, dtype=torch.int64)[None], 128))
+>>> bm.BLOCK_SIZE, from_block_mask(bm)[0].nnz
+((128, 128), 2)
+"""
+
+from __future__ import annotations
+
+import torch
+from torch.nn.attention.flex_attention import BlockMask
+
+from designer.layout import Layout
+from designer.validate import check_bool, check_int
+
+
+def _ordered(dense: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``[H, M, N]`` blocks as int32 ``(num [1, H, M], indices [1, H, M, N])``, active first."""
+    num = dense.sum(dim=-1, dtype=torch.int32)
+    indices = torch.argsort((~dense).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    return num[None], indices[None]
+
+
+def to_block_mask(
+    layout: Layout,
+    block_size: int | None = None,
+    *,
+    causal: bool = False,
+    device: str | torch.device = "cpu",
+) -> BlockMask:
+    """A ``BlockMask`` (and matching ``mask_mod``) giving ``layout``'s attention on ``device``.
+
+    ``block_size`` defaults to the layout's and, when given, must equal it.
+    """
+    if not isinstance(layout, Layout):
+        raise TypeError(f"layout must be a Layout, got {type(layout).__name__}")
+    block = layout.block_size
+    if block_size is not None and check_int("block_size", block_size, low=1) != block:
+        raise ValueError(
+            f"block_size must be the layout's block size {block}, got {block_size}; the BlockMask "
+            f"uses the layout's blocks as they are"
+        )
+    causal = check_bool("causal", causal)
+    blocks = layout.blocks
+    if causal:
+        rows = torch.arange(layout.n_q_blocks)[:, None]
+        cols = torch.arange(layout.n_k_blocks)[None, :]
+        full, partial = blocks & (cols < rows), blocks & (cols == rows)
+    else:
+        full, partial = blocks, torch.zeros_like(blocks)
+    kv_num, kv_indices = _ordered(partial)
+    full_num, full_indices = _ordered(full)
+    return BlockMask.from_kv_blocks(
+        kv_num.to(device),
+        kv_indices.to(device),
+        full_num.to(device),
+        full_indices.to(device),
+        BLOCK_SIZE=block,
+        mask_mod=_layout_mask_mod(blocks.to(device), block, causal),
+        seq_lengths=(layout.seq_len_q, layout.seq_len_k),
+    )
+
+
+def _layout_mask_mod(blocks: torch.Tensor, block_size: int, causal: bool):
+    one_head = blocks.shape[0] == 1
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        allowed = blocks[0 if one_head else h, q_idx // block_size, kv_idx // block_size]
+        return allowed & (q_idx >= kv_idx) if causal else allowed
+
+    h, m, n = blocks.shape
+    mask_mod.__name__ = f"layout_{h}x{m}x{n}_block{block_size}" + ("_causal" if causal else "")
+    return mask_mod
+
+
+def from_block_mask(block_mask: BlockMask) -> tuple[Layout, int]:
+    """The layout of a ``BlockMask``'s blocks (partial and full together) and its block size.
+
+    Only the block lists are read; a ``mask_mod`` that masks tokens inside blocks is not part of
+    a layout. Every batch entry must have the same blocks, blocks must be square and the sequence
+    lengths whole multiples of the block size.
+    """
+    if not isinstance(block_mask, BlockMask):
+        raise TypeError(f"block_mask must be a BlockMask, got {type(block_mask).__name__}")
+    q_block, kv_block = block_mask.BLOCK_SIZE
+    if q_block != kv_block:
+        raise ValueError(
+            f"block_mask must have square blocks, got BLOCK_SIZE ({q_block}, {kv_block})"
+        )
+    dense = block_mask.to_dense().to("cpu").bool()  # [B, H, M, N]: partial | full
+    if not torch.equal(dense, dense[:1].expand_as(dense)):
+        raise ValueError(
+            f"block_mask must have the same blocks in every batch entry, got a batch of "
+            f"{dense.shape[0]} whose entries differ"
+        )
+    layout = Layout(dense[0], q_block)
+    seq_lengths = tuple(block_mask.seq_lengths)
+    if seq_lengths != (layout.seq_len_q, layout.seq_len_k):
+        raise ValueError(
+            f"block_mask seq_lengths must be whole blocks: {layout.n_q_blocks} x "
+            f"{layout.n_k_blocks} blocks of {q_block} tokens cover {layout.seq_len_q} x "
+            f"{layout.seq_len_k}, got {seq_lengths[0]} x {seq_lengths[1]}"
+        )
+    return layout, q_block

@@ -1,0 +1,63 @@
+"""The design settings every file format carries, and the checks shared by the loaders."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from designer.design import Design
+from designer.layout import Layout
+from designer.recipe import Recipe
+from designer.validate import check_int
+
+#: The keys of a design's settings, as written by ``design_settings``.
+SETTING_KEYS = ("name", "causal", "start_width", "created", "modified")
+#: Longest timestamp string accepted (ISO 8601 with an offset is 25 characters).
+MAX_STAMP_CHARS = 64
+
+
+def design_settings(design: Design) -> dict[str, Any]:
+    """A design's name, causal flag, start width and timestamps, as plain values."""
+    if not isinstance(design, Design):
+        raise TypeError(f"design must be a Design, got {type(design).__name__}")
+    return {key: getattr(design, key) for key in SETTING_KEYS}
+
+
+def design_from_settings(
+    settings: Mapping[str, Any], layout: Layout, recipe: Recipe | None
+) -> Design:
+    """A design from settings read out of a file, checking what ``Design`` itself does not."""
+    for key in ("created", "modified"):
+        stamp = settings[key]
+        if not isinstance(stamp, str) or len(stamp) > MAX_STAMP_CHARS:
+            raise ValueError(
+                f"{key} must be a timestamp string of at most {MAX_STAMP_CHARS} characters, "
+                f"got {stamp!r:.80}"
+            )
+    return Design(layout, recipe=recipe, **{key: settings[key] for key in SETTING_KEYS})
+
+
+def check_version(name: str, data: Mapping[str, Any], format_name: str, version: int) -> None:
+    """Check a file's ``format`` and ``version`` fields before reading anything else."""
+    if data.get("format") != format_name:
+        raise ValueError(f"{name} format must be {format_name!r}, got {data.get('format')!r:.80}")
+    found = check_int(f"{name} version", data.get("version"), low=1)
+    if found != version:
+        raise ValueError(
+            f"{name} version {found} is not supported; this designer reads version {version}"
+        )
+
+
+def check_rebuilds(recipe: Recipe, layout: Layout) -> None:
+    """Raise unless ``recipe`` builds exactly ``layout`` (shape, block size and every block)."""
+    built = recipe.build()
+    if built.shape != layout.shape or built.block_size != layout.block_size:
+        raise ValueError(
+            f"recipe builds a {list(built.shape)} layout with block_size {built.block_size}, "
+            f"but the layout is {list(layout.shape)} with block_size {layout.block_size}"
+        )
+    differ = int((built.blocks != layout.blocks).sum())
+    if differ:
+        raise ValueError(
+            f"recipe does not rebuild the layout: {differ} of {layout.blocks.numel()} blocks differ"
+        )

@@ -1,0 +1,257 @@
+import io
+import os
+import pickle
+import time
+import zipfile
+
+import pytest
+import torch
+from hypothesis import given, settings
+
+from designer.design import Design
+from designer.edit import EditOp, Row
+from designer.formats import load_design, save_design
+from designer.layout import Layout
+from designer.recipe import Recipe, RecipeStep
+from tests.designer.formats.strategies import designs
+from tests.factories import random_layout
+
+
+def saved(content) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(content, buffer)
+    return buffer.getvalue()
+
+
+def design_bytes(design) -> bytes:
+    buffer = io.BytesIO()
+    save_design(design, buffer)
+    return buffer.getvalue()
+
+
+@pytest.fixture
+def recipe_design():
+    recipe = Recipe(2, 4, 4, 16, steps=(RecipeStep("causal"),), edits=(EditOp("set", Row(0)),))
+    return Design(recipe.build(), name="causal", recipe=recipe, start_width=2, causal=True)
+
+
+@pytest.fixture
+def content(recipe_design):
+    """What a good file holds, read back with plain torch."""
+    return torch.load(io.BytesIO(design_bytes(recipe_design)), weights_only=True)
+
+
+# --------------------------------------------------------------------------- round trips
+@settings(max_examples=100, deadline=None)
+@given(designs())
+def test_round_trip_is_exact(design):
+    assert load_design(design_bytes(design)) == design
+
+
+def test_paths_and_file_objects(tmp_path, recipe_design):
+    path = tmp_path / "design.pt"
+    save_design(recipe_design, path)
+    assert load_design(path) == recipe_design
+    assert load_design(str(path)) == recipe_design
+    with open(path, "rb") as file:
+        assert load_design(file) == recipe_design
+    with open(tmp_path / "other.pt", "wb") as file:
+        save_design(recipe_design, file)
+    assert load_design(bytearray((tmp_path / "other.pt").read_bytes())) == recipe_design
+
+
+def test_file_holds_the_documented_plain_dict(content, recipe_design):
+    assert set(content) == {
+        "format", "version", "layout", "block_size", "seq_len_q", "seq_len_k", "causal",
+        "start_width", "name", "created", "modified", "recipe",
+    }  # fmt: skip
+    assert (content["format"], content["version"]) == ("blocksparse-design", 1)
+    assert content["layout"].dtype == torch.int64 and content["layout"].shape == (2, 4, 4)
+    assert torch.equal(content["layout"], recipe_design.layout.to_int64())
+    assert (content["block_size"], content["seq_len_q"], content["seq_len_k"]) == (16, 64, 64)
+    assert content["recipe"] == recipe_design.recipe.to_dict()
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool])
+def test_bare_tensors_load_deepspeed_style(rng, dtype):
+    layout = random_layout(rng, n_heads=3, n_q_blocks=5, n_k_blocks=7)
+    three = load_design(saved(layout.blocks.to(dtype)))
+    assert three.layout == Layout(layout.blocks, 16) and three.recipe is None
+    two = load_design(saved(layout.blocks[1].to(dtype)), block_size=64)
+    assert two.layout == Layout(layout.blocks[1:2], 64)
+
+
+# --------------------------------------------------------------------------- hostile files
+class CreatesFile:
+    """A pickle whose loading would create ``path``: what a malicious checkpoint does."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def test_payload_is_live_when_loaded_unsafely(tmp_path):
+    marker = tmp_path / "ran"
+    torch.load(io.BytesIO(saved(CreatesFile(marker))), weights_only=False).close()
+    assert marker.exists(), "the payload must really run code, or the tests below prove nothing"
+
+
+@pytest.mark.parametrize("wrap", ["zip", "inside_design", "raw_pickle"])
+def test_code_payload_never_runs(tmp_path, content, wrap):
+    marker = tmp_path / "ran"
+    if wrap == "zip":
+        data = saved(CreatesFile(marker))
+    elif wrap == "inside_design":
+        data = saved({**content, "name": CreatesFile(marker)})
+    else:
+        data = pickle.dumps(CreatesFile(marker))
+    message = "refused: it asks for io.open;" if wrap != "raw_pickle" else "not a torch file"
+    with pytest.raises(ValueError, match=message):
+        load_design(data)
+    assert not marker.exists()
+    assert os.listdir(tmp_path) == []
+
+
+def test_not_torch_files_are_refused():
+    for data in (b"", b"hello", b'{"format": "blocksparse-design"}', pickle.dumps({"a": 1})):
+        with pytest.raises(ValueError, match="design file is not a torch file, or it is truncated"):
+            load_design(data)
+
+
+def test_truncated_files_are_refused(recipe_design):
+    data = design_bytes(recipe_design)
+    for cut in (1, 30, len(data) // 3, len(data) // 2, len(data) - 22, len(data) - 1):
+        with pytest.raises(ValueError, match="design file is not a torch file, or it is truncated"):
+            load_design(data[:cut])
+
+
+def test_damaged_archives_are_refused(recipe_design):
+    """A sound zip directory over a damaged pickle, or without the tensor data it names."""
+    data = design_bytes(recipe_design)
+    start = data.find(b"blocksparse-design")
+    garbage = data[: start - 40] + b"\xff" * 72 + data[start + 32 :]
+    with pytest.raises(ValueError, match=r"refused: its pickle is not plain data \(Unsupported op"):
+        load_design(garbage)
+    renamed = data.replace(b"archive/data/0", b"archive/data/9")
+    with pytest.raises(
+        ValueError, match=r"could not be read by torch\.load: RuntimeError: .*data/0"
+    ):
+        load_design(renamed)
+
+
+def test_a_billion_element_tensor_is_refused_by_shape(content):
+    huge = torch.zeros(1, dtype=torch.int64).expand(1000, 1000, 1000)  # 8 GB if materialised
+    for data in (saved(huge), saved({**content, "layout": huge})):
+        assert len(data) < 4096, "the file must be small: the size is declared, not stored"
+        start = time.perf_counter()
+        with pytest.raises(ValueError, match=r"1,000,000,000 cells \[1000, 1000, 1000\], more"):
+            load_design(data)
+        assert time.perf_counter() - start < 2
+
+
+def test_size_limits_come_before_loading(tmp_path, recipe_design):
+    data = design_bytes(recipe_design)
+    with pytest.raises(
+        ValueError, match=f"design file is more than the limit of {len(data) - 1:,}"
+    ):
+        load_design(data, max_bytes=len(data) - 1)
+    with pytest.raises(ValueError, match="design file is more than the limit"):
+        load_design(io.BytesIO(data), max_bytes=100)
+    path = tmp_path / "big.pt"
+    path.write_bytes(data)
+    with pytest.raises(ValueError, match=f"design file is {len(data):,} bytes, more than the lim"):
+        load_design(path, max_bytes=100)
+
+
+def test_zip_bombs_are_refused_by_unpacked_size():
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("archive/data.pkl", bytes(8 << 20))
+    assert len(buffer.getvalue()) < 100_000
+    with pytest.raises(ValueError, match="unpacks to 8,388,608 bytes, more than the limit of 1,"):
+        load_design(buffer.getvalue(), max_bytes=1 << 20)
+
+
+# --------------------------------------------------------------------------- invalid contents
+def test_bad_bare_tensors_are_refused():
+    cases = [
+        (torch.ones(2, 2), "bare layout tensor: layout must hold integers or bools, got dtype"),
+        (torch.ones(1, 1, 2, 2, dtype=torch.int64), r"rank 2 \(\[M, N\]\) or 3 .*\[1, 1, 2, 2\]"),
+        (torch.tensor([[0, -1], [1, 1]]), r"only 0 and 1, got values in \[-1, 1\]"),
+        (torch.tensor([[0, 2]]), r"only 0 and 1, got values in \[0, 2\]"),
+        (torch.zeros(0, 3, dtype=torch.int64), r"at least one head and block, got \[1, 0, 3\]"),
+        ([1, 2], "design file must hold a design dict or a layout tensor, got list"),
+    ]
+    for value, message in cases:
+        with pytest.raises(ValueError, match=message):
+            load_design(saved(value))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"format": "other"}, "design file: design file format must be 'blocksparse-design'"),
+        ({"version": 2}, "design file version 2 is not supported; this designer reads version 1"),
+        ({"version": "1"}, "design file version must be an integer, got str"),
+        ({"extra": 1}, r"design file has unknown keys \['extra'\]"),
+        ({"layout": [[1]]}, "layout must be a tensor, got list"),
+        ({"layout": torch.ones(2, 4, 4)}, "layout must hold integers or bools, got dtype torch.fl"),
+        ({"layout": torch.ones(4, 4, dtype=torch.int64)}, r"rank 3 \(\[H, M, N\]\), got shape"),
+        ({"layout": torch.full((2, 4, 4), -1)}, r"only 0 and 1, got values in \[-1, -1\]"),
+        ({"block_size": 0}, r"block_size must be in \[1, 4096\], got 0"),
+        ({"seq_len_q": 100}, "seq_len_q = 100 does not match the layout: 4 q_blocks x block_size"),
+        ({"seq_len_k": 32}, r"seq_len_k = 32 does not match .* 4 k_blocks x block_size 16 = 64"),
+        ({"seq_len_k": 64.0}, "seq_len_k must be an integer, got float"),
+        ({"name": ""}, "name must be a non-empty string"),
+        ({"causal": 1}, "causal must be True or False, got int 1"),
+        ({"start_width": -1}, r"start_width must be in \[0, 65536\], got -1"),
+        ({"created": "x" * 65}, "created must be a timestamp string of at most 64 characters"),
+        ({"modified": None}, "modified must be a timestamp string"),
+        ({"recipe": "causal"}, "recipe must be a dict, got str"),
+        ({"layout": torch.ones(2, 4, 4, dtype=torch.int64)}, "recipe does not rebuild the layout"),
+        ({"layout": torch.ones(3, 4, 4, dtype=torch.int64)}, r"builds a \[2, 4, 4\] layout with"),
+        ({"block_size": 32, "seq_len_q": 128, "seq_len_k": 128}, "with block_size 16, but the"),
+    ],
+)
+def test_bad_design_files_are_refused(content, change, message):
+    with pytest.raises(ValueError, match=message):
+        load_design(saved({**content, **change}))
+
+
+def test_missing_key_is_named(content):
+    del content["seq_len_k"]
+    with pytest.raises(ValueError, match="design file: design file is missing 'seq_len_k'"):
+        load_design(saved(content))
+
+
+def test_recipe_mismatch_counts_the_blocks(recipe_design, content):
+    flipped = content["layout"].clone()
+    flipped[1, 3, 0] = 1 - flipped[1, 3, 0]
+    with pytest.raises(ValueError, match="recipe does not rebuild the layout: 1 of 32 blocks diff"):
+        load_design(saved({**content, "layout": flipped}))
+
+
+def test_block_size_argument_must_agree_with_the_file(recipe_design):
+    data = design_bytes(recipe_design)
+    assert load_design(data, block_size=16) == recipe_design
+    with pytest.raises(
+        ValueError, match="block_size=64 was given, but the design file says block_size=16"
+    ):
+        load_design(data, block_size=64)
+
+
+def test_bad_arguments_are_refused(recipe_design, tmp_path):
+    with pytest.raises(TypeError, match="path_or_file must be bytes, a path or a binary file"):
+        load_design(123)
+    (tmp_path / "a.pt").write_bytes(design_bytes(recipe_design))
+    with open(tmp_path / "a.pt") as text_file, pytest.raises(TypeError, match="binary mode"):
+        load_design(text_file)
+    with pytest.raises(TypeError, match="design must be a Design, got Layout"):
+        save_design(recipe_design.layout, tmp_path / "b.pt")
+    with pytest.raises(TypeError, match="path_or_file must be a path or a binary file object"):
+        save_design(recipe_design, 5)
+    with pytest.raises(ValueError, match=r"max_bytes must be in >= 1, got 0"):
+        load_design(b"", max_bytes=0)
+    assert sorted(os.listdir(tmp_path)) == ["a.pt"]
