@@ -1,0 +1,26 @@
+"""The benchmark harness: every contender timed the same way on the same inputs.
+
+>>> from gpu.bench import BenchConfig, run_benchmark                      # doctest: +SKIP
+>>> result = run_benchmark(BenchConfig(seq_q=4096), layout, progress=print)  # doctest: +SKIP
+>>> result.result("fused").tflops                                          # doctest: +SKIP
+
+``python -m gpu.bench --help`` runs it from the command line (a standard case, a saved design,
+or the standard sweep) and writes JSON; ``benchmarks/README.md`` explains the columns.
+"""
+
+from gpu.bench.config import CONTENDERS, DEFAULT_CONTENDERS, BenchConfig
+from gpu.bench.harness import BenchResult, BenchSession, ContenderResult, run_benchmark
+from gpu.bench.report import document, format_table, write_json
+
+__all__ = [
+    "CONTENDERS",
+    "DEFAULT_CONTENDERS",
+    "BenchConfig",
+    "BenchResult",
+    "BenchSession",
+    "ContenderResult",
+    "document",
+    "format_table",
+    "run_benchmark",
+    "write_json",
+]

@@ -1,0 +1,108 @@
+"""``python -m gpu.bench``: time our kernels against SDPA and FlexAttention, print, write JSON.
+
+Examples::
+
+    python -m gpu.bench --case banded_7pct-b128-d64
+    python -m gpu.bench --design my_layout.pt --head-dim 128 --out results.json
+    python -m gpu.bench --sweep standard --out benchmarks/results/2026-11-29-h200.json
+    python -m gpu.bench --sweep standard --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+
+import torch
+
+from designer.formats import load_design
+from gpu.bench.cases import find_case, standard_cases
+from gpu.bench.config import CONTENDERS, BenchConfig
+from gpu.bench.harness import BenchSession, run_benchmark
+from gpu.bench.report import format_table, write_json
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.list:
+        print("\n".join(case.name for case in standard_cases()))
+        return 0
+    jobs = _jobs(args)
+    session = BenchSession(torch.device("cuda" if torch.cuda.is_available() else "cpu"),
+                           flush_l2=not args.no_flush)  # fmt: skip
+    results = []
+    started = time.perf_counter()
+    for i, (name, config, layout) in enumerate(jobs, 1):
+        print(f"[{i}/{len(jobs)}] {name} ({time.perf_counter() - started:.0f} s)", flush=True)
+        results.append(run_benchmark(config, layout, name=name, session=session))
+        if args.out:  # keep what is done if a later case takes the process down
+            write_json(results, args.out)
+    print(format_table(results))
+    print(f"\n{len(results)} cases in {time.perf_counter() - started:.0f} s")
+    return 0
+
+
+def _jobs(args: argparse.Namespace) -> list:
+    if args.sweep:
+        cases = standard_cases()
+        return [(c.name, _override(c.config(quick=args.quick), args), c.layout(quick=args.quick))
+                for c in cases]  # fmt: skip
+    if args.design:
+        design = load_design(args.design)
+        layout = design.layout
+        config = BenchConfig(
+            heads=args.heads or layout.n_heads,
+            seq_q=layout.seq_len_q,
+            seq_k=layout.seq_len_k,
+            head_dim=args.head_dim or 64,
+            causal=design.causal,
+            start_width=design.start_width,
+        )
+        return [(design.name, _override(config, args), layout)]
+    case = find_case(args.case)
+    return [
+        (case.name, _override(case.config(quick=args.quick), args), case.layout(quick=args.quick))
+    ]
+
+
+def _override(config: BenchConfig, args: argparse.Namespace) -> BenchConfig:
+    changes = {
+        "contenders": tuple(args.contenders.split(",")) if args.contenders else None,
+        "warmup": args.warmup,
+        "reps": args.reps,
+        "flush_l2": False if args.no_flush else None,
+        "batch": args.batch,
+        "dtype": args.dtype,
+        "device": None if torch.cuda.is_available() else "cpu",
+    }
+    return dataclasses.replace(config, **{k: v for k, v in changes.items() if v is not None})
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m gpu.bench",
+        description="Time block-sparse attention (ours fused and SDD, FlexAttention, dense SDPA) "
+        "on one layout or the standard sweep; print a table and write JSON.",
+    )
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--case", help="a standard case, e.g. banded_7pct-b128-d64 (see --list)")
+    what.add_argument("--design", help="a .pt design file saved by the app")
+    what.add_argument("--sweep", choices=["standard"], help="every standard case")
+    what.add_argument("--list", action="store_true", help="list the standard cases")
+    parser.add_argument("--out", help="write the results as JSON to this path")
+    parser.add_argument("--quick", action="store_true", help="S=4096 and few reps (smoke test)")
+    parser.add_argument("--contenders", help=f"comma-separated subset of {','.join(CONTENDERS)}")
+    parser.add_argument("--head-dim", type=int, help="head dim for --design (default 64)")
+    parser.add_argument("--heads", type=int, help="heads for --design (default: the layout's)")
+    parser.add_argument("--batch", type=int, help="batch size")
+    parser.add_argument("--dtype", choices=["bf16", "fp16"], help="input dtype (default bf16)")
+    parser.add_argument("--warmup", type=int, help="untimed runs before timing")
+    parser.add_argument("--reps", type=int, help="timed runs (the median is reported)")
+    parser.add_argument("--no-flush", action="store_true", help="do not flush L2 between reps")
+    return parser
+
+
+if __name__ == "__main__":
+    sys.exit(main())

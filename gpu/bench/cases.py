@@ -1,0 +1,127 @@
+"""The standard benchmark cases: H200, bf16, B=1, H=16, S=16384, D=64 and 128.
+
+Layout families, each defined at token level and built at block sizes 128, 64 and 16:
+
+- ``banded_2pct`` / ``banded_7pct`` / ``banded_25pct``: a bidirectional local band of half-width
+  ``W`` = 192, 576 and 2112 tokens: ``sliding_window(window_blocks=round(W / b + 0.5))``, i.e.
+  windows of 2, 5 and 17 blocks at b = 128 (2.3 %, 6.9 %, 24 % dense), a finer staircase at
+  smaller blocks.
+- ``bigbird_10pct``: the same 192-token band, plus global tokens 0..127 (rows and columns), plus
+  random blocks drawn per head with probability 1/16 (seeded).
+- ``causal``: the causal layout, with ``causal=True`` (masking inside diagonal blocks).
+- ``dense``: every block.
+
+The SDD segmentation study adds, on the banded cases at block 16, the SDD pipeline and the SDD
+kernel alone with start width 1 (``sdd_w1``, ``sdd_qk_w1``) beside the segment-driven ones.
+``quick`` shrinks S to 4096 and the reps, to check the harness end to end in seconds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from designer.layout import Layout
+from designer.patterns import causal as causal_pattern
+from designer.patterns import global_tokens, random_blocks, sliding_window
+from gpu.bench.config import DEFAULT_CONTENDERS, BenchConfig
+
+HEADS = 16
+SEQ_LEN = 16384
+QUICK_SEQ_LEN = 4096
+BLOCK_SIZES = (128, 64, 16)
+HEAD_DIMS = (64, 128)
+BAND_HALF_WIDTHS = {"banded_2pct": 192, "banded_7pct": 576, "banded_25pct": 2112}
+FAMILIES = (*BAND_HALF_WIDTHS, "bigbird_10pct", "causal", "dense")
+GLOBAL_TOKENS = 128
+RANDOM_PROBABILITY = 1 / 16
+STUDY_CONTENDERS = ("sdd_w1", "sdd_qk", "sdd_qk_w1")
+
+
+@dataclass(frozen=True)
+class StandardCase:
+    family: str
+    block_size: int
+    head_dim: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}-b{self.block_size}-d{self.head_dim}"
+
+    @property
+    def causal(self) -> bool:
+        return self.family == "causal"
+
+    @property
+    def in_segmentation_study(self) -> bool:
+        return self.family in BAND_HALF_WIDTHS and self.block_size == 16
+
+    def config(self, *, quick: bool = False) -> BenchConfig:
+        contenders = DEFAULT_CONTENDERS
+        if self.in_segmentation_study:
+            contenders = (*contenders, *STUDY_CONTENDERS)
+        return BenchConfig(
+            heads=HEADS,
+            seq_q=QUICK_SEQ_LEN if quick else SEQ_LEN,
+            head_dim=self.head_dim,
+            causal=self.causal,
+            contenders=contenders,
+            warmup=1 if quick else 3,
+            reps=3 if quick else 10,
+        )
+
+    def layout(self, *, quick: bool = False) -> Layout:
+        seq = QUICK_SEQ_LEN if quick else SEQ_LEN
+        return Layout(
+            family_blocks(self.family, seq // self.block_size, self.block_size), self.block_size
+        )
+
+
+def family_blocks(family: str, n_blocks: int, block_size: int) -> torch.Tensor:
+    """The ``[HEADS, n, n]`` bool layout of one family at ``block_size`` (see module doc)."""
+    if family in BAND_HALF_WIDTHS:
+        return _band(family, n_blocks, block_size).expand(HEADS, -1, -1)
+    if family == "bigbird_10pct":
+        band = _band("banded_2pct", n_blocks, block_size)
+        n_global = max(1, GLOBAL_TOKENS // block_size)
+        globals_ = global_tokens(1, n_blocks, n_blocks, global_blocks=list(range(n_global)))
+        random = random_blocks(HEADS, n_blocks, n_blocks, seed=0, probability=RANDOM_PROBABILITY)
+        return band | globals_ | random
+    if family == "causal":
+        return causal_pattern(HEADS, n_blocks, n_blocks)
+    if family == "dense":
+        return torch.ones(HEADS, n_blocks, n_blocks, dtype=torch.bool)
+    raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
+
+
+def _band(family: str, n_blocks: int, block_size: int) -> torch.Tensor:
+    window = round(BAND_HALF_WIDTHS[family] / block_size + 0.5)
+    return sliding_window(1, n_blocks, n_blocks, window_blocks=window, causal=False)
+
+
+def standard_cases() -> list[StandardCase]:
+    """Every standard case, grouped by head dim (one Flex compilation each), then block size."""
+    return [
+        StandardCase(family, block, dim)
+        for dim in HEAD_DIMS
+        for block in BLOCK_SIZES
+        for family in FAMILIES
+    ]
+
+
+def find_case(name: str) -> StandardCase:
+    """The standard case called ``name`` (``family-b<block>-d<dim>``)."""
+    for case in standard_cases():
+        if case.name == name:
+            return case
+    raise ValueError(
+        f"case must be a standard case name such as banded_2pct-b128-d64, got {name!r}"
+    )
+
+
+def iter_sweep(*, quick: bool = False) -> Iterator[tuple[StandardCase, BenchConfig, Layout]]:
+    """``(case, config, layout)`` for the whole standard sweep, layouts built lazily."""
+    for case in standard_cases():
+        yield case, case.config(quick=quick), case.layout(quick=quick)

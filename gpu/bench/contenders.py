@@ -1,0 +1,160 @@
+"""The contenders: what each one runs, prepared outside the timed region.
+
+``prepare(name, case)`` does all host work (plans, look-up tables, compilation, a first call that
+proves the backend supports the shape) and returns a ``Prepared``: a zero-argument ``run`` that
+only launches, and whether its output is the layout's attention (then its error is checked).
+
+- ``fused``: our flash-style kernel (``gpu.fused``), plan outside, ``run_fused`` timed.
+- ``sdd`` / ``sdd_w1``: our SDD → softmax → DSD pipeline, segment-driven (128-token tiles) or
+  with start width 1 (one block per SDD tile: the segmentation study's baseline).
+- ``sdd_qk`` / ``sdd_qk_w1``: the SDD kernel alone (QKᵀ on active blocks) for the same study.
+- ``flex``: FlexAttention, same token-level mask at its 128-token blocks (see ``flex.py``).
+- ``sdpa`` / ``sdpa_cudnn`` / ``sdpa_flash``: dense PyTorch SDPA with its default backend, and
+  with cuDNN or flash forced; ``is_causal=True`` in causal cases. They compute dense (or causal)
+  attention, so their error is checked only when the layout is all ones.
+- ``reference``: our dense masked reference in fp32 (runs on the CPU too).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from gpu.bench.flex import FlexSession, FlexUnavailable
+from gpu.reference import dense_masked_attention
+
+
+class Unavailable(RuntimeError):
+    """This contender cannot run this case here (missing backend, unsupported shape...)."""
+
+
+@dataclass(frozen=True)
+class Case:
+    """One case's inputs, shared by every contender."""
+
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    blocks: torch.Tensor  # CPU bool [H, M, N], already broadcast to H heads
+    block_size: int
+    causal: bool
+    scale: float
+    start_width: int | None
+    flex: FlexSession
+    plans: dict[tuple, Any] = field(default_factory=dict)  # shared by contenders of this case
+
+    @property
+    def dense_layout(self) -> bool:
+        """Every block active: dense SDPA computes the same function."""
+        return bool(self.blocks.all())
+
+
+@dataclass(frozen=True)
+class Prepared:
+    run: Callable[[], torch.Tensor]
+    computes_layout: bool
+
+
+def prepare(name: str, case: Case) -> Prepared:
+    """Do ``name``'s host work for ``case`` and return its launcher."""
+    makers: dict[str, Callable[[Case], Prepared]] = {
+        "fused": _fused,
+        "sdd": lambda c: _sdd(c, c.start_width),
+        "sdd_w1": lambda c: _sdd(c, 1),
+        "sdd_qk": lambda c: _sdd_qk(c, c.start_width),
+        "sdd_qk_w1": lambda c: _sdd_qk(c, 1),
+        "flex": _flex,
+        "sdpa": lambda c: _sdpa(c, None),
+        "sdpa_cudnn": lambda c: _sdpa(c, "CUDNN_ATTENTION"),
+        "sdpa_flash": lambda c: _sdpa(c, "FLASH_ATTENTION"),
+        "reference": _reference,
+    }
+    if case.q.device.type != "cuda" and name != "reference":
+        raise Unavailable(f"{name} needs a CUDA device")
+    return makers[name](case)
+
+
+def _our_kernel_args(case: Case) -> dict[str, Any]:
+    return {
+        "causal": case.causal,
+        "head_dim": case.q.shape[3],
+        "dtype": case.q.dtype,
+        "device": case.q.device,
+    }
+
+
+def _fused(case: Case) -> Prepared:
+    from gpu.fused import plan_fused, run_fused
+
+    plan = plan_fused(case.blocks, case.block_size, **_our_kernel_args(case))
+    out = torch.empty_like(case.q)
+    return Prepared(
+        lambda: run_fused(plan, case.q, case.k, case.v, scale=case.scale, out=out), True
+    )
+
+
+def _sdd(case: Case, start_width: int | None) -> Prepared:
+    from gpu.sdd import plan_sdd, run_sdd
+
+    plan = plan_sdd(case.blocks, case.block_size, start_width=start_width, **_our_kernel_args(case))
+    out = torch.empty_like(case.q)
+    return Prepared(lambda: run_sdd(plan, case.q, case.k, case.v, scale=case.scale, out=out), True)
+
+
+def _sdd_qk(case: Case, start_width: int | None) -> Prepared:
+    from gpu.sdd import plan_sdd, sdd_scores
+
+    plan = plan_sdd(case.blocks, case.block_size, start_width=start_width, **_our_kernel_args(case))
+    return Prepared(lambda: sdd_scores(plan, case.q, case.k, scale=case.scale), False)
+
+
+def _flex(case: Case) -> Prepared:
+    try:
+        compiled, block_mask = case.flex.prepare(
+            case.blocks, case.block_size, causal=case.causal, device=case.q.device
+        )
+    except FlexUnavailable as error:
+        raise Unavailable(str(error)) from error
+
+    def run() -> torch.Tensor:
+        return compiled(case.q, case.k, case.v, block_mask=block_mask, scale=case.scale)
+
+    return Prepared(run, True)
+
+
+def _sdpa(case: Case, backend: str | None) -> Prepared:
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.functional import scaled_dot_product_attention
+
+    def call() -> torch.Tensor:
+        return scaled_dot_product_attention(
+            case.q, case.k, case.v, is_causal=case.causal, scale=case.scale
+        )
+
+    if backend is None:
+        run = call
+    else:
+        chosen = getattr(SDPBackend, backend)
+
+        def run() -> torch.Tensor:
+            with sdpa_kernel(chosen):
+                return call()
+
+    try:
+        run()  # a backend that cannot take this shape says so here
+    except RuntimeError as error:
+        raise Unavailable(f"SDPA {backend or 'default'}: {str(error).splitlines()[0]}") from error
+    return Prepared(run, case.dense_layout)
+
+
+def _reference(case: Case) -> Prepared:
+    def run() -> torch.Tensor:
+        return dense_masked_attention(
+            case.q, case.k, case.v, case.blocks, case.block_size,
+            causal=case.causal, scale=case.scale, compute_dtype=torch.float32,
+        ).to(case.q.dtype)  # fmt: skip
+
+    return Prepared(run, True)

@@ -1,0 +1,67 @@
+"""FLOP counting and the derived numbers of a benchmark: TFLOP/s, speedups, errors.
+
+Effective FLOPs count only the attention a layout asks for:
+``4·B·H·Sq·Sk·D·density``, where ``density`` is the token-level one, active ``(q, k)`` pairs
+over ``Sq·Sk``, averaged over heads and with causal masking inside blocks counted. Two matmuls
+(QKᵀ and PV) of ``2·D`` FLOPs per pair give the 4. Every contender is divided into the same
+number, so effective TFLOP/s compare like with like; a dense baseline's own rate (full or causal
+attention) is reported beside it as ``own_tflops``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def active_pairs(blocks: torch.Tensor, block_size: int, *, causal: bool) -> int:
+    """Active ``(q, k)`` token pairs summed over heads, for a bool ``[H, M, N]`` layout.
+
+    With ``causal`` a pair also needs ``q_idx >= k_idx`` (top-left aligned): a block at
+    ``(m, n)`` keeps ``sum_i clamp(i + (m - n)·b + 1, 0, b)`` of its ``b²`` pairs.
+
+    >>> active_pairs(torch.ones(1, 2, 2, dtype=torch.bool), 4, causal=True)
+    36
+    """
+    if not causal:
+        return int(blocks.sum()) * block_size * block_size
+    _, n_q, n_k = blocks.shape
+    offset = (torch.arange(n_q)[:, None] - torch.arange(n_k)[None, :]) * block_size  # [M, N]
+    rows = torch.arange(block_size)
+    kept = (rows[None, None, :] + offset[:, :, None] + 1).clamp(0, block_size).sum(-1)
+    return int((blocks.to(torch.int64) * kept).sum())
+
+
+def token_density(blocks: torch.Tensor, block_size: int, *, causal: bool) -> float:
+    """Active pairs over all ``H·Sq·Sk`` pairs."""
+    heads, n_q, n_k = blocks.shape
+    return active_pairs(blocks, block_size, causal=causal) / (heads * n_q * n_k * block_size**2)
+
+
+def attention_flops(batch: int, head_dim: int, pairs: int) -> int:
+    """``4·B·D`` FLOPs per active pair (QKᵀ and PV); ``pairs`` summed over heads."""
+    return 4 * batch * head_dim * pairs
+
+
+def tflops(flops: int, ms: float | None) -> float | None:
+    """FLOPs over milliseconds, in TFLOP/s."""
+    return None if ms is None or ms <= 0 else flops / (ms * 1e-3) / 1e12
+
+
+def speedup(baseline_ms: float | None, ms: float | None) -> float | None:
+    """How many times faster than the baseline (None when either is missing)."""
+    return None if baseline_ms is None or ms is None or ms <= 0 else baseline_ms / ms
+
+
+def errors(out: torch.Tensor, ref: torch.Tensor) -> tuple[float, float]:
+    """``(max |out − ref|, ‖out − ref‖ / ‖ref‖)`` in fp64; NaN anywhere gives NaN."""
+    diff = out.to(torch.float64) - ref
+    norm = float(ref.norm())
+    relative = float(diff.norm()) / norm if norm > 0 else float(diff.norm())
+    return float(diff.abs().max()) if diff.numel() else 0.0, relative
+
+
+def median(values: list[float]) -> float:
+    """The median (mean of the middle two for an even count)."""
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2

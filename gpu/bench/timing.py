@@ -1,0 +1,55 @@
+"""One timer for every contender: per-rep CUDA events around a single call, with the L2 flushed
+before each rep (the harness warms up first and reports the median of the reps).
+
+A timer is any callable ``timer(run, reps=...) -> list[float]`` (milliseconds per rep), so tests
+can pass a fake one and the CPU reference can be timed with a host clock.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+
+#: Written before each rep: several times the H200's 60 MB L2.
+FLUSH_BYTES = 256 << 20
+
+Runner = Callable[[], object]
+
+
+class Timer(Protocol):
+    def __call__(self, run: Runner, *, reps: int) -> list[float]: ...
+
+
+class CudaEventTimer:
+    """Times ``run`` on the current stream of ``device`` with CUDA events, one pair per rep."""
+
+    def __init__(self, device: torch.device, *, flush_l2: bool = True) -> None:
+        self.device = device
+        self.flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device) if flush_l2 else None
+
+    def __call__(self, run: Runner, *, reps: int) -> list[float]:
+        times = []
+        for _ in range(reps):
+            if self.flush is not None:
+                self.flush.zero_()
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+        return times
+
+
+def host_timer(run: Runner, *, reps: int) -> list[float]:
+    """Wall-clock timer for CPU work (the reference on a machine without a GPU)."""
+    times = []
+    for _ in range(reps):
+        start = time.perf_counter()
+        run()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
