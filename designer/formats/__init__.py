@@ -1,15 +1,31 @@
 """Reading and writing layouts and designs in our files and other libraries' formats.
 
 - ``.pt`` design files: ``save_design`` / ``load_design`` (also bare DeepSpeed-style tensors);
-- FlexAttention: ``to_block_mask`` / ``from_block_mask``.
+- FlexAttention: ``to_block_mask`` / ``from_block_mask``;
+- CSR: ``to_csr`` / ``from_csr``;
+- MIT Block-Sparse-Attention: ``to_base_blockmask`` / ``from_base_blockmask``;
+- JSON recipe: ``recipe_to_json`` / ``design_from_json``;
+- ``python_snippet``: code that loads a saved design, for the app's download.
 """
 
 from designer.formats.block_mask import from_block_mask, to_block_mask
+from designer.formats.csr import from_csr, to_csr
+from designer.formats.json_recipe import design_from_json, recipe_to_json
+from designer.formats.mit_blockmask import MIT_BLOCK_SIZE, from_base_blockmask, to_base_blockmask
 from designer.formats.pt_file import load_design, save_design
+from designer.formats.snippet import python_snippet
 
 __all__ = [
+    "MIT_BLOCK_SIZE",
+    "design_from_json",
+    "from_base_blockmask",
     "from_block_mask",
+    "from_csr",
     "load_design",
+    "python_snippet",
+    "recipe_to_json",
     "save_design",
+    "to_base_blockmask",
     "to_block_mask",
+    "to_csr",
 ]

@@ -1,0 +1,88 @@
+"""A design as a JSON recipe: its settings and how to regenerate its layout, no blocks stored.
+
+Layout of the text (version 1)::
+
+    {"format": "blocksparse-design-recipe", "version": 1, "name": str, "causal": bool,
+     "start_width": int | null, "created": str, "modified": str, "recipe": Recipe.to_dict()}
+
+Reading is strict: bounded size, standard JSON only (no ``NaN``/``Infinity``, no repeated keys),
+every key and value checked, and the layout is rebuilt from the recipe (nothing is evaluated).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from designer.design import Design
+from designer.edit import check_keys, error_context
+from designer.formats.settings import (
+    SETTING_KEYS,
+    check_rebuilds,
+    check_version,
+    design_from_settings,
+    design_settings,
+)
+from designer.recipe import recipe_from_dict
+
+FORMAT = "blocksparse-design-recipe"
+VERSION = 1
+#: Longest JSON text accepted, in characters (a painted selection of a million cells fits).
+MAX_JSON_CHARS = 16 << 20
+
+
+def recipe_to_json(design: Design) -> str:
+    """The design's settings and recipe as indented JSON; the recipe must rebuild its layout.
+
+    >>> from designer.recipe import Recipe, RecipeStep
+    >>> recipe = Recipe(1, 4, 4, 64, steps=(RecipeStep("causal"),))
+    >>> text = recipe_to_json(Design(recipe.build(), name="tril", recipe=recipe))
+    >>> design_from_json(text).layout == recipe.build()
+    True
+    """
+    settings = design_settings(design)
+    if design.recipe is None:
+        raise ValueError(
+            "design has no recipe, so JSON cannot regenerate it; save it as a .pt file instead"
+        )
+    check_rebuilds(design.recipe, design.layout)
+    content = {"format": FORMAT, "version": VERSION, **settings, "recipe": design.recipe.to_dict()}
+    return json.dumps(content, indent=2)
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"JSON must hold finite numbers only, got {name}")
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    if len(set(keys)) != len(keys):
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        raise ValueError(f"JSON repeats the keys {repeated}")
+    return dict(pairs)
+
+
+def design_from_json(text: str | bytes) -> Design:
+    """Read a design written by ``recipe_to_json``; raises ``ValueError`` saying what is wrong."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise ValueError(f"JSON recipe must be UTF-8 text: {error}") from error
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str or bytes, got {type(text).__name__}")
+    if len(text) > MAX_JSON_CHARS:
+        raise ValueError(
+            f"JSON recipe has {len(text):,} characters, more than the limit of {MAX_JSON_CHARS:,}"
+        )
+    try:
+        content = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"JSON recipe is not valid JSON: {error}") from error
+    except RecursionError as error:
+        raise ValueError("JSON recipe nests too deeply") from error
+    with error_context("JSON recipe", as_value_error=True):
+        check_keys("design", content, ("format", "version", *SETTING_KEYS, "recipe"))
+        check_version("design", content, FORMAT, VERSION)
+        recipe = recipe_from_dict(content["recipe"])
+        return design_from_settings(content, recipe.build(), recipe)
