@@ -39,7 +39,7 @@ def reference_build(recipe):
     return layout
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(recipes())
 def test_build_matches_reference(recipe):
     built = recipe.build()
@@ -47,7 +47,7 @@ def test_build_matches_reference(recipe):
     assert recipe.build() is built, "a recipe builds once"
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(recipes())
 def test_dict_round_trip_through_json_is_exact(recipe):
     data = json.loads(json.dumps(recipe.to_dict()))
