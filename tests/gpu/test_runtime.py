@@ -85,3 +85,27 @@ def test_every_kernel_source_opens_with_a_comment():
     for path in sorted(runtime.KERNEL_DIR.glob("*.cu")):
         text = runtime.kernel_source(path.name)
         assert text.lstrip().startswith(("//", "/*")), path.name
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_reason_is_none_and_hopper_gets_sm_90a():
+    import torch
+
+    assert gpu.unavailable_reason() is None
+    if torch.cuda.get_device_capability() == (9, 0):
+        assert runtime.arch_for(torch.cuda.get_device_capability()) == "sm_90a"
+
+
+@pytest.mark.gpu
+def test_compile_errors_name_the_source_options_and_log():
+    with pytest.raises(RuntimeError, match=r"(?s)sdd_pipeline\.cu.*DTYPE_BF16 must be defined"):
+        runtime.compile_kernel("sdd_pipeline.cu", "sdd_softmax", {"BLOCK": 16})
+
+
+@pytest.mark.gpu
+def test_compiled_kernels_are_cached_per_options():
+    defines = {"DTYPE_BF16": 1, "BLOCK": 16, "HEAD_DIM": 64}
+    first = runtime.compile_kernel("sdd_pipeline.cu", "sdd_softmax", defines)
+    again = runtime.compile_kernel("sdd_pipeline.cu", "sdd_softmax", dict(defines))
+    assert len(runtime._MODULES) >= 1
+    assert first.attributes["num_regs"] == again.attributes["num_regs"] > 0
