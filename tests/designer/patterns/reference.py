@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from hypothesis import settings
 from hypothesis import strategies as st
 
 #: Small shapes (heads, query blocks, key blocks), square and not.
@@ -64,3 +65,7 @@ def drawn_rows(num_blocks: int, count: int, causal: bool = False) -> torch.Tenso
         for col in random.sample(population, count):
             head[row, col] = 1
     return head
+
+
+#: Settings for every property test here: no per-example deadline (CI machines are small and busy).
+PROPERTY = settings(deadline=None, max_examples=60)

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from designer.patterns import attention_sinks, sliding_window
 from tests.designer.patterns.reference import (
+    PROPERTY,
     SHAPES,
     above_diagonal,
     assert_blocks,
@@ -36,6 +37,7 @@ def test_per_head():
     assert_blocks(actual, reference((3, 7, 5), sinks, windows))
 
 
+@PROPERTY
 @given(shapes(), st.integers(0, 5), st.integers(1, 5))
 def test_is_a_causal_window_plus_sink_columns(shape, sinks, window):
     blocks = attention_sinks(*shape, sink_blocks=sinks, window_blocks=window)

@@ -4,7 +4,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from designer.patterns import block_diagonal, causal
-from tests.designer.patterns.reference import SHAPES, assert_blocks, from_rule, of_head, shapes
+from tests.designer.patterns.reference import (
+    PROPERTY,
+    SHAPES,
+    assert_blocks,
+    from_rule,
+    of_head,
+    shapes,
+)
 
 
 def reference(shape, chunk_blocks, causal):
@@ -29,6 +36,7 @@ def test_chunks_per_head():
     assert_blocks(actual, reference((2, 7, 5), [2, 3], True))
 
 
+@PROPERTY
 @given(shapes(), st.integers(1, 6))
 def test_chunks_partition_the_square(shape, chunk):
     blocks = block_diagonal(*shape, chunk_blocks=chunk)

@@ -4,6 +4,7 @@ from hypothesis import given
 from designer.layout import Layout
 from designer.patterns import causal
 from tests.designer.patterns.reference import (
+    PROPERTY,
     SHAPES,
     above_diagonal,
     assert_blocks,
@@ -21,6 +22,7 @@ def test_picture():
     assert causal(1, 3, 4)[0].int().tolist() == [[1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 0]]
 
 
+@PROPERTY
 @given(shapes())
 def test_is_what_causal_clip_keeps_of_dense(shape):
     blocks = causal(*shape)

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from designer.patterns import FixedSparsityConfig
-from tests.designer.patterns.reference import grid
+from tests.designer.patterns.reference import PROPERTY, grid
 
 
 def layout_of(seq_blocks, **kwargs):
@@ -83,6 +83,7 @@ def test_fewer_blocks_than_global_blocks_wraps_like_a_python_slice():
     assert torch.equal(layout, grid("100", "110", "111"))
 
 
+@PROPERTY
 @given(
     st.integers(1, 4),
     st.sampled_from([(1, 1), (2, 1), (4, 2), (6, 3), (6, 2), (4, 4)]),

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from designer.patterns import VariableSparsityConfig
-from tests.designer.patterns.reference import drawn_rows, grid
+from tests.designer.patterns.reference import PROPERTY, drawn_rows, grid
 
 
 def layout_of(seq_blocks, **kwargs):
@@ -70,6 +70,7 @@ def test_empty_sequence():
     assert layout_of(0, num_heads=3).shape == (3, 0, 0)
 
 
+@PROPERTY
 @given(
     seed=st.integers(0, 2**32),
     n_heads=st.integers(1, 3),

@@ -12,7 +12,7 @@ from designer.patterns import (
     BSLongformerSparsityConfig,
     LocalSlidingWindowSparsityConfig,
 )
-from tests.designer.patterns.reference import drawn_rows, grid
+from tests.designer.patterns.reference import PROPERTY, drawn_rows, grid
 
 
 def defaults_of(config_class):
@@ -49,6 +49,7 @@ def test_even_window_acts_one_wider():
     assert torch.equal(config.make_layout(64)[0], grid("1100", "1110", "0111", "0011"))
 
 
+@PROPERTY
 @given(
     seed=st.integers(0, 2**32),
     n_heads=st.integers(1, 3),

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from designer.patterns import dilated_window, sliding_window
 from tests.designer.patterns.reference import (
+    PROPERTY,
     SHAPES,
     above_diagonal,
     assert_blocks,
@@ -53,6 +54,7 @@ def test_picture():
     ]
 
 
+@PROPERTY
 @given(shapes(), st.integers(1, 6), st.booleans())
 def test_dilation_one_is_the_sliding_window(shape, window, is_causal):
     dilated = dilated_window(*shape, window_blocks=window, dilation=1, causal=is_causal)
@@ -60,6 +62,7 @@ def test_dilation_one_is_the_sliding_window(shape, window, is_causal):
     assert torch.equal(dilated, plain)
 
 
+@PROPERTY
 @given(shapes(), st.integers(1, 6), st.integers(1, 5))
 def test_causal_rows_have_at_most_window_blocks(shape, window, dilation):
     blocks = dilated_window(*shape, window_blocks=window, dilation=dilation)

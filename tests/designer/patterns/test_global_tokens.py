@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from designer.patterns import global_tokens
-from tests.designer.patterns.reference import SHAPES, assert_blocks, from_rule, shapes
+from tests.designer.patterns.reference import PROPERTY, SHAPES, assert_blocks, from_rule, shapes
 
 
 def reference(shape, global_blocks, rows, columns):
@@ -28,6 +28,7 @@ def test_columns_only_may_use_keys_beyond_the_queries():
     assert actual[0].int().tolist() == [[0, 0, 0, 0, 0, 1], [0, 0, 0, 0, 0, 1]]
 
 
+@PROPERTY
 @given(shapes(), st.data())
 def test_global_rows_and_columns_are_full(shape, data):
     n_heads, n_q, n_k = shape

@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from designer.patterns import neighborhood_2d
-from tests.designer.patterns.reference import SHAPES, assert_blocks, of_head, shapes
+from tests.designer.patterns.reference import PROPERTY, SHAPES, assert_blocks, of_head, shapes
 
 
 def reference(shape, height, width, radius, dilation):
@@ -52,6 +52,7 @@ def test_one_row_image_is_a_one_dimensional_window():
     ]
 
 
+@PROPERTY
 @given(st.integers(1, 5), st.integers(1, 5), st.integers(0, 3), st.integers(1, 3), shapes())
 def test_symmetric_and_sees_itself(height, width, radius, dilation, shape):
     side = height * width

@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from designer.patterns import block_diagonal, causal, packed_documents
-from tests.designer.patterns.reference import SHAPES, assert_blocks, from_rule, shapes
+from tests.designer.patterns.reference import PROPERTY, SHAPES, assert_blocks, from_rule, shapes
 
 
 def document_of(block, doc_blocks):
@@ -45,6 +45,7 @@ def test_padding_after_the_last_document_is_empty():
     ]
 
 
+@PROPERTY
 @given(shapes(), st.integers(1, 5), st.booleans())
 def test_equal_documents_are_chunks(shape, length, is_causal):
     documents = [length] * (max(shape[1:]) // length + 1)
@@ -52,6 +53,7 @@ def test_equal_documents_are_chunks(shape, length, is_causal):
     assert torch.equal(packed, block_diagonal(*shape, chunk_blocks=length, causal=is_causal))
 
 
+@PROPERTY
 @given(shapes())
 def test_one_long_document_is_plain_causal(shape):
     assert torch.equal(packed_documents(*shape, doc_blocks=[max(shape[1:])]), causal(*shape))

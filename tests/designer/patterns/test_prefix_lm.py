@@ -4,7 +4,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from designer.patterns import causal, prefix_lm
-from tests.designer.patterns.reference import SHAPES, assert_blocks, from_rule, of_head, shapes
+from tests.designer.patterns.reference import (
+    PROPERTY,
+    SHAPES,
+    assert_blocks,
+    from_rule,
+    of_head,
+    shapes,
+)
 
 
 def reference(shape, prefix_blocks):
@@ -26,6 +33,7 @@ def test_prefix_per_head():
     assert_blocks(prefix_lm(2, 6, 4, prefix_blocks=[3, 0]), reference((2, 6, 4), [3, 0]))
 
 
+@PROPERTY
 @given(shapes(), st.integers(0, 12))
 def test_prefix_is_bidirectional_and_the_rest_causal(shape, prefix):
     blocks = prefix_lm(*shape, prefix_blocks=prefix)

@@ -5,7 +5,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from designer.patterns import random_blocks
-from tests.designer.patterns.reference import SHAPES, above_diagonal, assert_blocks, shapes
+from tests.designer.patterns.reference import (
+    PROPERTY,
+    SHAPES,
+    above_diagonal,
+    assert_blocks,
+    shapes,
+)
 
 
 def reference(shape, seed, blocks_per_row=None, probability=None, causal=False):
@@ -61,6 +67,7 @@ def test_a_head_seeded_alone_matches_the_same_seed_in_a_list():
     assert torch.equal(alone[0], listed[1])
 
 
+@PROPERTY
 @given(shapes(), st.integers(0, 2**63 - 1), st.integers(0, 6), st.booleans())
 def test_reproducible_and_counts_exact(shape, seed, count, causal):
     first = random_blocks(*shape, seed=seed, blocks_per_row=count, causal=causal)

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from designer.patterns import causal, sliding_window
 from tests.designer.patterns.reference import (
+    PROPERTY,
     SHAPES,
     above_diagonal,
     assert_blocks,
@@ -48,6 +49,7 @@ def test_picture():
     ]
 
 
+@PROPERTY
 @given(shapes(), st.integers(1, 14), st.booleans())
 def test_window_grows_monotonically(shape, window, is_causal):
     smaller = sliding_window(*shape, window_blocks=window, causal=is_causal)
@@ -59,6 +61,7 @@ def test_window_grows_monotonically(shape, window, is_causal):
         assert torch.equal(larger, larger.transpose(1, 2))
 
 
+@PROPERTY
 @given(shapes())
 def test_a_window_over_the_whole_grid_is_causal_or_dense(shape):
     whole = max(shape[1:])

@@ -5,6 +5,7 @@ from hypothesis import strategies as st
 
 from designer.patterns import sliding_window, vertical_slash
 from tests.designer.patterns.reference import (
+    PROPERTY,
     SHAPES,
     above_diagonal,
     assert_blocks,
@@ -42,6 +43,7 @@ def test_negative_offsets_reach_above_the_diagonal():
     assert actual[0].int().tolist() == [[0, 0, 1, 0, 0], [0, 0, 0, 1, 0], [0, 0, 0, 0, 1]]
 
 
+@PROPERTY
 @given(shapes(), st.integers(1, 6))
 def test_consecutive_slashes_are_a_causal_window(shape, window):
     offsets = list(range(min(window, shape[1])))
@@ -49,6 +51,7 @@ def test_consecutive_slashes_are_a_causal_window(shape, window):
     assert torch.equal(blocks, sliding_window(*shape, window_blocks=len(offsets)))
 
 
+@PROPERTY
 @given(shapes(), st.data())
 def test_causal_verticals_stay_on_or_below_the_diagonal(shape, data):
     columns = data.draw(st.lists(st.integers(0, shape[2] - 1), max_size=4))
