@@ -13,9 +13,9 @@ Work and traffic of one call, with ``T`` the key tiles visited per batch element
 - Device-memory bytes, at least: ``2 · B · H · (2 · Sq + 2 · Sk) · D`` (Q, K, V read once, O
   written once, 16-bit). K and V tiles are read once per visiting query tile, mostly from L2.
 
->>> config = choose_config(head_dim=128, dtype=torch.bfloat16)
->>> config.block_m, config.block_n, config.shared_bytes
-(128, 64, 98304)
+>>> config = choose_config(head_dim=128, dtype=torch.bfloat16, wgmma=True)
+>>> config.block_m, config.block_n, config.n_warps, config.shared_bytes
+(128, 64, 8, 98304)
 """
 
 from __future__ import annotations
@@ -38,33 +38,46 @@ SHARED_MEMORY_LIMIT = 227 * 1024
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 HEAD_DIMS = (64, 128)
 
-# Tiles per head dim (block_m, block_n), 4 warps of 32 query rows each.
-# Register use (ptxas 13.0, sm_90a): D=64: 128x64 238 regs, no spill; 128x128 spills 84 bytes.
-# D=128: 128x64 255 regs, 32 bytes spilled once per key tile.
-_TILES = {64: (128, 64), 128: (128, 64)}
+# (block_m, block_n, n_warps, min_blocks) per (instruction, head dim). Register use (ptxas 13.0,
+# sm_90a). mma.sync: D=64 128x64 237 regs, no spill (128x128 spills 84 bytes); D=128 128x64 255
+# regs, 32 bytes spilled once per key tile. wgmma: 128x64 with 8 warps, 104 / 127 regs, so two
+# CTAs (16 warps) fit an SM.
+_TILES = {
+    (False, 64): (128, 64, 4, 2),
+    (False, 128): (128, 64, 4, 2),
+    (True, 64): (128, 64, 8, 2),
+    (True, 128): (128, 64, 8, 2),
+}
 
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """Compile-time choices of one fused kernel build; each becomes a ``-D`` define."""
+    """Compile-time choices of one fused kernel build; each becomes a ``-D`` define.
+
+    ``wgmma=False`` is the ``mma.sync`` path (sm_80 and newer, 32 query rows per warp);
+    ``wgmma=True`` the Hopper path (sm_90a only, 64 query rows per warpgroup of 4 warps).
+    """
 
     dtype: str  # "bf16" or "f16"
     head_dim: int
-    block_m: int = 128  # query rows per CTA: 32 per warp
+    block_m: int = 128  # query rows per CTA
     block_n: int = 64  # keys per tile
     n_warps: int = 4
     min_blocks: int = 2  # CTAs per SM the register budget is sized for
+    wgmma: bool = False
 
     def __post_init__(self) -> None:
         check_choice("dtype", self.dtype, tuple(DTYPE_NAMES.values()))
         check_choice("head_dim", self.head_dim, HEAD_DIMS)
-        check_choice("n_warps", self.n_warps, (1, 2, 4))
-        check_choice("block_n", self.block_n, TILE_SIZES)
+        check_bool("wgmma", self.wgmma)
+        check_choice("n_warps", self.n_warps, (4, 8) if self.wgmma else (1, 2, 4))
+        check_choice("block_n", self.block_n, (64, 128) if self.wgmma else TILE_SIZES)
         check_int("min_blocks", self.min_blocks, low=1, high=4)
-        if self.block_m != 32 * self.n_warps:
+        rows = 16 if self.wgmma else 32
+        if self.block_m != rows * self.n_warps:
             raise ValueError(
-                f"block_m must be 32 x n_warps = {32 * self.n_warps} (32 query rows per warp), "
-                f"got {self.block_m}"
+                f"block_m must be {rows} x n_warps = {rows * self.n_warps} ({rows} query rows "
+                f"per warp), got {self.block_m}"
             )
         if self.threads < self.head_dim:
             raise ValueError(
@@ -90,6 +103,7 @@ class KernelConfig:
         return {
             "DTYPE_BF16": int(self.dtype == "bf16"),
             "HEAD_DIM": self.head_dim,
+            "WGMMA": int(self.wgmma),
             "BLOCK_M": self.block_m,
             "BLOCK_N": self.block_n,
             "N_WARPS": self.n_warps,
@@ -97,11 +111,15 @@ class KernelConfig:
         }
 
 
-def choose_config(*, head_dim: int, dtype: torch.dtype) -> KernelConfig:
-    """The tiles we use for ``head_dim`` and ``dtype`` (any layout block size)."""
+def choose_config(*, head_dim: int, dtype: torch.dtype, wgmma: bool) -> KernelConfig:
+    """The tiles we use for ``head_dim`` and ``dtype`` (any layout block size).
+
+    ``wgmma`` picks the Hopper path; ``plan_fused`` sets it on compute capability 9.0.
+    """
     dtype_name = _dtype_name(dtype)
-    block_m, block_n = _TILES[check_choice("head_dim", head_dim, HEAD_DIMS)]
-    return KernelConfig(dtype_name, head_dim, block_m, block_n, n_warps=block_m // 32)
+    check_choice("head_dim", head_dim, HEAD_DIMS)
+    block_m, block_n, n_warps, min_blocks = _TILES[check_bool("wgmma", wgmma), head_dim]
+    return KernelConfig(dtype_name, head_dim, block_m, block_n, n_warps, min_blocks, wgmma)
 
 
 @dataclass(frozen=True)
@@ -137,8 +155,13 @@ def plan_fused(
     dtype: torch.dtype,
     device: torch.device,
 ) -> FusedPlan:
-    """Build the look-up table for a ``[H, M, N]`` layout, upload it and compile the kernel."""
-    config = choose_config(head_dim=head_dim, dtype=dtype)
+    """Build the look-up table for a ``[H, M, N]`` layout, upload it and compile the kernel.
+
+    Uses ``wgmma`` on Hopper (compute capability 9.0) and ``mma.sync`` elsewhere.
+    """
+    device = _cuda_device(device)
+    hopper = torch.cuda.get_device_capability(device) == (9, 0)
+    config = choose_config(head_dim=head_dim, dtype=dtype, wgmma=hopper)
     return plan_fused_with(blocks, block_size, config, causal=causal, device=device)
 
 
@@ -156,11 +179,7 @@ def plan_fused_with(
     causal = check_bool("causal", causal)
     if not isinstance(config, KernelConfig):
         raise TypeError(f"config must be a KernelConfig, got {type(config).__name__}")
-    device = torch.device(device)
-    if device.type != "cuda":
-        raise ValueError(f"device must be a CUDA device, got {device}")
-    if device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
+    device = _cuda_device(device)
     lut = build_fused_lut(
         blocks, block_size, block_m=config.block_m, block_n=config.block_n, causal=causal
     )
@@ -224,6 +243,15 @@ def run_fused(
     with cupy_stream_for(q):
         plan.kernel((n_ctas,), (cfg.threads,), args, shared_mem=cfg.shared_bytes)
     return out
+
+
+def _cuda_device(device: torch.device | str) -> torch.device:
+    device = torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"device must be a CUDA device, got {device}")
+    if device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def _dtype_name(dtype: torch.dtype) -> str:

@@ -36,11 +36,16 @@ CASES = [
     ("band 2.3% @16", 16, 12, False),
     ("band 6.9% @16", 16, 36, False),
 ]
-# Tiles timed with --variants on VARIANT_CASES: (block_m, block_n, n_warps, min_blocks)
-VARIANTS = {
-    64: [(128, 128, 4, 1), (128, 32, 4, 2), (64, 64, 2, 4)],
-    128: [(128, 32, 4, 2)],
-}
+# Tiles timed with --variants on VARIANT_CASES (and checked by tests/gpu/test_fused.py):
+# (head_dim, block_m, block_n, n_warps, min_blocks, wgmma)
+ALTERNATIVE_TILES = [
+    (64, 128, 128, 4, 1, False),
+    (64, 64, 64, 2, 4, False),
+    (64, 128, 128, 8, 1, True),
+    (64, 64, 64, 4, 3, True),
+    (128, 128, 128, 8, 1, True),
+    (128, 64, 64, 4, 2, True),
+]
 VARIANT_CASES = ("band 6.9%", "dense", "band 6.9% @16")
 
 
@@ -160,9 +165,17 @@ def probe_head_dim(
             blocks = blocks & torch.ones_like(blocks[0]).tril()
         density = _token_density(blocks, block_size, causal)
         useful = dense_flops * density
-        configs = [choose_config(head_dim=head_dim, dtype=torch.bfloat16)]
+        hopper = torch.cuda.get_device_capability() == (9, 0)
+        configs = [
+            choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=wgmma)
+            for wgmma in ((False, True) if hopper else (False,))
+        ]
         if variants and name in VARIANT_CASES:
-            configs += [KernelConfig("bf16", head_dim, *tiles) for tiles in VARIANTS[head_dim]]
+            configs += [
+                KernelConfig("bf16", d, *tiles, wgmma=wgmma)
+                for d, *tiles, wgmma in ALTERNATIVE_TILES
+                if d == head_dim and (hopper or not wgmma)
+            ]
         flex_ms = None
         if flex is not None:
             began = time.perf_counter()
@@ -177,6 +190,7 @@ def probe_head_dim(
                 "case": name, "head_dim": head_dim, "block_size": block_size, "causal": causal,
                 "density": density,
                 "tiles": [config.block_m, config.block_n, config.n_warps, config.min_blocks],
+                "instruction": "wgmma" if config.wgmma else "mma.sync",
                 "ms": ms, "tflops": useful / ms / 1e9,
                 "executed_tflops": plan.flops(BATCH) / ms / 1e9,
                 "cudnn_ms": cudnn_ms, "vs_cudnn_time": cudnn_ms / ms,
@@ -189,7 +203,8 @@ def probe_head_dim(
                 f" flex {record['flex_tflops']:.0f} x{record['vs_flex']:.2f}" if flex_ms else ""
             )
             print(
-                f"  {name:15s} {density:6.2%} {record['tiles']!s:17s} {ms:8.3f} ms "
+                f"  {name:15s} {density:6.2%} {record['instruction']:8s} "
+                f"{record['tiles']!s:17s} {ms:8.3f} ms "
                 f"{record['tflops']:5.0f} eff {record['executed_tflops']:5.0f} exec TFLOP/s"
                 f"{flex_text} err {error:.1e}",
                 flush=True,

@@ -1,4 +1,4 @@
-// Block-sparse flash attention, forward pass (FlashAttention-2, Dao 2023), mma.sync tensor cores.
+// Block-sparse flash attention, forward pass (FlashAttention-2, Dao 2023), on tensor cores.
 //
 // Algorithm. For one (batch b, head h, query tile of BLOCK_M rows), keep per row a running max m,
 // a running sum l and an fp32 accumulator O. For each *active* key tile j of BLOCK_N keys, listed
@@ -21,23 +21,31 @@
 //     layout blocks 16 to 128 alike.
 //
 // Work split. Grid = n_items · B CTAs; CTA x runs item x / B of batch x % B, so the grid walks
-// the items heaviest first. A CTA has N_WARPS warps; warp w owns query rows [32w, 32w + 32) of
-// the tile (two 16-row mma atoms) and the whole key tile, so each K/V fragment read from shared
-// memory feeds two mma's. Q is loaded once (cp.async), K/V tiles are double-buffered: the copy
-// of tile n + 1 is in flight while tile n is computed. S fragments turn into the A operand of
-// P V in registers (the m16n8k16 accumulator and A layouts line up); V is read with
-// ldmatrix.trans. Shared rows are HEAD_DIM·2 bytes; 16-byte chunk c of row r is stored at chunk
-// c ^ (r & 7) so that ldmatrix and cp.async touch 8 different bank groups. At the end each warp
-// normalises its rows, stages them through its own rows of the Q buffer and writes 16-byte
-// coalesced stores.
+// the items heaviest first. Q is loaded once (cp.async), K/V tiles are double-buffered: the copy
+// of tile n + 1 is in flight while tile n is computed. S accumulators turn into the A operand of
+// P V in registers (the accumulator and A fragment layouts line up). Two instruction paths:
 //
-// Compile-time defines: DTYPE_BF16 (1: bfloat16, 0: float16), HEAD_DIM (64 or 128),
-// BLOCK_M (= 32·N_WARPS), BLOCK_N (multiple of 16, at most 128), N_WARPS, MIN_BLOCKS (CTAs per
-// SM the register budget is sized for). No headers: it compiles under NVRTC and nvcc alike.
+// - WGMMA = 0 (mma.sync m16n8k16, any GPU from sm_80): warp w owns query rows [32w, 32w + 32)
+//   (two 16-row atoms) and the whole key tile, so each K/V fragment read from shared memory
+//   feeds two mma's; fragments come from ldmatrix (.trans for V). Shared rows are HEAD_DIM·2
+//   bytes, 16-byte chunk c of row r stored at chunk c ^ (r & 7) (no ldmatrix bank conflicts).
+// - WGMMA = 1 (Hopper wgmma, sm_90a): warpgroup g (4 warps) owns query rows [64g, 64g + 64);
+//   S = Q K^T reads Q and K straight from shared memory, O += P V takes P from registers and V
+//   from shared memory (N-major). Tiles are stored as 64-element column blocks of 128-byte rows
+//   with the same XOR swizzle, which is wgmma's 128-byte-swizzle canonical layout; cp.async
+//   writes are made visible to the tensor cores with fence.proxy.async before the barrier.
+//
+// At the end each warp normalises its rows (16 or 32), stages them through its own rows of the
+// Q buffer and writes 16-byte coalesced stores.
+//
+// Compile-time defines: DTYPE_BF16 (1: bfloat16, 0: float16), HEAD_DIM (64 or 128), WGMMA (0/1),
+// BLOCK_M (32·N_WARPS, or 16·N_WARPS with WGMMA), BLOCK_N (multiple of 16, at most 128; 64 or
+// 128 with WGMMA), N_WARPS, MIN_BLOCKS (CTAs per SM the register budget is sized for). No
+// headers: it compiles under NVRTC and nvcc alike.
 
 #if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(BLOCK_M) || !defined(BLOCK_N) || \
-    !defined(N_WARPS) || !defined(MIN_BLOCKS)
-#error "define DTYPE_BF16, HEAD_DIM, BLOCK_M, BLOCK_N, N_WARPS and MIN_BLOCKS"
+    !defined(N_WARPS) || !defined(MIN_BLOCKS) || !defined(WGMMA)
+#error "define DTYPE_BF16, HEAD_DIM, WGMMA, BLOCK_M, BLOCK_N, N_WARPS and MIN_BLOCKS"
 #endif
 
 namespace {
@@ -46,20 +54,22 @@ constexpr int kHeadDim = HEAD_DIM;
 constexpr int kBlockM = BLOCK_M;
 constexpr int kBlockN = BLOCK_N;
 constexpr int kThreads = N_WARPS * 32;
-constexpr int kWarpRows = 32;
-constexpr int kMAtoms = kWarpRows / 16;        // 16-row mma atoms per warp
+constexpr int kWarpRows = WGMMA ? 16 : 32;    // accumulator rows per warp
+constexpr int kMAtoms = kWarpRows / 16;        // 16-row atoms per warp
 constexpr int kChunks = kHeadDim / 8;          // 16-byte chunks per shared row
 constexpr int kRowBytes = kHeadDim * 2;
+constexpr int kRowPitch = WGMMA ? 128 : kRowBytes;  // bytes between rows of one column block
 constexpr int kSAtoms = kBlockN / 8;           // 8-column atoms of S per warp row block
 constexpr int kOAtoms = kHeadDim / 8;          // 8-column atoms of O
 constexpr int kQBytes = kBlockM * kRowBytes;
 constexpr int kKVBytes = kBlockN * kRowBytes;
-constexpr bool kQInRegisters = kHeadDim <= 64;  // D = 128 would need 64 more registers
 constexpr unsigned kFlagPartial = 1u;
 constexpr unsigned kFlagDiagonal = 2u;
 
 static_assert(kHeadDim == 64 || kHeadDim == 128, "HEAD_DIM must be 64 or 128");
-static_assert(kBlockM == kWarpRows * N_WARPS, "each warp owns 32 query rows");
+static_assert(kBlockM == kWarpRows * N_WARPS, "each warp owns 32 (wgmma: 16) query rows");
+static_assert(!WGMMA || (N_WARPS % 4 == 0 && (kBlockN == 64 || kBlockN == 128)),
+              "wgmma needs whole warpgroups and BLOCK_N of 64 or 128");
 static_assert(kBlockN % 16 == 0 && kBlockN <= 128, "BLOCK_N must be a multiple of 16, <= 128");
 static_assert((kBlockM * kChunks) % kThreads == 0, "Q tile copy must split evenly");
 static_assert((kBlockN * kChunks) % kThreads == 0, "K/V tile copy must split evenly");
@@ -98,32 +108,6 @@ __device__ __forceinline__ void copy_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
 
-__device__ __forceinline__ void ldmatrix_x4(unsigned address, unsigned (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned address, unsigned (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-
-// d += a · b for one m16n8k16 atom, fp32 accumulators.
-__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                          unsigned b1) {
-#if DTYPE_BF16
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-#else
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-#endif
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 // Two floats -> one register of two 16-bit floats, `low` in the low half.
 __device__ __forceinline__ unsigned pack_pair(float low, float high) {
   unsigned packed;
@@ -160,11 +144,16 @@ __device__ __forceinline__ int fresh_thread() {
   return tid;
 }
 
-// Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled tile. Tiles start at multiples
-// of kRowBytes, and for an even chunk 2j the chunks 2j and 2j + 1 satisfy
-// swizzled(r, 2j + c) = swizzled(r, c) ^ (j << 5), so a k-step is one XOR on a base address.
-__device__ __forceinline__ unsigned swizzled(int row, int chunk) {
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `Rows` rows (see the header).
+// Tiles start at 1024-byte multiples. Within a 128-byte row, chunks 2j and 2j + 1 satisfy
+// offset(r, 2j + c) = offset(r, c) ^ (j << 5), so an mma.sync k-step is one XOR on a base address.
+template <int Rows>
+__device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
+#if WGMMA
+  return (chunk >> 3) * (Rows * 128) + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
+#else
   return row * kRowBytes + ((chunk ^ (row & 7)) << 4);
+#endif
 }
 
 // ------------------------------------------------------------------ tile steps
@@ -177,46 +166,14 @@ __device__ __forceinline__ void load_tile(unsigned tile, const unsigned short* s
   const int tid = fresh_thread();
   const int row = tid / kChunks;
   const int chunk = tid % kChunks;
-  const unsigned dst = tile + swizzled(row, chunk);
+  const unsigned dst = tile + tile_offset<Rows>(row, chunk);
   const unsigned short* src = slice + static_cast<long long>(row0 + row) * kHeadDim + chunk * 8;
 #pragma unroll
   for (int i = 0; i < Rows / kRowsPerPass; ++i) {
     const bool inside = row0 + row + i * kRowsPerPass < seq;
-    copy_async_16(dst + i * kRowsPerPass * kRowBytes,
+    copy_async_16(dst + i * kRowsPerPass * kRowPitch,
                   inside ? src + i * kRowsPerPass * kHeadDim : slice, inside ? 16 : 0);
   }
-}
-
-// s = Q_warp · K_tile^T. `q_base`, `k_base`: this lane's ldmatrix addresses for k-step 0.
-template <typename QFragments>
-__device__ __forceinline__ void qk_product(unsigned k_base, QFragments&& q_fragments,
-                                           float (&s)[kMAtoms][kSAtoms][4]) {
-#pragma unroll
-  for (int mi = 0; mi < kMAtoms; ++mi) {
-#pragma unroll
-    for (int nj = 0; nj < kSAtoms; ++nj) s[mi][nj][0] = s[mi][nj][1] = s[mi][nj][2] = s[mi][nj][3] = 0.f;
-  }
-#pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-    unsigned a[kMAtoms][4];
-    q_fragments(kk, a);
-#pragma unroll
-    for (int nj = 0; nj < kSAtoms / 2; ++nj) {
-      unsigned b[4];  // b[0..1]: keys 16nj..+7, b[2..3]: keys 16nj+8..+15
-      ldmatrix_x4((k_base ^ (kk << 5)) + nj * 16 * kRowBytes, b);
-#pragma unroll
-      for (int mi = 0; mi < kMAtoms; ++mi) {
-        mma_16816(s[mi][2 * nj], a[mi], b[0], b[1]);
-        mma_16816(s[mi][2 * nj + 1], a[mi], b[2], b[3]);
-      }
-    }
-  }
-}
-
-// A fragments of this warp's Q rows for k-step kk, from shared memory.
-__device__ __forceinline__ void load_q_fragments(unsigned q_base, int kk, unsigned (&a)[kMAtoms][4]) {
-#pragma unroll
-  for (int mi = 0; mi < kMAtoms; ++mi) ldmatrix_x4((q_base ^ (kk << 5)) + mi * 16 * kRowBytes, a[mi]);
 }
 
 // Set masked scores to -inf: inactive layout blocks (flag bit 0), keys after the query (bit 1).
@@ -317,6 +274,237 @@ __device__ __forceinline__ void pack_probabilities(const float (&s)[kMAtoms][kSA
   }
 }
 
+#if WGMMA
+// ------------------------------------------------------------------ wgmma path (sm_90a)
+#if DTYPE_BF16
+#define WGMMA_TYPES ".f32.bf16.bf16"
+#else
+#define WGMMA_TYPES ".f32.f16.f16"
+#endif
+
+__device__ __forceinline__ void fence_async_proxy() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_wait_all() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
+// Register barriers: writes before and reads after stay on their side of the async wgmma.
+template <int N>
+__device__ __forceinline__ void pin(float (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void pin(unsigned (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+  }
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle, 8-row groups 1024 bytes apart (the stride
+// offset). Every operand we describe lies within one 64-element column block, so the leading
+// offset is never needed (K-major: unused; N-major: we set it to 1024 as well).
+__device__ __forceinline__ unsigned long long descriptor(unsigned address, unsigned leading_bytes) {
+  return static_cast<unsigned long long>((address & 0x3FFFFu) >> 4) |
+         (static_cast<unsigned long long>(leading_bytes >> 4) << 16) |
+         (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
+}
+
+// d (+)= A · B for a 64 x 64 tile, A and B from shared memory (both K-major).
+template <int Unused = 0>  // a template, so the shape a build does not use stays silent
+__device__ __forceinline__ void wgmma_ss(float (&d)[8][4], unsigned long long desc_a,
+                                         unsigned long long desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16" WGMMA_TYPES
+      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// d += A · B for a 64 x 64 tile, A from registers, B from shared memory (N-major).
+__device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4],
+                                         unsigned long long desc_b) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16" WGMMA_TYPES
+      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, "
+      "%19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+// d (+)= A · B for a 64 x 128 tile, A and B from shared memory (both K-major).
+template <int Unused = 0>
+__device__ __forceinline__ void wgmma_ss(float (&d)[16][4], unsigned long long desc_a,
+                                         unsigned long long desc_b, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16" WGMMA_TYPES
+      " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+      "%64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+        "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+        "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+        "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+        "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+        "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+        "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+        "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+        "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+        "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+        "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+        "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+        "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+        "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+        "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+      : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}
+
+// S = Q K^T for this warpgroup's 64 query rows (starting at shared address `q_rows`) against the
+// key tile at `k_tile`, both K-major.
+__device__ __forceinline__ void qk_wgmma(unsigned q_rows, unsigned k_tile,
+                                         float (&s)[kSAtoms][4]) {
+#pragma unroll
+  for (int j = 0; j < kSAtoms; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+  pin(s);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {  // 16 head dims = 32 bytes of a 128-byte row
+    const unsigned column = (kk & 3) * 32;
+    const unsigned long long a = descriptor(q_rows + (kk >> 2) * kBlockM * 128 + column, 16);
+    const unsigned long long b = descriptor(k_tile + (kk >> 2) * kBlockN * 128 + column, 16);
+    wgmma_ss(s, a, b, kk > 0);  // the m64nN shape follows from the array size
+  }
+  wgmma_commit();
+  wgmma_wait_all();
+  pin(s);
+}
+
+// o += P · V_tile, P from registers (16 keys per k-step), V N-major in shared memory. One
+// 64-wide instruction per 64-column block of V keeps each operand inside one column block, so
+// only the 8-row-group stride (1024 bytes) is ever used.
+__device__ __forceinline__ void pv_wgmma(unsigned v_tile, unsigned (&p)[kBlockN / 16][4],
+                                         float (&o)[kOAtoms][4]) {
+  pin(o);
+  pin(p);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kBlockN / 16; ++ks) {  // 16 keys = two 1024-byte row groups
+#pragma unroll
+    for (int block = 0; block < kHeadDim / 64; ++block) {
+      const unsigned address = v_tile + block * kBlockN * 128 + ks * 16 * 128;
+      float(&o_block)[8][4] = *reinterpret_cast<float(*)[8][4]>(&o[8 * block]);
+      wgmma_rs(o_block, p[ks], descriptor(address, 1024));
+    }
+  }
+  wgmma_commit();
+  wgmma_wait_all();
+  pin(o);
+}
+
+#else
+// ------------------------------------------------------------------ mma.sync path
+__device__ __forceinline__ void ldmatrix_x4(unsigned address, unsigned (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned address, unsigned (&r)[4]) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+
+// d += a · b for one m16n8k16 atom, fp32 accumulators.
+__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
+                                          unsigned b1) {
+#if DTYPE_BF16
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+#else
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
+#endif
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// s = Q_warp · K_tile^T. `q_base`, `k_base`: this lane's ldmatrix addresses for k-step 0.
+template <typename QFragments>
+__device__ __forceinline__ void qk_product(unsigned k_base, QFragments&& q_fragments,
+                                           float (&s)[kMAtoms][kSAtoms][4]) {
+#pragma unroll
+  for (int mi = 0; mi < kMAtoms; ++mi) {
+#pragma unroll
+    for (int nj = 0; nj < kSAtoms; ++nj) {
+      s[mi][nj][0] = s[mi][nj][1] = s[mi][nj][2] = s[mi][nj][3] = 0.f;
+    }
+  }
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
+    unsigned a[kMAtoms][4];
+    q_fragments(kk, a);
+#pragma unroll
+    for (int nj = 0; nj < kSAtoms / 2; ++nj) {
+      unsigned b[4];  // b[0..1]: keys 16nj..+7, b[2..3]: keys 16nj+8..+15
+      ldmatrix_x4((k_base ^ (kk << 5)) + nj * 16 * kRowBytes, b);
+#pragma unroll
+      for (int mi = 0; mi < kMAtoms; ++mi) {
+        mma_16816(s[mi][2 * nj], a[mi], b[0], b[1]);
+        mma_16816(s[mi][2 * nj + 1], a[mi], b[2], b[3]);
+      }
+    }
+  }
+}
+
+// A fragments of this warp's Q rows for k-step kk, from shared memory.
+__device__ __forceinline__ void load_q_fragments(unsigned q_base, int kk,
+                                                 unsigned (&a)[kMAtoms][4]) {
+#pragma unroll
+  for (int mi = 0; mi < kMAtoms; ++mi) {
+    ldmatrix_x4((q_base ^ (kk << 5)) + mi * 16 * kRowBytes, a[mi]);
+  }
+}
+
 // o += P · V_tile. `v_base`: this lane's ldmatrix.trans address for head dims 0..15.
 __device__ __forceinline__ void pv_product(unsigned v_base,
                                            const unsigned (&p)[kMAtoms][kBlockN / 16][4],
@@ -335,6 +523,8 @@ __device__ __forceinline__ void pv_product(unsigned v_base,
     }
   }
 }
+
+#endif  // WGMMA
 
 }  // namespace
 
@@ -379,11 +569,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 #pragma unroll
   for (int mi = 0; mi < kMAtoms; ++mi) {
 #pragma unroll
-    for (int dn = 0; dn < kOAtoms; ++dn) o[mi][dn][0] = o[mi][dn][1] = o[mi][dn][2] = o[mi][dn][3] = 0.f;
+    for (int dn = 0; dn < kOAtoms; ++dn) {
+      o[mi][dn][0] = o[mi][dn][1] = o[mi][dn][2] = o[mi][dn][3] = 0.f;
+    }
     row_max[mi][0] = row_max[mi][1] = negative_infinity();
     row_sum[mi][0] = row_sum[mi][1] = 0.f;
   }
+#if !WGMMA
+  constexpr bool kQInRegisters = kHeadDim <= 64;  // D = 128 would need 64 more registers
   unsigned q_registers[kQInRegisters ? kHeadDim / 16 : 1][kMAtoms][4];
+#endif
 
   // ---- walk the active key tiles
   for (int n = 0; n < count; ++n) {
@@ -396,17 +591,21 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     }
     copy_async_commit();
     copy_async_wait<1>();  // everything but the prefetch has landed
+#if WGMMA
+    fence_async_proxy();  // the tensor cores read what cp.async wrote
+#endif
     __syncthreads();
 
-    const int lane = fresh_lane();
-    const unsigned buffer = (n & 1) * kKVBytes;
-    const unsigned q_base =
-        q_tile + swizzled(warp_row0 + (lane & 15), lane >> 4);  // A: rows lane%16, chunk lane/16
-    const unsigned k_base =
-        k_tiles + buffer + swizzled((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
-    const unsigned v_base = v_tiles + buffer + swizzled(lane & 15, lane >> 4);
-
+    const unsigned k_tile = k_tiles + (n & 1) * kKVBytes;
+    const unsigned v_tile = v_tiles + (n & 1) * kKVBytes;
     float s[kMAtoms][kSAtoms][4];
+#if WGMMA
+    qk_wgmma(q_tile + (warp_row0 & ~63) * 128, k_tile, s[0]);
+#else
+    const int lane = fresh_lane();
+    const unsigned q_base = q_tile + tile_offset<kBlockM>(warp_row0 + (lane & 15), lane >> 4);
+    const unsigned k_base =
+        k_tile + tile_offset<kBlockN>((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
     if constexpr (kQInRegisters) {
       if (n == 0) {
 #pragma unroll
@@ -424,11 +623,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
         load_q_fragments(q_base, kk, a);
       }, s);
     }
+#endif
     if (entry.y != 0) apply_mask(s, entry, warp_row0, q_row0, sub_rows_log2, sub_cols_log2);
     softmax_step(s, o, row_max, row_sum, scale_log2);
     unsigned p[kMAtoms][kBlockN / 16][4];
     pack_probabilities(s, p);
-    pv_product(v_base, p, o);
+#if WGMMA
+    pv_wgmma(v_tile, p[0], o[0]);
+#else
+    pv_product(v_tile + tile_offset<kBlockN>(lane & 15, lane >> 4), p, o);
+#endif
     __syncthreads();  // buffer n & 1 is refilled by the next iteration's prefetch
   }
 
@@ -448,7 +652,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
       for (int dn = 0; dn < kOAtoms; ++dn) {
         const unsigned packed =
             pack_pair(o[mi][dn][2 * half] * inverse, o[mi][dn][2 * half + 1] * inverse);
-        *reinterpret_cast<unsigned*>(staging + swizzled(row, dn) + 4 * (lane & 3)) = packed;
+        *reinterpret_cast<unsigned*>(staging + tile_offset<kBlockM>(row, dn) + 4 * (lane & 3)) =
+            packed;
       }
     }
   }
@@ -458,7 +663,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   for (int pass = 0; pass < kWarpRows / kRowsPerPass; ++pass) {
     const int row = warp_row0 + pass * kRowsPerPass + lane / kChunks;
     const int chunk = lane % kChunks;
-    const Bits128 value = *reinterpret_cast<const Bits128*>(staging + swizzled(row, chunk));
+    const Bits128 value =
+        *reinterpret_cast<const Bits128*>(staging + tile_offset<kBlockM>(row, chunk));
     if (q_row0 + row < seq_q) {
       *reinterpret_cast<Bits128*>(out_slice + static_cast<long long>(q_row0 + row) * kHeadDim +
                                   chunk * 8) = value;

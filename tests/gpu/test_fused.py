@@ -17,8 +17,10 @@ from gpu.fused import (
     KernelConfig,
     choose_config,
     plan_fused,
+    plan_fused_with,
     run_fused,
 )
+from gpu.fused_probe import ALTERNATIVE_TILES
 from gpu.runtime import KERNEL_DIR
 
 TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 5e-3}
@@ -29,13 +31,18 @@ def test_every_chosen_config_compiles_with_nvcc(tmp_path):
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         pytest.skip("nvcc is not on PATH")
-    configs = [choose_config(head_dim=d, dtype=t) for d in HEAD_DIMS for t in DTYPE_NAMES]
+    configs = [
+        choose_config(head_dim=d, dtype=t, wgmma=w)
+        for d in HEAD_DIMS
+        for t in DTYPE_NAMES
+        for w in (False, True)
+    ]
 
     def compile_one(config: KernelConfig) -> subprocess.CompletedProcess:
         defines = [f"-D{name}={value}" for name, value in config.defines().items()]
         command = [nvcc, "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17"]
         command += ["--use_fast_math", "-c", *defines, str(KERNEL_DIR / "fused_attention.cu")]
-        command += ["-o", str(tmp_path / f"{config.dtype}_{config.head_dim}.o")]
+        command += ["-o", str(tmp_path / f"{config.dtype}_{config.head_dim}_{config.wgmma}.o")]
         return subprocess.run(command, capture_output=True, text=True, check=False)
 
     with ThreadPoolExecutor(2) as pool:
@@ -44,11 +51,14 @@ def test_every_chosen_config_compiles_with_nvcc(tmp_path):
         assert result.returncode == 0, f"{config}:\n{result.stderr}"
 
 
-def test_choose_config_gives_valid_tiles():
+@pytest.mark.parametrize("wgmma", [False, True])
+def test_choose_config_gives_valid_tiles(wgmma):
     for head_dim in HEAD_DIMS:
-        config = choose_config(head_dim=head_dim, dtype=torch.float16)
-        assert config.dtype == "f16" and config.block_m == 32 * config.n_warps
+        config = choose_config(head_dim=head_dim, dtype=torch.float16, wgmma=wgmma)
+        rows_per_warp = 16 if wgmma else 32
+        assert config.dtype == "f16" and config.block_m == rows_per_warp * config.n_warps
         assert config.defines()["HEAD_DIM"] == head_dim
+        assert config.defines()["WGMMA"] == int(wgmma)
 
 
 @pytest.mark.parametrize(
@@ -57,7 +67,11 @@ def test_choose_config_gives_valid_tiles():
         ({"dtype": "f32"}, ValueError, "dtype must be one of"),
         ({"head_dim": 96}, ValueError, "head_dim must be one of"),
         ({"block_n": 48}, ValueError, "block_n must be one of"),
-        ({"n_warps": 3}, ValueError, "n_warps must be one of"),
+        ({"n_warps": 3}, ValueError, "n_warps must be one of 1, 2, 4"),
+        ({"wgmma": True, "n_warps": 2, "block_m": 32}, ValueError, "n_warps must be one of 4, 8"),
+        ({"wgmma": True, "block_n": 32}, ValueError, "block_n must be one of 64, 128"),
+        ({"wgmma": True}, ValueError, "block_m must be 16 x n_warps = 64"),
+        ({"wgmma": 1}, TypeError, "wgmma must be True or False"),
         ({"block_m": 64}, ValueError, "block_m must be 32 x n_warps = 128"),
         ({"min_blocks": 0}, ValueError, r"min_blocks must be in \[1, 4\]"),
         (
@@ -74,7 +88,7 @@ def test_kernel_config_names_bad_values(kwargs, error, match):
 
 def test_choose_config_rejects_other_dtypes():
     with pytest.raises(ValueError, match="dtype must be one of"):
-        choose_config(head_dim=64, dtype=torch.float32)
+        choose_config(head_dim=64, dtype=torch.float32, wgmma=False)
 
 
 def test_plan_needs_a_cuda_device():
@@ -101,8 +115,11 @@ def reference(q, k, v, blocks, block_size, causal, scale):
     return probs @ v.double()
 
 
-def check(blocks, block_size, *, causal, head_dim, dtype, batch=2, seed=0):
-    """Run the kernel on fresh random inputs into a NaN-poisoned output and compare."""
+def check(blocks, block_size, *, causal, head_dim, dtype, batch=2, seed=0, config=None):
+    """Run the kernel on fresh random inputs into a NaN-poisoned output and compare.
+
+    ``config`` None: the tiles ``plan_fused`` picks for this GPU.
+    """
     n_heads, n_q, n_k = blocks.shape
     generator = torch.Generator(device="cuda").manual_seed(seed)
     shape_q = (batch, n_heads, n_q * block_size, head_dim)
@@ -112,9 +129,12 @@ def check(blocks, block_size, *, causal, head_dim, dtype, batch=2, seed=0):
         for s in (shape_q, shape_k, shape_k)
     )
     scale = 1.0 / math.sqrt(head_dim)
-    plan = plan_fused(
-        blocks, block_size, causal=causal, head_dim=head_dim, dtype=dtype, device=q.device
-    )
+    if config is None:
+        plan = plan_fused(
+            blocks, block_size, causal=causal, head_dim=head_dim, dtype=dtype, device=q.device
+        )
+    else:
+        plan = plan_fused_with(blocks, block_size, config, causal=causal, device=q.device)
     out = torch.full_like(q, float("nan"))
     assert run_fused(plan, q, k, v, scale=scale, out=out) is out
     torch.cuda.synchronize()
@@ -142,15 +162,42 @@ def mixed_layout(n_q: int, n_k: int, seed: int) -> torch.Tensor:
 SHAPES = {16: (13, 21), 32: (7, 11), 64: (5, 3), 128: (3, 5)}
 
 
+def hopper() -> bool:
+    return torch.cuda.get_device_capability() == (9, 0)
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("wgmma", [False, True])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 @pytest.mark.parametrize("block_size", sorted(SHAPES))
-def test_matches_fp64_reference(block_size, head_dim, dtype, causal):
+def test_matches_fp64_reference(block_size, head_dim, dtype, causal, wgmma):
+    if wgmma and not hopper():
+        pytest.skip("wgmma needs a Hopper GPU (compute capability 9.0)")
     n_q, n_k = SHAPES[block_size]
     blocks = mixed_layout(n_q, n_k, seed=block_size + head_dim)
-    check(blocks, block_size, causal=causal, head_dim=head_dim, dtype=dtype)
+    config = choose_config(head_dim=head_dim, dtype=dtype, wgmma=wgmma)
+    check(blocks, block_size, causal=causal, head_dim=head_dim, dtype=dtype, config=config)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("tiles", ALTERNATIVE_TILES)
+def test_alternative_tiles_match_reference(tiles):
+    """Every tile shape the timing probe measures computes the same function."""
+    head_dim, *shape, wgmma = tiles
+    if wgmma and not hopper():
+        pytest.skip("wgmma needs a Hopper GPU (compute capability 9.0)")
+    config = KernelConfig("bf16", head_dim, *shape, wgmma=wgmma)
+    for causal in (False, True):
+        check(
+            mixed_layout(13, 21, seed=7),
+            16,
+            causal=causal,
+            head_dim=head_dim,
+            dtype=torch.bfloat16,
+            config=config,
+        )
 
 
 @pytest.mark.gpu
