@@ -56,9 +56,8 @@ class BigBirdSparsityConfig(SparsityConfig):
         )
         self.num_global_blocks = check_int("num_global_blocks", num_global_blocks)
         self.attention = check_attention(attention)
-        check_int("num_random_blocks", num_random_blocks, low=0)
-        check_int("num_sliding_window_blocks", num_sliding_window_blocks, low=0)
-        check_int("num_global_blocks", num_global_blocks, low=0)
+        for name in ("num_random_blocks", "num_sliding_window_blocks", "num_global_blocks"):
+            check_int(name, getattr(self, name), low=0)
 
     def set_random_layout(self, h: int, layout: torch.Tensor) -> torch.Tensor:
         """Head ``h``'s random blocks: one ``random.sample`` per row, in order."""

@@ -32,11 +32,11 @@ def random_blocks(
     Give exactly one of ``blocks_per_row`` and ``probability``. A single ``seed`` feeds one
     ``np.random.default_rng(seed)`` that draws the heads in order; a list gives head ``h`` its
     own ``default_rng(seed[h])``. Counts and probabilities may be one value per head.
-    ``blocks_per_row=1``, causal, one possible draw::
+    ``seed=0, blocks_per_row=1, causal=True``::
 
         █···
         █···
-        ··█·
+        █···
         ·█··
 
     >>> random_blocks(2, 4, 4, seed=0, blocks_per_row=1).sum().item()
@@ -54,22 +54,22 @@ def random_blocks(
         generators = [np.random.default_rng(s) for s in seeds]
     else:
         generators = [np.random.default_rng(_check_seed("seed", seed))] * n_heads
-    if blocks_per_row is not None:
+    if probability is None:
         counts = per_head("blocks_per_row", blocks_per_row, n_heads, blocks_check(0))
     else:
-        probabilities = per_head("probability", probability, n_heads, _check_probability)
+        chances = per_head("probability", probability, n_heads, _check_probability)
 
     rows, cols = block_grid(n_q_blocks, n_k_blocks)
     allowed = (cols <= rows) if causal else torch.ones(n_q_blocks, n_k_blocks, dtype=torch.bool)
     heads = []
     for h, rng in enumerate(generators):
         keys = torch.from_numpy(rng.random((n_q_blocks, n_k_blocks)))
-        if blocks_per_row is None:
-            heads.append(allowed & (keys < probabilities[h]))
-            continue
-        # Rank each row's allowed keys (disallowed ones sort last) and keep the first counts[h].
-        ranks = keys.masked_fill(~allowed, 2.0).argsort(dim=1, stable=True).argsort(dim=1)
-        heads.append(allowed & (ranks < counts[h]))
+        if probability is None:
+            # Rank each row's allowed keys (disallowed ones sort last); keep the first counts[h].
+            ranks = keys.masked_fill(~allowed, 2.0).argsort(dim=1, stable=True).argsort(dim=1)
+            heads.append(allowed & (ranks < counts[h]))
+        else:
+            heads.append(allowed & (keys < chances[h]))
     return torch.stack(heads).contiguous()
 
 

@@ -18,7 +18,7 @@ from designer.patterns._common import check_shape
 from designer.patterns.catalog_deepspeed import DEEPSPEED
 from designer.patterns.catalog_generators import GENERATORS
 from designer.patterns.specs import ParamSpec, PatternSpec
-from designer.validate import check_int
+from designer.validate import check_choice, check_int
 
 __all__ = ["PATTERNS", "ParamSpec", "PatternSpec", "make_pattern"]
 
@@ -40,9 +40,7 @@ def make_pattern(
     values out of range, or a non-square shape for a DeepSpeed pattern; ``TypeError`` for values
     of the wrong type. Python's global ``random`` state is left as it was.
     """
-    if name not in PATTERNS:
-        raise ValueError(f"pattern must be one of {', '.join(PATTERNS)}, got {name!r}")
-    spec = PATTERNS[name]
+    spec = PATTERNS[check_choice("pattern", name, tuple(PATTERNS))]
     n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
     block_size = check_int("block_size", block_size, low=1, high=MAX_BLOCK_SIZE)
     if not isinstance(params, Mapping):

@@ -153,7 +153,11 @@ def test_int_bounds_of_each_spec_are_the_bounds_the_pattern_accepts(name):
 @pytest.mark.parametrize(
     ("args", "error", "message"),
     [
-        (("banded", 1, 4, 4, 16, {}), ValueError, r"pattern must be one of causal, sliding_window"),
+        (
+            ("banded", 1, 4, 4, 16, {}),
+            ValueError,
+            r"pattern must be one of 'causal', 'sliding_window', .*, got 'banded'",
+        ),
         (
             ("sliding_window", 1, 4, 4, 16, {"window": 2, "size": 1}),
             ValueError,
@@ -162,6 +166,7 @@ def test_int_bounds_of_each_spec_are_the_bounds_the_pattern_accepts(name):
         ),
         (("causal", 1, 4, 4, 16, {"causal": True}), ValueError, r"allowed: none"),
         (("causal", 1, 4, 4, 16, [("a", 1)]), TypeError, r"params must be a mapping"),
+        ((["causal"], 1, 4, 4, 16, {}), ValueError, r"pattern must be one of .*, got \['causal'\]"),
         (("causal", 0, 4, 4, 16, {}), ValueError, r"n_heads must be in \[1, 1024\], got 0"),
         (("causal", 1, 4, 4, 0, {}), ValueError, r"block_size must be in \[1, 4096\], got 0"),
         (("causal", 1, 4, 4, 16.0, {}), TypeError, r"block_size must be an integer"),
