@@ -77,10 +77,10 @@ def sdd_segment(layout: Any, start_width: int, *, mode: str = "safe") -> Segment
     # Safe mode emits each block once; DeepSpeed mode may emit more, and is rerun if it did.
     spare = 0 if safe else np.ceil(per_head * _DEEPSPEED_SPARE_ROWS).astype(np.int64)
     capacity = per_head + spare
-    rows, counts = _segment_heads(present, widths, safe, capacity)
+    rows, counts, _ = _segment_heads(present, widths, safe, capacity)
     if (counts.sum(axis=1) > capacity).any():
         capacity = counts.sum(axis=1)
-        rows, counts = _segment_heads(present, widths, safe, capacity)
+        rows, counts, _ = _segment_heads(present, widths, safe, capacity)
     row_offsets = np.concatenate(([0], np.cumsum(capacity)))
     segments = []
     for p, width in enumerate(widths.tolist()):
@@ -89,6 +89,23 @@ def sdd_segment(layout: Any, start_width: int, *, mode: str = "safe") -> Segment
             gather_width(rows, row_offsets, counts, first_idx, p, out)
             segments.append((width, torch.from_numpy(out)))
     return segments
+
+
+def deepspeed_repeats(layout: Any, start_width: int) -> np.ndarray:
+    """How often DeepSpeed's segmentation emits each block beyond what the layout asks for.
+
+    An int32 ``[H, M, N]`` array: for an absent block, the number of times it is emitted as a
+    phantom; for a present one, the number of copies after its first. All zeros means
+    ``sdd_segment(layout, start_width, mode="deepspeed")`` emits every block exactly once (or,
+    at ``start_width`` 0, none). Arguments as for ``sdd_segment``; no rows are built.
+    """
+    present = _present_blocks(layout)
+    start_width = check_int("start_width", start_width, low=0)
+    widths = _widths(start_width, min(present.shape[1:]))
+    if not widths.size or not present.any():
+        return np.zeros(present.shape, dtype=np.int32)
+    no_rows = np.zeros(present.shape[0], dtype=np.int64)
+    return _segment_heads(present, widths, False, no_rows)[2]
 
 
 def _present_blocks(layout: Any) -> np.ndarray:
@@ -128,27 +145,29 @@ def _widths(start_width: int, max_width: int) -> np.ndarray:
 
 def _segment_heads(
     present: np.ndarray, widths: np.ndarray, safe: bool, capacity: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
-    """Rows ``(row, col, rank in head)`` of every head, head ``h`` in its ``capacity[h]`` slot.
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows ``(row, col, rank in head)`` of every head, head ``h`` in its ``capacity[h]`` slot,
+    the rows each pass of each head emitted, and ``repeats`` (see ``deepspeed_repeats``).
 
     Heads are shared out round-robin between the usable CPUs; the calling thread takes one share.
     """
     n_heads = present.shape[0]
     rows = np.empty((int(capacity.sum()), 3), dtype=np.int32)
     counts = np.zeros((n_heads, widths.size), dtype=np.int64)
+    repeats = np.zeros(present.shape, dtype=np.int32)  # its pages are touched only if written
     row_offsets = np.concatenate(([0], np.cumsum(capacity)))
     workers = min(n_heads, _usable_cpus()) if present.size >= _THREADED_MIN_CELLS else 1
     shares = [np.arange(first, n_heads, workers) for first in range(workers)]
 
     def run(heads: np.ndarray) -> None:
-        segment_heads(present, heads, widths, safe, row_offsets, rows, counts)
+        segment_heads(present, heads, widths, safe, row_offsets, rows, counts, repeats)
 
     with ThreadPoolExecutor(workers - 1) if workers > 1 else nullcontext() as pool:
         others = [pool.submit(run, share) for share in shares[1:]]
         run(shares[0])
         for other in others:
             other.result()
-    return rows, counts
+    return rows, counts, repeats
 
 
 def _usable_cpus() -> int:

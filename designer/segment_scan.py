@@ -23,24 +23,29 @@ from numba import njit
 
 
 @njit(cache=True, nogil=True)
-def segment_heads(present, heads, widths, safe, row_offsets, rows, counts):  # pragma: no cover
+def segment_heads(
+    present, heads, widths, safe, row_offsets, rows, counts, repeats
+):  # pragma: no cover (numba)
     """Segment ``present[h]`` for each ``h`` in ``heads`` (numba; see ``segment_head``).
 
-    Head ``h`` writes into ``rows[row_offsets[h]:row_offsets[h + 1]]`` and ``counts[h]``.
+    Head ``h`` writes into ``rows[row_offsets[h]:row_offsets[h + 1]]``, ``counts[h]`` and
+    ``repeats[h]``.
     """
     for h in heads:
-        segment_head(present[h], widths, safe, rows[row_offsets[h] : row_offsets[h + 1]], counts[h])
+        head_rows = rows[row_offsets[h] : row_offsets[h + 1]]
+        segment_head(present[h], widths, safe, head_rows, counts[h], repeats[h])
 
 
 @njit(cache=True, nogil=True)
-def segment_head(present, widths, safe, rows, counts):  # pragma: no cover (numba)
+def segment_head(present, widths, safe, rows, counts, repeats):  # pragma: no cover (numba)
     """All passes over one ``[M, N]`` uint8 head, in the order of ``widths`` (decreasing).
 
     Writes ``(row, col, rank)`` rows while they fit in ``rows`` (int32 ``[capacity, 3]``) and
     sets ``counts[p]`` to the number of rows pass ``p`` emitted, fitting or not. ``rank`` is the
     block's rank in the head's row-major order, or -1 for an absent (phantom) cell. With
     ``safe`` a group with a cell that is absent or already extracted is refused, and its corner
-    keeps the DP value ``w - 1``.
+    keeps the DP value ``w - 1``; without it, each emission of such a cell adds 1 to its entry
+    of ``repeats`` (``[M, N]``, zeros on entry).
     """
     n_rows, n_cols = present.shape
     row_start = np.zeros(n_rows + 1, dtype=np.int64)
@@ -72,7 +77,7 @@ def segment_head(present, widths, safe, rows, counts):  # pragma: no cover (numb
             best[:] = 0
             recent_rows = ring_rows[: n_cols * w].reshape(n_cols, w)
             count, widest = _scan_pass(
-                row_start, cols, remaining, rank, w, safe, best, recent_rows, rows, count
+                row_start, cols, remaining, rank, w, safe, best, recent_rows, rows, count, repeats
             )
             if count == before:
                 reachable = widest
@@ -81,7 +86,7 @@ def segment_head(present, widths, safe, rows, counts):  # pragma: no cover (numb
 
 @njit(cache=True, nogil=True)
 def _scan_pass(
-    row_start, cols, remaining, rank, w, safe, best, recent_rows, rows, count
+    row_start, cols, remaining, rank, w, safe, best, recent_rows, rows, count, repeats
 ):  # pragma: no cover (numba)
     """One pass of width ``w >= 2``; returns the new row count and the widest DP value seen.
 
@@ -129,6 +134,8 @@ def _scan_pass(
                 for c in group_cols:
                     if r < 0 or c < 0:
                         continue
+                    if remaining[r, c] == 0:  # a phantom or a duplicate
+                        repeats[r, c] += 1
                     remaining[r, c] = 0
                     best[r + 1, c + 1] = 0
                     if count < rows.shape[0]:

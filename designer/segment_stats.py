@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from designer.layout import Layout
-from designer.segment import Segments, sdd_segment
+from designer.segment import Segments, deepspeed_repeats, sdd_segment
 from designer.validate import check_int
 
 Cell = tuple[int, int, int]
@@ -94,7 +94,7 @@ def segment_stats(layout: Layout, segments: Segments, *, head_dim: int) -> Segme
     """
     _check_layout(layout)
     head_dim = check_int("head_dim", head_dim, low=1)
-    active = layout.nnz
+    active = np.count_nonzero(layout.to_numpy())  # numpy: torch's threads would spin after it
     b = layout.block_size
     rows = []
     for width, tile_rows in _checked_segments(segments):
@@ -141,22 +141,16 @@ def deepspeed_defects(layout: Layout, start_width: int) -> DeepSpeedDefects:
     ((0, 0, 0),)
     """
     _check_layout(layout)
-    segments = sdd_segment(layout, start_width, mode="deepspeed")
-    if not segments:
-        return DeepSpeedDefects(start_width, 0, 0, (), ())
-    rows = torch.cat([tile_rows for _, tile_rows in segments]).numpy()
-    _, n_rows, n_cols = layout.shape
-    keys = (rows[:, 0] * n_rows + rows[:, 1]) * n_cols + rows[:, 2]
-    present = layout.to_numpy().reshape(-1)[keys].astype(bool)
-    phantom_keys = np.unique(keys[~present])
-    times = np.bincount(keys[present], minlength=present.size)
-    duplicate_keys = np.flatnonzero(times > 1)
+    repeats = deepspeed_repeats(layout, start_width)
+    present = layout.to_numpy().astype(bool)
+    phantoms = np.where(present, 0, repeats)
+    copies = np.where(present, repeats, 0)
     return DeepSpeedDefects(
         start_width=start_width,
-        phantom_rows=int((~present).sum()),
-        duplicate_rows=int((times[duplicate_keys] - 1).sum()),
-        phantom_cells=_cells(phantom_keys, layout.shape),
-        duplicate_cells=_cells(duplicate_keys, layout.shape),
+        phantom_rows=int(phantoms.sum()),
+        duplicate_rows=int(copies.sum()),
+        phantom_cells=_cells(phantoms),
+        duplicate_cells=_cells(copies),
     )
 
 
@@ -199,6 +193,7 @@ def _share(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
 
 
-def _cells(keys: np.ndarray, shape: tuple[int, int, int]) -> tuple[Cell, ...]:
-    heads, rows, cols = np.unravel_index(keys, shape)
+def _cells(counts: np.ndarray) -> tuple[Cell, ...]:
+    """The ``(head, row, col)`` of every non-zero entry, in row-major order."""
+    heads, rows, cols = np.unravel_index(np.flatnonzero(counts), counts.shape)
     return tuple(zip(heads.tolist(), rows.tolist(), cols.tolist(), strict=True))

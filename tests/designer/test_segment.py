@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 import designer.segment as segment_module
 from designer.layout import Layout
-from designer.segment import sdd_segment
+from designer.segment import deepspeed_repeats, sdd_segment
 from tests.designer.segment_reference import reference_sdd_segment
 
 
@@ -119,6 +119,17 @@ def test_deepspeed_rows_beyond_the_spare_room_are_rerun(monkeypatch):
     monkeypatch.setattr(segment_module, "_DEEPSPEED_SPARE_ROWS", 0.0)
     out = sdd_segment(layout, 4, mode="deepspeed")
     assert as_lists(out) == reference_lists(layout, 4)
+
+
+def test_deepspeed_repeats():
+    repeats = deepspeed_repeats(PHANTOM_EXAMPLE, 3)
+    assert repeats.dtype == np.int32 and repeats.shape == (1, 3, 4)
+    assert np.argwhere(repeats).tolist() == [[0, 0, 0]] and repeats[0, 0, 0] == 1
+    longformer = deepspeed_repeats(longformer_layout(), 4)
+    assert np.argwhere(longformer).tolist() == [[0, 0, 0]] and longformer[0, 0, 0] == 2
+    for start_width in (0, 1, 2):
+        assert not deepspeed_repeats(longformer_layout(), start_width).any()
+    assert not deepspeed_repeats(torch.zeros(2, 3, 3, dtype=torch.int32), 4).any()
 
 
 # ------------------------------------------------------------------ against the reference
