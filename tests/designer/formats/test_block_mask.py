@@ -151,13 +151,16 @@ def test_layout_is_unchanged(rng):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True])
-def test_compiled_flex_attention_on_gpu_gives_the_layouts_attention(causal):
+@pytest.mark.parametrize("block", [128, 32])
+def test_compiled_flex_attention_on_gpu_gives_the_layouts_attention(causal, block):
     """Compiled kernels read only the block lists: they must give the same attention."""
-    layout = random_layout(np.random.default_rng(7), 4, 8, 8, density=0.4, block_size=128)
+    layout = random_layout(np.random.default_rng(7), 4, 1024 // block, 1024 // block, 0.4, block)
     generator = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 4, 1024, 64, generator=generator) for _ in range(3))
     compiled = torch.compile(flex_attention)
     mask = to_block_mask(layout, causal=causal, device="cuda")
-    out = compiled(*(t.to("cuda", torch.bfloat16) for t in (q, k, v)), block_mask=mask)
+    tiles = {} if block == 128 else {"BLOCK_M": block, "BLOCK_N": block}
+    inputs = (t.to("cuda", torch.bfloat16) for t in (q, k, v))
+    out = compiled(*inputs, block_mask=mask, kernel_options=tiles)
     expected = reference_attention(q.double(), k.double(), v.double(), layout, causal)
     torch.testing.assert_close(out.double().cpu(), expected, rtol=2e-2, atol=2e-2)
