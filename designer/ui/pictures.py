@@ -19,18 +19,19 @@ import torch
 EMPTY_RGB = (244, 246, 250)
 #: Active blocks when the picture is not coloured by tile width.
 ACTIVE_RGB = (47, 62, 92)
-#: Tile colours by log2(width): width 1 (single blocks) is a quiet slate, larger tiles brighter.
+#: Tile colours by log2(width): single blocks (the least efficient tiles) amber, then blue,
+#: green, purple, red, … for 2–3, 4–7, 8–15, 16–31 blocks.
 WIDTH_PALETTE = (
-    "#8d99ae",
+    "#e8a33d",
     "#4e79a7",
     "#59a14f",
-    "#f28e2b",
-    "#e15759",
     "#b07aa1",
+    "#e15759",
     "#76b7b2",
     "#edc948",
     "#ff9da7",
     "#9c755f",
+    "#bab0ac",
 )
 #: How much darker every other tile of one width is drawn.
 ALTERNATE_SHADE = 0.82
@@ -47,9 +48,9 @@ def tile_maps(shape: tuple[int, int, int], segments: Segments) -> tuple[np.ndarr
     """Per block: the width of its tile (0 where inactive) and whether its tile is an odd one.
 
     ``segments`` is ``sdd_segment``'s output: ``(width, rows)`` with rows ``(head, row, col, idx)``
-    in groups of ``width²``. Returns ``(width [H, M, N] int32, odd [H, M, N] bool)``.
+    in groups of ``width²``. Returns ``(width [H, M, N] uint16, odd [H, M, N] bool)``.
     """
-    widths = np.zeros(shape, dtype=np.int32)
+    widths = np.zeros(shape, dtype=np.uint16)
     odd = np.zeros(shape, dtype=bool)
     for width, rows in segments:
         cells = rows.numpy() if isinstance(rows, torch.Tensor) else np.asarray(rows)

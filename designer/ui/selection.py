@@ -20,10 +20,12 @@ from typing import Any
 import numpy as np
 
 from designer.edit import Cells, Rect, Region
-from designer.validate import check_int
+from designer.validate import check_choice, check_int
 
 #: The most selection markers on one side of the editor (128² = 16,384 markers at most).
 MAX_MARKERS_PER_SIDE = 128
+#: What a selection paints: the blocks it covers, or the whole rows or columns it touches.
+BRUSHES = ("blocks", "rows", "columns")
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,20 @@ def selected_blocks(selection: Mapping[str, Any], grid: MarkerGrid, head: int) -
             continue
         row, col = int(data[1]), int(data[2])
         mask[row : row + grid.stride, col : col + grid.stride] = True
+    return mask
+
+
+def expand_brush(mask: np.ndarray, brush: str) -> np.ndarray:
+    """Grow a selection to the whole rows or columns it touches (``"blocks"``: as it is).
+
+    >>> expand_brush(np.array([[0, 1], [0, 0]], dtype=bool), "rows").astype(int).tolist()
+    [[1, 1], [0, 0]]
+    """
+    check_choice("brush", brush, BRUSHES)
+    if brush == "rows":
+        return np.broadcast_to(mask.any(axis=1, keepdims=True), mask.shape).copy()
+    if brush == "columns":
+        return np.broadcast_to(mask.any(axis=0, keepdims=True), mask.shape).copy()
     return mask
 
 

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from designer.edit import Cells, Rect
-from designer.ui.selection import MarkerGrid, mask_region, selected_blocks
+from designer.ui.selection import MarkerGrid, expand_brush, mask_region, selected_blocks
 
 
 def reference_box(grid, xs, ys):
@@ -148,3 +148,13 @@ def test_mask_region_is_a_rect_when_it_can_be():
     region = mask_region(mask)
     assert isinstance(region, Cells) and len(region.cells) == 9
     assert np.array_equal(region.mask(6, 6).numpy(), mask)
+
+
+def test_expand_brush_to_rows_and_columns():
+    mask = np.zeros((3, 4), dtype=bool)
+    mask[1, 2] = True
+    assert expand_brush(mask, "blocks") is mask
+    assert expand_brush(mask, "rows").sum(axis=1).tolist() == [0, 4, 0]
+    assert expand_brush(mask, "columns").sum(axis=0).tolist() == [0, 0, 3, 0]
+    with pytest.raises(ValueError, match=r"brush must be one of 'blocks', 'rows', 'columns'"):
+        expand_brush(mask, "diagonal")
