@@ -1,0 +1,240 @@
+"""Checks that tell a person designing attention what in their layout may surprise them.
+
+``lint_design(design)`` returns ``Lint`` findings, errors first: query rows that attend to
+nothing, blocks above the diagonal of a causal design, heads that share one layout, a start width
+that makes no tiles, and the layouts DeepSpeed's own segmentation gets wrong (phantom or
+duplicate blocks, or no tiles at all).
+Each finding names the heads and a few example blocks, so a view can point at them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from designer.design import Design
+from designer.layout import Layout
+from designer.segment_stats import deepspeed_defects, deepspeed_start_width
+
+SEVERITIES = ("error", "warning", "info")
+
+#: Example blocks (or rows) a finding carries: enough to point at, few enough to read.
+MAX_EXAMPLES = 5
+
+
+@dataclass(frozen=True)
+class Lint:
+    """One finding about a design.
+
+    ``code`` is stable (for tests and filters), ``severity`` one of ``SEVERITIES``, ``message``
+    a sentence for the user. ``heads`` lists the heads concerned; ``cells`` a few example
+    ``(head, row, col)`` blocks and ``rows`` a few example ``(head, row)`` query rows.
+    """
+
+    code: str
+    severity: str
+    message: str
+    heads: tuple[int, ...]
+    cells: tuple[tuple[int, int, int], ...] = ()
+    rows: tuple[tuple[int, int], ...] = ()
+
+
+def lint_design(design: Design) -> list[Lint]:
+    """Every finding about ``design``, errors first, then warnings, then information.
+
+    >>> layout = Layout(torch.tensor([[[1, 1], [0, 0]]]), 64)
+    >>> [lint.code for lint in lint_design(Design(layout, causal=True))]
+    ['causal-violation', 'empty-query-rows']
+    """
+    if not isinstance(design, Design):
+        raise TypeError(f"design must be a Design, got {type(design).__name__}")
+    layout = design.layout
+    lints = [*_empty_query_rows(layout), *_identical_heads(layout)]
+    if design.causal:
+        lints += _causal_violations(layout)
+    lints += _no_tiles(layout, design.effective_start_width)
+    lints += _deepspeed_segmentation(layout, design.effective_start_width)
+    return sorted(lints, key=lambda lint: SEVERITIES.index(lint.severity))
+
+
+def _empty_query_rows(layout: Layout) -> list[Lint]:
+    empty = np.argwhere(~layout.to_numpy().any(axis=2))  # (head, row) pairs
+    if not empty.size:
+        return []
+    heads = _unique_heads(empty)
+    b = layout.block_size
+    return [
+        Lint(
+            code="empty-query-rows",
+            severity="warning",
+            message=(
+                f"{_count(len(empty), 'query block row')} in {_heads_text(heads)} "
+                f"{'has' if len(empty) == 1 else 'have'} no active key block: those "
+                f"{len(empty) * b:,} queries attend to nothing and output zeros. Give every row "
+                "at least one block (its diagonal block or a sink), unless these queries are "
+                "padding."
+            ),
+            heads=heads,
+            rows=_examples(empty),
+        )
+    ]
+
+
+def _causal_violations(layout: Layout) -> list[Lint]:
+    _, n_rows, n_cols = layout.shape
+    above = np.triu(np.ones((n_rows, n_cols), dtype=bool), k=1)
+    cells = np.argwhere(layout.to_numpy().astype(bool) & above)
+    if not cells.size:
+        return []
+    heads = _unique_heads(cells)
+    return [
+        Lint(
+            code="causal-violation",
+            severity="error",
+            message=(
+                f"The design is causal, but {_heads_text(heads)} "
+                f"{'has' if len(heads) == 1 else 'have'} {_count(len(cells), 'block')} above "
+                "the diagonal, where every key comes after every query. A causal kernel masks "
+                "them out entirely, so they only cost time, and a library that reads the layout "
+                "alone would let queries see later tokens. Clip the layout to causal, or clear "
+                "the causal flag if these blocks are meant."
+            ),
+            heads=heads,
+            cells=_examples(cells),
+        )
+    ]
+
+
+def _identical_heads(layout: Layout) -> list[Lint]:
+    if layout.n_heads < 2:
+        return []
+    groups: dict[bytes, list[int]] = {}
+    blocks = layout.to_numpy()
+    for h in range(layout.n_heads):
+        groups.setdefault(np.packbits(blocks[h]).tobytes(), []).append(h)
+    lints = []
+    for heads in (tuple(group) for group in groups.values() if len(group) > 1):
+        every = len(heads) == layout.n_heads
+        lints.append(
+            Lint(
+                code="identical-heads",
+                severity="info",
+                message=(
+                    f"{f'All {len(heads)} heads' if every else _heads_text(heads).capitalize()} "
+                    "share one layout, so together they see no more of the sequence than one "
+                    "head does. Fine if intended (one pattern for every head); otherwise give "
+                    "them different patterns, offsets or seeds."
+                ),
+                heads=heads,
+            )
+        )
+    return lints
+
+
+def _no_tiles(layout: Layout, start_width: int) -> list[Lint]:
+    if start_width:
+        return []
+    return [
+        Lint(
+            code="no-tiles",
+            severity="warning",
+            message=(
+                "This design's segmentation start width is 0, so the segmentation makes no "
+                "tiles and an SDD pipeline computes no block at all. Use 1 or more (leave it "
+                "unset for 128-token tiles)."
+            ),
+            heads=tuple(range(layout.n_heads)),
+        )
+    ]
+
+
+def _deepspeed_segmentation(layout: Layout, design_width: int) -> list[Lint]:
+    b = layout.block_size
+    default_width = deepspeed_start_width(b)
+    if default_width == 0:
+        return [
+            Lint(
+                code="deepspeed-no-tiles",
+                severity="warning",
+                message=(
+                    f"At block size {b}, DeepSpeed's default segmentation start width "
+                    f"(128 // {b}) is 0: its segmentation returns no tiles, so its SDD kernel "
+                    "computes no block at all. With DeepSpeed, pass a start width of 1 or more, "
+                    "or use blocks of at most 128 tokens."
+                ),
+                heads=tuple(range(layout.n_heads)),
+            ),
+            *_deepspeed_defect_lints(layout, design_width, "this design's start width"),
+        ]
+    if design_width == default_width:
+        where = f"DeepSpeed's default for block size {b}, and this design's"
+        return _deepspeed_defect_lints(layout, default_width, where)
+    return [
+        *_deepspeed_defect_lints(layout, default_width, f"DeepSpeed's default for block size {b}"),
+        *_deepspeed_defect_lints(layout, design_width, "this design's start width"),
+    ]
+
+
+def _deepspeed_defect_lints(layout: Layout, start_width: int, where: str) -> list[Lint]:
+    """Phantom and duplicate findings for DeepSpeed's segmentation at ``start_width``."""
+    if start_width < 3:  # widths 2 and 1 are exact (SDD_SEGMENT.md)
+        return []
+    defects = deepspeed_defects(layout, start_width)
+    at = f"DeepSpeed's segmentation at start width {start_width} ({where})"
+    lints = []
+    if defects.phantom_rows:
+        heads = _unique_heads(np.array(defects.phantom_cells))
+        lints.append(
+            Lint(
+                code="deepspeed-phantom-blocks",
+                severity="warning",
+                message=(
+                    f"{at} puts {_count(defects.phantom_rows, 'absent block')} of "
+                    f"{_heads_text(heads)} into its tiles: DeepSpeed's SDD kernel computes them "
+                    "and writes them over packed block 0, corrupting its scores. Our kernels "
+                    "segment safely and are not affected. With DeepSpeed, use start width 2."
+                ),
+                heads=heads,
+                cells=defects.phantom_cells[:MAX_EXAMPLES],
+            )
+        )
+    if defects.duplicate_rows:
+        heads = _unique_heads(np.array(defects.duplicate_cells))
+        lints.append(
+            Lint(
+                code="deepspeed-duplicate-blocks",
+                severity="warning",
+                message=(
+                    f"{at} emits {_count(len(defects.duplicate_cells), 'block')} of "
+                    f"{_heads_text(heads)} more than once ({defects.duplicate_rows:,} extra "
+                    "copies): DeepSpeed computes them again and sizes its score tensor for every "
+                    "copy, leaving blocks at its end that are never written. Our kernels segment "
+                    "safely and are not affected. With DeepSpeed, use start width 2."
+                ),
+                heads=heads,
+                cells=defects.duplicate_cells[:MAX_EXAMPLES],
+            )
+        )
+    return lints
+
+
+def _unique_heads(found: np.ndarray) -> tuple[int, ...]:
+    return tuple(np.unique(found[:, 0]).tolist())
+
+
+def _examples(found: np.ndarray) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(item) for item in found[:MAX_EXAMPLES].tolist())
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n:,} {noun}{'' if n == 1 else 's'}"
+
+
+def _heads_text(heads: tuple[int, ...]) -> str:
+    """``head 3``, ``heads 0, 1 and 5``, or ``heads 0, 1, 2, … (12 heads)`` when long."""
+    if len(heads) == 1:
+        return f"head {heads[0]}"
+    if len(heads) > 6:
+        return f"heads {', '.join(map(str, heads[:4]))}, … ({len(heads)} heads)"
+    return f"heads {', '.join(map(str, heads[:-1]))} and {heads[-1]}"
