@@ -130,9 +130,12 @@ def set_random_rows(head: torch.Tensor, count: int, causal: bool) -> None:
     unidirectional); the picks equal DeepSpeed's after the same ``random.seed``.
     """
     num_blocks = head.shape[0]
+    rows, cols = [], []
     for row in range(num_blocks):
         population = range(row + 1) if causal else range(num_blocks)
-        head[row, random.sample(population, count)] = 1
+        cols += random.sample(population, count)
+        rows += [row] * count
+    head[rows, cols] = 1
 
 
 def window_band(num_blocks: int, window_blocks: int, causal: bool) -> torch.Tensor:

@@ -65,9 +65,12 @@ def random_blocks(
     for h, rng in enumerate(generators):
         keys = torch.from_numpy(rng.random((n_q_blocks, n_k_blocks)))
         if probability is None:
-            # Rank each row's allowed keys (disallowed ones sort last); keep the first counts[h].
-            ranks = keys.masked_fill(~allowed, 2.0).argsort(dim=1, stable=True).argsort(dim=1)
-            heads.append(allowed & (ranks < counts[h]))
+            # Disallowed keys become 2.0, above every real key, so they are taken last and then
+            # dropped again by the mask.
+            keys = keys.masked_fill(~allowed, 2.0)
+            smallest = keys.topk(min(counts[h], n_k_blocks), dim=1, largest=False).indices
+            chosen = torch.zeros(n_q_blocks, n_k_blocks, dtype=torch.bool)
+            heads.append(allowed & chosen.scatter_(1, smallest, True))
         else:
             heads.append(allowed & (keys < chances[h]))
     return torch.stack(heads).contiguous()
