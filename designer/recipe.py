@@ -139,6 +139,15 @@ class RecipeStep:
         }
 
 
+def _check_items(name: str, values: Any, limit: int) -> list | tuple:
+    """Check that ``values`` is a list of at most ``limit`` steps or edits."""
+    if not isinstance(values, (list, tuple)):
+        raise TypeError(f"{name} must be a list, got {type(values).__name__}")
+    if len(values) > limit:
+        raise ValueError(f"{name} must have at most {limit} items, got {len(values)}")
+    return values
+
+
 def _combine(current: Layout, made: Layout, how: str) -> Layout:
     if how == "union":
         return current.union(made)
@@ -162,17 +171,16 @@ class Recipe:
     edits: tuple[Edit, ...] = ()
 
     def __post_init__(self) -> None:
-        check_shape(self.n_heads, self.n_q_blocks, self.n_k_blocks)
-        check_int("block_size", self.block_size, low=1, high=MAX_BLOCK_SIZE)
+        shape = check_shape(self.n_heads, self.n_q_blocks, self.n_k_blocks)
+        for name, value in zip(("n_heads", "n_q_blocks", "n_k_blocks"), shape, strict=True):
+            object.__setattr__(self, name, value)
+        block_size = check_int("block_size", self.block_size, low=1, high=MAX_BLOCK_SIZE)
+        object.__setattr__(self, "block_size", block_size)
         for name, kinds, limit in (
             ("steps", (RecipeStep,), MAX_STEPS),
             ("edits", (EditOp, CopyHead, Transpose), MAX_EDITS),
         ):
-            values = getattr(self, name)
-            if not isinstance(values, (list, tuple)):
-                raise TypeError(f"{name} must be a list, got {type(values).__name__}")
-            if len(values) > limit:
-                raise ValueError(f"{name} must have at most {limit} items, got {len(values)}")
+            values = _check_items(name, getattr(self, name), limit)
             for i, value in enumerate(values):
                 if not isinstance(value, kinds):
                     expected = " or ".join(kind.__name__ for kind in kinds)
@@ -180,7 +188,6 @@ class Recipe:
             object.__setattr__(self, name, tuple(values))
         for i, step in enumerate(self.steps):
             fit_heads(f"steps[{i}].heads", step.heads or (), self.n_heads)
-        shape = (self.n_heads, self.n_q_blocks, self.n_k_blocks)
         for i, op in enumerate(self.edits):
             with error_context(f"edits[{i}]"):
                 shape = op.output_shape(shape)
@@ -214,8 +221,15 @@ class Recipe:
         return replace(self, steps=(*self.steps, step))
 
     def with_edit(self, op: Edit) -> Recipe:
-        """The same recipe with one more edit at the end."""
-        return replace(self, edits=(*self.edits, op))
+        """The same recipe with one more edit at the end.
+
+        If this recipe was built, the new one starts from that layout plus ``op`` instead of
+        rebuilding, so painting stays cheap however long the edit list grows.
+        """
+        extended = replace(self, edits=(*self.edits, op))
+        if "_layout" in self.__dict__:
+            extended.__dict__["_layout"] = apply_edit(self._layout, op)
+        return extended
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict that ``recipe_from_dict`` reads back to an equal recipe."""
@@ -237,12 +251,8 @@ def recipe_from_dict(data: Any) -> Recipe:
     """
     keys = ("n_heads", "n_q_blocks", "n_k_blocks", "block_size", "steps", "edits")
     check_keys("recipe", data, keys)
-    steps, edits = data["steps"], data["edits"]
-    for name, values, limit in (("steps", steps, MAX_STEPS), ("edits", edits, MAX_EDITS)):
-        if not isinstance(values, list):
-            raise TypeError(f"recipe {name} must be a list, got {type(values).__name__}")
-        if len(values) > limit:
-            raise ValueError(f"recipe {name} must have at most {limit} items, got {len(values)}")
+    steps = _check_items("recipe steps", data["steps"], MAX_STEPS)
+    edits = _check_items("recipe edits", data["edits"], MAX_EDITS)
     read_steps = []
     for i, step in enumerate(steps):
         with error_context(f"recipe steps[{i}]"):

@@ -1,16 +1,18 @@
 import copy
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from designer.edit import Band, EditOp, Rect, Row, Transpose
 from designer.layout import Layout
 from designer.patterns.registry import make_pattern
 from designer.recipe import MAX_PARAM_ITEMS, Params, Recipe, RecipeStep, recipe_from_dict
-from tests.designer.formats.strategies import recipes
+from tests.designer.formats.strategies import edit_sequences, recipes
 from tests.designer.test_edit import reference_apply
 
 
@@ -56,6 +58,24 @@ def test_dict_round_trip_through_json_is_exact(recipe):
     assert data == kept, "reading must not change its input"
     assert again == recipe and hash(again) == hash(recipe)
     assert again.build() == recipe.build()
+
+
+@settings(max_examples=60, deadline=None)
+@given(recipes().flatmap(lambda r: st.tuples(st.just(r), edit_sequences(r.build().shape))))
+def test_with_edit_on_a_built_recipe_equals_a_fresh_build(case):
+    recipe, more = case
+    recipe.build()
+    for op in more:
+        recipe = recipe.with_edit(op)
+    fresh = dataclasses.replace(recipe)
+    assert "_layout" not in fresh.__dict__
+    assert recipe.build() == fresh.build()
+
+
+def test_sizes_are_normalised_to_ints():
+    recipe = Recipe(np.int64(2), np.int32(3), 4, np.int16(16))
+    values = (recipe.n_heads, recipe.n_q_blocks, recipe.n_k_blocks, recipe.block_size)
+    assert values == (2, 3, 4, 16) and all(type(v) is int for v in values)
 
 
 def test_seeded_random_steps_regenerate_exactly():
