@@ -1,0 +1,131 @@
+"""Every change a user can make to a design, as a pure function: a design in, a new design out.
+
+The views call these from callbacks and commit the result to the history; errors are
+``ValueError``/``TypeError`` whose message the view shows next to the widget, the current design
+untouched. Paint edits apply to the current layout directly (one edit, not a replay of the whole
+recipe), and the same edit is appended to the recipe, so ``recipe.build() == layout`` holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from designer.design import Design, now_iso
+from designer.edit import Edit, apply_edit
+from designer.layout import Layout
+from designer.recipe import Recipe, RecipeStep
+from designer.validate import check_bool, check_int
+
+#: Most tokens on a side the app accepts (the layout size limit bounds it further).
+MAX_SEQ_LEN = 1 << 20
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the setup widgets describe: sequence lengths in tokens, block size, heads.
+
+    >>> Shape(4096, 4096, 64, 8).n_q_blocks
+    64
+    """
+
+    seq_len_q: int
+    seq_len_k: int
+    block_size: int
+    n_heads: int
+
+    def __post_init__(self) -> None:
+        block = check_int("block size", self.block_size, low=1, high=4096)
+        check_int("heads", self.n_heads, low=1, high=1024)
+        for name, tokens in (("query tokens", self.seq_len_q), ("key tokens", self.seq_len_k)):
+            check_int(name, tokens, low=block, high=MAX_SEQ_LEN)
+            if tokens % block:
+                raise ValueError(
+                    f"{name} must be a multiple of the block size {block}, got {tokens} "
+                    f"(try {tokens // block * block or block} or {(tokens // block + 1) * block})"
+                )
+
+    @property
+    def n_q_blocks(self) -> int:
+        return self.seq_len_q // self.block_size
+
+    @property
+    def n_k_blocks(self) -> int:
+        return self.seq_len_k // self.block_size
+
+    @classmethod
+    def of(cls, layout: Layout) -> Shape:
+        return cls(layout.seq_len_q, layout.seq_len_k, layout.block_size, layout.n_heads)
+
+
+def reshape(design: Design, shape: Shape) -> tuple[Design, str | None]:
+    """Rebuild the recipe at a new shape; returns the design and a note for the user, if any.
+
+    Manual edits that no longer fit the grid are dropped (undo brings them back) rather than
+    refusing the new shape; pattern parameters that do not fit raise, naming the parameter.
+    """
+    if design.recipe is None:
+        raise ValueError(
+            "this layout was imported without a recipe, so its shape is fixed; "
+            "pick a pattern to start a recipe at this shape"
+        )
+    dims = {
+        "n_heads": shape.n_heads,
+        "n_q_blocks": shape.n_q_blocks,
+        "n_k_blocks": shape.n_k_blocks,
+        "block_size": shape.block_size,
+    }
+    try:
+        recipe = replace(design.recipe, **dims)
+        note = None
+    except (ValueError, TypeError):
+        recipe = replace(design.recipe, edits=(), **dims)
+        note = (
+            f"{len(design.recipe.edits)} manual edit(s) did not fit the new shape and were "
+            "dropped; undo brings them back"
+        )
+    return design.with_layout(recipe.build(), recipe=recipe), note
+
+
+def rebuild(design: Design, steps: tuple[RecipeStep, ...]) -> Design:
+    """The design with new pattern steps (edits replayed on top).
+
+    A design imported without a recipe starts one at its shape, replacing the imported blocks.
+    """
+    base = design.recipe or _empty_recipe(design.layout)
+    recipe = replace(base, steps=steps)
+    return design.with_layout(recipe.build(), recipe=recipe)
+
+
+def set_step(design: Design, index: int, step: RecipeStep) -> Design:
+    """Replace pattern step ``index`` (or add it when ``index`` is one past the last)."""
+    steps = list(design.recipe.steps) if design.recipe else []
+    index = check_int("step", index, low=0, high=len(steps))
+    steps[index : index + 1] = [step]
+    return rebuild(design, tuple(steps))
+
+
+def remove_step(design: Design, index: int) -> Design:
+    """Drop pattern step ``index``."""
+    steps = list(design.recipe.steps) if design.recipe else []
+    index = check_int("step", index, low=0, high=len(steps) - 1)
+    del steps[index]
+    return rebuild(design, tuple(steps))
+
+
+def edit(design: Design, op: Edit) -> Design:
+    """Apply one paint edit to the layout and record it in the recipe."""
+    layout = apply_edit(design.layout, op)
+    recipe = design.recipe.with_edit(op) if design.recipe else None
+    return design.with_layout(layout, recipe=recipe)
+
+
+def settings(design: Design, *, name: str, causal: bool, start_width: int | None) -> Design:
+    """The design with a new name, causal flag or segmentation start width (``None``: auto)."""
+    changed = replace(
+        design, name=name.strip(), causal=check_bool("causal", causal), start_width=start_width
+    )
+    return replace(changed, modified=now_iso()) if changed != design else design
+
+
+def _empty_recipe(layout: Layout) -> Recipe:
+    return Recipe(layout.n_heads, layout.n_q_blocks, layout.n_k_blocks, layout.block_size)

@@ -1,0 +1,79 @@
+"""Every session-state key the app uses, in one place (widgets included).
+
+Widgets mirror the current design: their initial values come from it (``state.sync_widgets``),
+never from literals scattered through the views.
+"""
+
+from __future__ import annotations
+
+# ----------------------------------------------------------------- session
+#: ``History[Design]``: its present is the current design.
+HISTORY = "history"
+#: This browser session's id: names its autosave file and sits in the URL as ``?session=``.
+SESSION_ID = "session_id"
+SESSION_QUERY_PARAM = "session"
+#: ``{place: text}``: messages shown next to the widgets that caused them.
+MESSAGES = "messages"
+#: One-shot notices ``(icon, text)`` shown as toasts on the next run.
+NOTICES = "notices"
+#: Bumped after each paint so the editor chart starts again with an empty selection.
+EDITOR_REVISION = "editor_revision"
+
+# ----------------------------------------------------------------- setup widgets
+NAME = "design_name"
+SEQ_LEN_Q = "seq_len_q"
+SEQ_LEN_K = "seq_len_k"
+BLOCK_SIZE = "block_size"
+N_HEADS = "n_heads"
+CAUSAL = "causal"
+AUTO_START_WIDTH = "auto_start_width"
+START_WIDTH = "start_width"
+
+# ----------------------------------------------------------------- editor widgets
+EDIT_HEAD = "edit_head"
+EDIT_ACTION = "edit_action"
+EDIT_BRUSH = "edit_brush"
+EDIT_SCOPE = "edit_scope"
+EDIT_HEADS = "edit_heads"
+BAND_LOW = "band_low"
+BAND_HIGH = "band_high"
+COPY_TARGETS = "copy_targets"
+SHOW_TILES = "show_tiles"
+
+# ----------------------------------------------------------------- files widgets
+LIBRARY_NAME = "library_name"
+LIBRARY_PICK = "library_pick"
+UPLOAD = "upload"
+UPLOAD_BLOCK_SIZE = "upload_block_size"
+
+# ----------------------------------------------------------------- message places
+SETUP_PLACE = "setup"
+EDITOR_PLACE = "editor"
+FILES_PLACE = "files"
+LIBRARY_PLACE = "library"
+AUTOSAVE_PLACE = "autosave"
+
+
+def editor_chart(revision: int) -> str:
+    """The editor chart's key: a new revision is a new chart with nothing selected."""
+    return f"editor_chart_{revision}"
+
+
+def step_key(step: int, field: str) -> str:
+    """A widget of recipe step ``step``: ``pattern``, ``combine``, ``heads`` or a parameter."""
+    return f"step{step}_{field}"
+
+
+def per_head_key(step: int, param: str) -> str:
+    """The "per head" toggle of a parameter that may vary by head."""
+    return step_key(step, f"{param}__per_head")
+
+
+def values_key(step: int, param: str) -> str:
+    """The one-value-per-head text field of such a parameter."""
+    return step_key(step, f"{param}__values")
+
+
+def step_place(step: int) -> str:
+    """Where messages about recipe step ``step`` are shown."""
+    return f"step{step}"

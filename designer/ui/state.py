@@ -1,0 +1,161 @@
+"""The session's state: its start, the moves of the current design, messages, widget sync.
+
+``state`` is ``st.session_state`` in the app and a plain dict in tests. The current design is
+``state[HISTORY].present``: every change is pushed onto the history and autosaved; undo and redo
+walk it. Widgets mirror the design: ``sync_widgets`` writes their values from it whenever the
+design changes other than through them (start, undo, redo, load).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, MutableMapping
+from typing import Any
+
+from designer.design import Design
+from designer.history import History
+from designer.ui import keys
+from designer.ui.params import step_widget_values
+from designer.ui.storage import DesignStore, check_session_id, new_session_id
+
+State = MutableMapping[str, Any]
+
+#: Undo steps kept per session (each holds a whole layout: 1 MiB at 16 × 256 × 256 blocks).
+HISTORY_LIMIT = 50
+
+
+def design(state: State) -> Design:
+    """The current design."""
+    return state[keys.HISTORY].present
+
+
+def init_session(
+    state: State,
+    query_params: MutableMapping[str, str],
+    store: DesignStore,
+    default_design: Callable[[], Design],
+) -> None:
+    """Start a browser session once: its autosave, found through the URL, else the default.
+
+    A missing, malformed or unreadable session id gets a fresh one, so a broken autosave is
+    never overwritten and another session's id is never guessed.
+    """
+    if keys.HISTORY in state:
+        return
+    state[keys.MESSAGES] = {}
+    state[keys.NOTICES] = []
+    state[keys.EDITOR_REVISION] = 0
+    restored = None
+    session_id = query_params.get(keys.SESSION_QUERY_PARAM)
+    try:
+        restored = store.restore(check_session_id(session_id))
+    except ValueError as error:
+        if session_id is not None:
+            notice(state, "⚠️", f"Could not restore the last design: {error}")
+        session_id = new_session_id()
+    query_params[keys.SESSION_QUERY_PARAM] = session_id
+    state[keys.SESSION_ID] = session_id
+    if restored is not None:
+        notice(state, "↩️", f"Restored “{restored.name}” from your last visit.")
+    current = restored or default_design()
+    state[keys.HISTORY] = History(current, limit=HISTORY_LIMIT)
+    sync_widgets(state)
+
+
+def commit(state: State, new: Design, store: DesignStore) -> bool:
+    """Make ``new`` the current design (undoable) and autosave it; False if nothing changed."""
+    history = state[keys.HISTORY]
+    pushed = history.push(new)
+    if pushed is history:
+        return False
+    state[keys.HISTORY] = pushed
+    autosave(state, store)
+    return True
+
+
+def replace_design(state: State, new: Design, store: DesignStore) -> bool:
+    """Commit a design that did not come from the widgets (a load), and sync them to it."""
+    changed = commit(state, new, store)
+    sync_widgets(state)
+    return changed
+
+
+def undo(state: State, store: DesignStore) -> None:
+    """Step back one change, autosave and sync the widgets."""
+    state[keys.HISTORY] = state[keys.HISTORY].undo()
+    autosave(state, store)
+    sync_widgets(state)
+
+
+def redo(state: State, store: DesignStore) -> None:
+    """Step forward one undone change, autosave and sync the widgets."""
+    state[keys.HISTORY] = state[keys.HISTORY].redo()
+    autosave(state, store)
+    sync_widgets(state)
+
+
+def autosave(state: State, store: DesignStore) -> None:
+    """Write the current design to this session's autosave; a failure becomes a message."""
+    try:
+        store.autosave(state[keys.SESSION_ID], design(state))
+        say(state, keys.AUTOSAVE_PLACE, None)
+    except OSError as error:
+        say(
+            state,
+            keys.AUTOSAVE_PLACE,
+            f"Autosave failed ({error}). Download the design to keep it.",
+        )
+
+
+def widget_values(current: Design) -> dict[str, Any]:
+    """The value of every setup and recipe widget for ``current``."""
+    layout = current.layout
+    values: dict[str, Any] = {
+        keys.NAME: current.name,
+        keys.SEQ_LEN_Q: layout.seq_len_q,
+        keys.SEQ_LEN_K: layout.seq_len_k,
+        keys.BLOCK_SIZE: layout.block_size,
+        keys.N_HEADS: layout.n_heads,
+        keys.CAUSAL: current.causal,
+        keys.AUTO_START_WIDTH: current.start_width is None,
+        keys.START_WIDTH: current.effective_start_width,
+    }
+    for index, step in enumerate(current.recipe.steps if current.recipe else ()):
+        values.update(step_widget_values(index, step))
+    return values
+
+
+def sync_widgets(state: State) -> None:
+    """Set every widget to the current design and drop messages about the old values."""
+    state.update(widget_values(design(state)))
+    kept = (keys.AUTOSAVE_PLACE,)
+    state[keys.MESSAGES] = {k: v for k, v in state[keys.MESSAGES].items() if k in kept}
+
+
+def fill_missing_widgets(state: State) -> None:
+    """Give widgets whose state Streamlit dropped (a hidden tab) the current design's values."""
+    fill_defaults(state, widget_values(design(state)))
+
+
+def fill_defaults(state: State, values: Mapping[str, Any]) -> None:
+    """Set the widget keys in ``values`` that have no value yet."""
+    for key, value in values.items():
+        if key not in state:
+            state[key] = value
+
+
+def say(state: State, place: str, text: str | None) -> None:
+    """Set (or with ``None`` clear) the message shown at ``place``."""
+    if text is None:
+        state[keys.MESSAGES].pop(place, None)
+    else:
+        state[keys.MESSAGES][place] = text
+
+
+def message(state: State, place: str) -> str | None:
+    """The message waiting at ``place``, if any."""
+    return state[keys.MESSAGES].get(place)
+
+
+def notice(state: State, icon: str, text: str) -> None:
+    """Queue a one-shot notice for the next run."""
+    state[keys.NOTICES].append((icon, text))

@@ -1,0 +1,92 @@
+import pytest
+
+from designer.design import Design
+from designer.recipe import Recipe, RecipeStep
+from designer.ui import keys, state
+from designer.ui.storage import DesignStore
+
+
+def make_design(window=2, name="d"):
+    step = RecipeStep("sliding_window", {"window_blocks": window})
+    recipe = Recipe(2, 8, 8, 64, steps=(step,))
+    return Design(recipe.build(), name=name, recipe=recipe)
+
+
+@pytest.fixture
+def store(tmp_path):
+    return DesignStore(tmp_path)
+
+
+def start(store, query=None):
+    session, params = {}, dict(query or {})
+    state.init_session(session, params, store, make_design)
+    return session, params
+
+
+def test_a_new_session_gets_an_id_in_the_url_and_the_default(store):
+    session, params = start(store)
+    assert params[keys.SESSION_QUERY_PARAM] == session[keys.SESSION_ID]
+    assert state.design(session) == make_design()
+    assert session[keys.step_key(0, "window_blocks")] == 2
+    assert session[keys.SEQ_LEN_Q] == 512 and session[keys.AUTO_START_WIDTH] is True
+    assert session[keys.NOTICES] == []
+
+
+def test_init_runs_once(store):
+    session, params = start(store)
+    history = session[keys.HISTORY]
+    state.init_session(session, params, store, lambda: pytest.fail("default built again"))
+    assert session[keys.HISTORY] is history
+
+
+def test_commit_autosaves_and_a_reload_restores_it(store):
+    session, params = start(store)
+    assert state.commit(session, make_design(window=3), store)
+    assert not state.commit(session, make_design(window=3), store)  # nothing changed
+    reloaded, again = start(store, params)
+    assert again == params
+    assert state.design(reloaded) == make_design(window=3)
+    assert reloaded[keys.step_key(0, "window_blocks")] == 3
+    assert "Restored" in reloaded[keys.NOTICES][0][1]
+
+
+def test_an_unreadable_autosave_is_left_alone_and_a_new_session_starts(store):
+    session, params = start(store)
+    broken = store.autosave_dir / f"{session[keys.SESSION_ID]}.pt"
+    broken.parent.mkdir(parents=True)
+    broken.write_bytes(b"garbage")
+    fresh, new_params = start(store, params)
+    assert new_params[keys.SESSION_QUERY_PARAM] != params[keys.SESSION_QUERY_PARAM]
+    assert broken.read_bytes() == b"garbage"
+    assert "Could not restore" in fresh[keys.NOTICES][0][1]
+
+
+def test_undo_redo_sync_the_widgets(store):
+    session, _ = start(store)
+    state.commit(session, make_design(window=5), store)
+    session[keys.step_key(0, "window_blocks")] = 5
+    state.undo(session, store)
+    assert session[keys.step_key(0, "window_blocks")] == 2
+    assert store.restore(session[keys.SESSION_ID]) == make_design()
+    state.redo(session, store)
+    assert session[keys.step_key(0, "window_blocks")] == 5
+
+
+def test_autosave_failure_becomes_a_message(store, tmp_path):
+    session, _ = start(store)
+    (tmp_path / "autosave").write_text("a file where the folder should be")
+    state.commit(session, make_design(window=4), store)
+    assert "Autosave failed" in state.message(session, keys.AUTOSAVE_PLACE)
+    assert state.design(session) == make_design(window=4)
+
+
+def test_messages_and_missing_widgets(store):
+    session, _ = start(store)
+    state.say(session, "here", "bad value")
+    assert state.message(session, "here") == "bad value"
+    state.say(session, "here", None)
+    assert state.message(session, "here") is None
+    del session[keys.NAME]
+    session[keys.SEQ_LEN_Q] = 999
+    state.fill_missing_widgets(session)
+    assert session[keys.NAME] == "d" and session[keys.SEQ_LEN_Q] == 999
