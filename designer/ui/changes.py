@@ -2,8 +2,8 @@
 
 The views call these from callbacks and commit the result to the history; errors are
 ``ValueError``/``TypeError`` whose message the view shows next to the widget, the current design
-untouched. Paint edits apply to the current layout directly (one edit, not a replay of the whole
-recipe), and the same edit is appended to the recipe, so ``recipe.build() == layout`` holds.
+untouched. A design's layout is always its recipe's ``build()``; a paint edit extends the built
+layout (``Recipe.with_edit``) rather than replaying the whole recipe.
 """
 
 from __future__ import annotations
@@ -114,9 +114,10 @@ def remove_step(design: Design, index: int) -> Design:
 
 def edit(design: Design, op: Edit) -> Design:
     """Apply one paint edit to the layout and record it in the recipe."""
-    layout = apply_edit(design.layout, op)
-    recipe = design.recipe.with_edit(op) if design.recipe else None
-    return design.with_layout(layout, recipe=recipe)
+    if design.recipe is None:
+        return design.with_layout(apply_edit(design.layout, op))
+    recipe = design.recipe.with_edit(op)
+    return design.with_layout(recipe.build(), recipe=recipe)
 
 
 def settings(design: Design, *, name: str, causal: bool, start_width: int | None) -> Design:
