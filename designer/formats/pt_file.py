@@ -40,7 +40,7 @@ from designer.formats.settings import (
 )
 from designer.layout import Layout
 from designer.recipe import recipe_from_dict
-from designer.validate import MAX_LAYOUT_CELLS, as_block_tensor, check_int
+from designer.validate import MAX_LAYOUT_CELLS, check_int
 
 FORMAT = "blocksparse-design"
 VERSION = 1
@@ -97,8 +97,7 @@ def load_design(
     content = _unpickle(data)
     if isinstance(content, torch.Tensor):
         with error_context("bare layout tensor", as_value_error=True):
-            blocks = as_block_tensor("layout", content, allow_2d=True)
-            return Design(Layout(blocks, BARE_BLOCK_SIZE if block_size is None else block_size))
+            return Design(Layout.from_array(content, block_size or BARE_BLOCK_SIZE))
     if not isinstance(content, Mapping):
         raise ValueError(
             f"design file must hold a design dict or a layout tensor, got {type(content).__name__}"
@@ -184,7 +183,7 @@ def _design_from_content(content: Mapping[str, Any]) -> Design:
     tensor = content["layout"]
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"layout must be a tensor, got {type(tensor).__name__}")
-    layout = Layout(as_block_tensor("layout", tensor), content["block_size"])
+    layout = Layout(tensor, content["block_size"])  # checks the shape before copying anything
     for key, count, what in (
         ("seq_len_q", layout.n_q_blocks, "q_blocks"),
         ("seq_len_k", layout.n_k_blocks, "k_blocks"),
