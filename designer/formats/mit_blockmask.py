@@ -21,7 +21,7 @@ import torch
 
 from designer.edit import error_context
 from designer.layout import Layout
-from designer.validate import as_block_tensor, check_int
+from designer.validate import check_int
 
 #: The block size the library's kernels use (``m_block_dim = n_block_dim = 128``).
 MIT_BLOCK_SIZE = 128
@@ -55,7 +55,7 @@ def from_base_blockmask(base_blockmask: Any) -> Layout:
         )
     check_int("base_blockmask batch", base_blockmask.shape[0], low=1, high=MAX_BATCH)
     with error_context("base_blockmask[0]"):
-        first = as_block_tensor("layout", base_blockmask[0])
+        layout = Layout(base_blockmask[0], MIT_BLOCK_SIZE)
     same = base_blockmask == base_blockmask[:1]
     if not bool(same.all()):
         batch = int((~same).flatten(1).any(dim=1).nonzero()[0])
@@ -63,4 +63,4 @@ def from_base_blockmask(base_blockmask: Any) -> Layout:
             f"base_blockmask must have the same blocks in every batch entry; entry {batch} "
             f"differs from entry 0"
         )
-    return Layout(first, MIT_BLOCK_SIZE)
+    return layout
