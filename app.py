@@ -1,0 +1,57 @@
+"""Block-Sparse Attention Designer: ``streamlit run app.py``.
+
+Page setup, the session's state, then the views of ``designer/ui``, one tab each. Tabs run
+lazily: only the open one is computed.
+"""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from designer.ui.common import start_run
+from designer.ui.editor_ui import editor_ui
+from designer.ui.files_ui import files_ui
+from designer.ui.overview_ui import overview_ui
+from designer.ui.recipe_ui import recipe_ui
+from designer.ui.setup_ui import setup_ui
+from designer.ui.stats_ui import analysis_ui, header_ui
+from designer.ui.storage import DesignStore
+
+TABS = ("Patterns", "Paint", "Analysis", "Files", "GPU benchmark")
+
+
+def main() -> None:
+    st.set_page_config(page_title="Block-Sparse Attention Designer", page_icon="▦", layout="wide")
+    store = DesignStore()
+    start_run(store)
+    with st.sidebar:
+        st.header("Block-Sparse Attention Designer", anchor=False)
+        setup_ui(store)
+    header_ui(store)
+    patterns, paint, analysis, files, gpu = st.tabs(TABS, key="tab", on_change="rerun")
+    if patterns.open:
+        with patterns:
+            steps, pictures = st.columns([1, 1], gap="large")
+            with steps:
+                recipe_ui(store)
+            with pictures:
+                overview_ui()
+    if paint.open:
+        with paint:
+            editor_ui(store)
+    if analysis.open:
+        with analysis:
+            analysis_ui()
+    if files.open:
+        with files:
+            files_ui(store)
+    if gpu.open:
+        with gpu:
+            st.info(
+                "The GPU benchmark panel comes next: it will run our CuPy kernels on this layout "
+                "against dense attention. Meanwhile, `python -m gpu.bench` runs it from a shell.",
+                icon=":material/memory:",
+            )
+
+
+main()

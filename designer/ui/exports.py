@@ -1,0 +1,139 @@
+"""The files a design downloads as: what each holds, its name, and the bytes. Pure.
+
+Bytes are built only when asked (``Export.build``), so the page does not serialise a 16-head
+256×256 layout into six formats on every rerun; the app hands ``build`` to Streamlit's deferred
+download. Files that hold tensors are ``torch.save`` dicts of tensors and plain values, which
+``torch.load(..., weights_only=True)`` reads back.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from designer.design import Design
+from designer.formats import (
+    MIT_BLOCK_SIZE,
+    python_snippet,
+    recipe_to_json,
+    to_base_blockmask,
+    to_block_mask,
+    to_csr,
+)
+from designer.ui.storage import design_bytes
+
+
+@dataclass(frozen=True)
+class Export:
+    """One download: its button label, file name, MIME type, help, and how to make the bytes.
+
+    ``unavailable`` says why this design cannot be written in this format (then ``build`` is
+    not called).
+    """
+
+    label: str
+    file_name: str
+    mime: str
+    help: str
+    build: Callable[[], bytes]
+    unavailable: str | None = None
+
+
+def file_stem(name: str) -> str:
+    """A file-name-safe stem for a design name.
+
+    >>> file_stem("BigBird 8k / v2")
+    'BigBird_8k_v2'
+    """
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
+    return stem[:80] or "design"
+
+
+def exports(design: Design) -> list[Export]:
+    """Every download the app offers for ``design``."""
+    stem = file_stem(design.name)
+    layout = design.layout
+    return [
+        Export(
+            "Design (.pt)",
+            f"{stem}.pt",
+            "application/octet-stream",
+            "Layout, block size, recipe and settings; loads back here and in plain torch.",
+            lambda: design_bytes(design),
+        ),
+        Export(
+            "FlexAttention BlockMask",
+            f"{stem}_blockmask.pt",
+            "application/octet-stream",
+            "BlockMask.from_kv_blocks(**torch.load(f, weights_only=True)) rebuilds it "
+            "(add mask_mod for causal designs).",
+            lambda: _torch_bytes(block_mask_tensors(design)),
+        ),
+        Export(
+            "CSR (row_ptr, col_idx)",
+            f"{stem}_csr.pt",
+            "application/octet-stream",
+            "row_ptr [heads, q_blocks + 1] and col_idx [nnz], int64.",
+            lambda: _torch_bytes(csr_tensors(design)),
+        ),
+        Export(
+            "MIT base_blockmask",
+            f"{stem}_base_blockmask.pt",
+            "application/octet-stream",
+            "bool [1, heads, q_blocks, k_blocks] for MIT Block-Sparse-Attention.",
+            lambda: _torch_bytes({"base_blockmask": to_base_blockmask(layout)}),
+            unavailable=None
+            if layout.block_size == MIT_BLOCK_SIZE
+            else f"needs {MIT_BLOCK_SIZE}-token blocks (this design has {layout.block_size})",
+        ),
+        Export(
+            "JSON recipe",
+            f"{stem}.json",
+            "application/json",
+            "Patterns, parameters, seeds and edits that regenerate the layout exactly.",
+            lambda: recipe_to_json(design).encode("utf-8"),
+            unavailable=None if design.recipe else "this layout was imported without a recipe",
+        ),
+        Export(
+            "Python snippet",
+            f"load_{stem}.py",
+            "text/x-python",
+            f"Loads {stem}.pt with the designer or with torch alone.",
+            lambda: python_snippet(f"{stem}.pt").encode("utf-8"),
+        ),
+    ]
+
+
+def block_mask_tensors(design: Design) -> dict[str, Any]:
+    """The FlexAttention ``BlockMask`` of ``design`` as ``BlockMask.from_kv_blocks`` arguments."""
+    mask = to_block_mask(design.layout, causal=design.causal)
+    return {
+        "kv_num_blocks": mask.kv_num_blocks,
+        "kv_indices": mask.kv_indices,
+        "full_kv_num_blocks": mask.full_kv_num_blocks,
+        "full_kv_indices": mask.full_kv_indices,
+        "BLOCK_SIZE": design.layout.block_size,
+        "seq_lengths": (design.layout.seq_len_q, design.layout.seq_len_k),
+    }
+
+
+def csr_tensors(design: Design) -> dict[str, Any]:
+    """``to_csr`` of the layout, with what it takes to read it back (``from_csr``)."""
+    row_ptr, col_idx = to_csr(design.layout)
+    return {
+        "row_ptr": row_ptr,
+        "col_idx": col_idx,
+        "n_k_blocks": design.layout.n_k_blocks,
+        "block_size": design.layout.block_size,
+    }
+
+
+def _torch_bytes(content: dict[str, Any]) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(content, buffer)
+    return buffer.getvalue()

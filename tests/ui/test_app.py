@@ -1,0 +1,314 @@
+"""The app's flows, driven headless with ``AppTest`` (everything but pointer events)."""
+
+from __future__ import annotations
+
+import io
+import json
+import pickle
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+from streamlit.runtime.media_file_manager import MediaFileManager
+from streamlit.testing.v1 import AppTest
+
+from designer.design import Design
+from designer.formats import design_from_json, from_csr, load_design, save_design
+from designer.layout import Layout
+from designer.ui import keys
+from designer.ui.storage import DATA_DIR_ENV, DesignStore, load_default_design
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+WINDOW = keys.step_key(0, "num_sliding_window_blocks")
+GLOBALS = keys.step_key(0, "num_global_blocks")
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
+    return tmp_path
+
+
+def open_app(query_params=None, tab=None):
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params.update(query_params or {})
+    if tab:
+        at.session_state["tab"] = tab
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def assert_clean(at):
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def metric(at, label):
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def current(at) -> Design:
+    return at.session_state[keys.HISTORY].present
+
+
+def pt_bytes(content) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(content, buffer)
+    return buffer.getvalue()
+
+
+def test_default_page_renders(data_dir):
+    at = open_app()
+    assert not at.error
+    assert at.title[0].value == "BigBird 4k"
+    assert metric(at, "Density") == "16.24%"
+    assert metric(at, "Active blocks") == "5,322"
+    assert at.query_params[keys.SESSION_QUERY_PARAM] == at.session_state[keys.SESSION_ID]
+    assert at.button(key="undo").disabled
+
+
+def test_changing_a_parameter_updates_statistics_and_undo_redo(data_dir):
+    at = open_app()
+    before = metric(at, "Active blocks")
+    at.number_input(key=WINDOW).set_value(9).run()
+    assert_clean(at)
+    after = metric(at, "Active blocks")
+    assert int(after.replace(",", "")) > int(before.replace(",", ""))
+    at.button(key="undo").click().run()
+    assert metric(at, "Active blocks") == before
+    assert at.number_input(key=WINDOW).value == 5  # the widget follows the design back
+    at.button(key="redo").click().run()
+    assert metric(at, "Active blocks") == after
+    assert at.number_input(key=WINDOW).value == 9
+
+
+def test_impossible_parameter_shows_a_message_and_keeps_the_design(data_dir):
+    at = open_app()
+    at.number_input(key=GLOBALS).set_value(65).run()
+    assert_clean(at)
+    assert any("Number of global blocks" in e.value for e in at.error)
+    assert metric(at, "Density") == "16.24%"
+    at.number_input(key=GLOBALS).set_value(3).run()
+    assert not at.error and metric(at, "Density") != "16.24%"
+
+
+def test_sequence_length_must_be_a_multiple_of_the_block(data_dir):
+    at = open_app()
+    at.number_input(key=keys.SEQ_LEN_K).set_value(4100).run()
+    assert any("key tokens must be a multiple of the block size 64" in e.value for e in at.error)
+    assert current(at).layout.seq_len_k == 4096
+
+
+def test_block_size_change_rebuilds_the_layout(data_dir):
+    at = open_app()
+    at.selectbox(key=keys.BLOCK_SIZE).set_value(128).run()
+    assert_clean(at)
+    layout = current(at).layout
+    assert (layout.n_q_blocks, layout.block_size, layout.seq_len_q) == (32, 128, 4096)
+
+
+def test_per_head_pattern_step(data_dir):
+    at = open_app()
+    at.button(key="add_step").click().run()
+    assert_clean(at)
+    at.selectbox(key=keys.step_key(1, "pattern")).set_value("causal").run()
+    at.selectbox(key=keys.step_key(1, "combine")).set_value("replace").run()
+    at.multiselect(key=keys.step_key(1, "heads")).select(2).run()
+    assert_clean(at)
+    assert not at.error
+    blocks = current(at).layout.blocks
+    assert torch.equal(blocks[2], torch.ones(64, 64, dtype=torch.bool).tril())
+    assert not torch.equal(blocks[1], blocks[2])
+    assert current(at).recipe.steps[1].heads == (2,)
+
+
+def test_reroll_changes_the_random_blocks(data_dir):
+    at = open_app()
+    before = current(at).layout
+    at.button(key=keys.step_key(0, "reroll")).click().run()
+    assert_clean(at)
+    assert current(at).recipe.steps[0].params["seed"] != 0
+    assert current(at).layout != before
+
+
+def test_per_head_values(data_dir):
+    at = open_app()
+    at.selectbox(key=keys.step_key(0, "pattern")).set_value("sliding_window").run()
+    at.toggle(key=keys.per_head_key(0, "window_blocks")).set_value(True).run()
+    at.text_input(key=keys.values_key(0, "window_blocks")).input("1 2 3 4 5 6 7 8").run()
+    assert_clean(at)
+    assert not at.error
+    counts = current(at).layout.blocks.sum(dim=(1, 2)).tolist()
+    assert counts[0] == 64 and counts[1] == 64 + 63  # causal windows of 1 and 2 blocks
+    at.text_input(key=keys.values_key(0, "window_blocks")).input("1 2 x").run()
+    assert any("window_blocks[2] must be an integer, got 'x'" in e.value for e in at.error)
+
+
+def test_square_only_pattern_on_cross_attention_is_refused(data_dir):
+    at = open_app()
+    at.selectbox(key=keys.step_key(0, "pattern")).set_value("sliding_window").run()
+    at.number_input(key=keys.SEQ_LEN_K).set_value(8192).run()
+    assert current(at).layout.shape == (8, 64, 128)
+    at.selectbox(key=keys.step_key(0, "pattern")).set_value("deepspeed_fixed").run()
+    assert_clean(at)
+    assert any("needs n_q_blocks == n_k_blocks" in e.value for e in at.error)
+    assert at.selectbox(key=keys.step_key(0, "pattern")).value == "sliding_window"
+
+
+def upload(at, name, data, block_size=None):
+    if block_size is not None:
+        at.number_input(key=keys.UPLOAD_BLOCK_SIZE).set_value(block_size)
+    at.file_uploader(key=keys.UPLOAD).upload(name, data).run()
+    assert_clean(at)
+    return at
+
+
+def test_upload_a_design_file(data_dir, rng):
+    from tests.factories import random_layout
+
+    design = Design(random_layout(rng, 3, 10, 12, block_size=32), name="uploaded")
+    buffer = io.BytesIO()
+    save_design(design, buffer)
+    at = upload(open_app(tab="Files"), "uploaded.pt", buffer.getvalue(), block_size=16)
+    assert not at.error
+    assert current(at).layout == design.layout and current(at).name == "uploaded"
+    assert at.title[0].value == "uploaded"
+    assert at.number_input(key=keys.SEQ_LEN_K).disabled  # no recipe: the shape is the file's
+
+
+def test_upload_a_bare_deepspeed_tensor_with_its_block_size(data_dir):
+    bare = torch.ones(2, 8, 8, dtype=torch.int64).tril()
+    at = upload(open_app(tab="Files"), "layout.pt", pt_bytes(bare), block_size=128)
+    assert not at.error
+    assert current(at).layout == Layout(bare, 128)
+
+
+def test_upload_a_json_recipe(data_dir):
+    text = (Path(__file__).resolve().parents[2] / "assets" / "default_design.json").read_text()
+    recipe = json.loads(text)
+    recipe["name"] = "from json"
+    at = upload(open_app(tab="Files"), "r.json", json.dumps(recipe).encode())
+    assert not at.error and current(at).name == "from json"
+
+
+class Boom:
+    def __reduce__(self):
+        return (print, ("this must never run",))
+
+
+def bad_files():
+    good = pt_bytes(torch.zeros(1, 4, 4))
+    zipped = io.BytesIO()
+    with zipfile.ZipFile(zipped, "w") as archive:
+        archive.writestr("archive/data.pkl", pickle.dumps(Boom()))
+    return {
+        "not a zip": (b"hello, I am text", "pt"),
+        "truncated": (good[: len(good) // 2], "pt"),
+        "pickled code": (pt_bytes({"layout": Boom()}), "pt"),
+        "pickle in a zip": (zipped.getvalue(), "pt"),
+        "values 0..2": (pt_bytes(torch.full((1, 4, 4), 2)), "pt"),
+        "rank 4": (pt_bytes(torch.zeros(1, 1, 4, 4, dtype=torch.int64)), "pt"),
+        "huge": (pt_bytes(torch.zeros(1, 1, 1, dtype=torch.int64).expand(4096, 4096, 4096)), "pt"),
+        "floats": (pt_bytes(torch.zeros(2, 4, 4)), "pt"),
+        "json garbage": (b"{not json", "json"),
+        "json wrong": (b'{"format": "something else"}', "json"),
+    }
+
+
+def test_bad_uploads_say_why_and_keep_the_design(data_dir, capsys):
+    at = open_app(tab="Files")
+    before = current(at)
+    for case, (data, suffix) in bad_files().items():
+        at.file_uploader(key=keys.UPLOAD).clear()
+        upload(at, f"{case}.{suffix}", data)
+        errors = [e.value for e in at.error]
+        assert len(errors) == 1 and errors[0].startswith(f"Could not load {case}.{suffix}: "), case
+        assert current(at) is before, case
+    assert "this must never run" not in capsys.readouterr().out
+
+
+def test_downloads_hold_the_design(data_dir, monkeypatch):
+    built = {}
+    original = MediaFileManager.add_deferred
+
+    def record(self, data_callable, *args, **kwargs):
+        built[kwargs["file_name"]] = data_callable
+        return original(self, data_callable, *args, **kwargs)
+
+    monkeypatch.setattr(MediaFileManager, "add_deferred", record)
+    at = open_app(tab="Files")
+    design = current(at)
+    assert load_design(built["BigBird_4k.pt"]()).layout == design.layout
+    assert design_from_json(built["BigBird_4k.json"]()).layout == design.layout
+    csr = torch.load(io.BytesIO(built["BigBird_4k_csr.pt"]()), weights_only=True)
+    assert from_csr(csr["row_ptr"], csr["col_idx"], 64, 64) == design.layout
+    mask = torch.load(io.BytesIO(built["BigBird_4k_blockmask.pt"]()), weights_only=True)
+    assert mask["full_kv_num_blocks"].sum() == design.layout.nnz
+    assert b"load_design('BigBird_4k.pt')" in built["load_BigBird_4k.py"]()
+    assert "BigBird_4k_base_blockmask.pt" not in built  # block 64: not MIT's 128
+    assert at.download_button(key="download_pt_MIT base_blockmask").disabled
+
+
+def test_library_save_and_open(data_dir):
+    at = open_app(tab="Files")
+    at.text_input(key=keys.LIBRARY_NAME).input("my bigbird")
+    at.button(key="library_save").click().run()
+    assert_clean(at)
+    assert DesignStore(data_dir).names() == ["my bigbird"]
+    saved = current(at).layout
+    at.number_input(key=keys.N_HEADS).set_value(4).run()
+    assert current(at).layout.n_heads == 4
+    at.selectbox(key=keys.LIBRARY_PICK).set_value("my bigbird").run()
+    at.button(key="library_load").click().run()
+    assert_clean(at)
+    assert current(at).layout == saved
+    at.button(key="library_delete").click().run()
+    assert DesignStore(data_dir).names() == []
+
+
+def test_library_refuses_a_bad_name(data_dir):
+    at = open_app(tab="Files")
+    at.text_input(key=keys.LIBRARY_NAME).input("../../escape")
+    at.button(key="library_save").click().run()
+    assert any("design name must be 1 to 80 letters" in e.value for e in at.error)
+    assert DesignStore(data_dir).names() == []
+
+
+def test_autosave_restores_the_session_and_only_that_session(data_dir):
+    first = open_app()
+    first.number_input(key=WINDOW).set_value(9).run()
+    changed = current(first).layout
+    session = first.query_params[keys.SESSION_QUERY_PARAM]
+    reloaded = open_app({keys.SESSION_QUERY_PARAM: session})
+    assert current(reloaded).layout == changed
+    assert reloaded.number_input(key=WINDOW).value == 9
+    other = open_app()
+    assert other.query_params[keys.SESSION_QUERY_PARAM] != session
+    assert current(other).layout == load_default_design().layout
+
+
+def test_a_malformed_session_id_starts_fresh(data_dir):
+    at = open_app({keys.SESSION_QUERY_PARAM: "../../../etc"})
+    assert at.query_params[keys.SESSION_QUERY_PARAM] != "../../../etc"
+    assert current(at).layout == load_default_design().layout
+
+
+def test_paint_band_and_copy_head(data_dir):
+    at = open_app(tab="Paint")
+    assert not at.error
+    at.selectbox(key=keys.EDIT_HEAD).set_value(3).run()
+    at.segmented_control(key=keys.EDIT_ACTION).set_value("clear").run()
+    at.number_input(key=keys.BAND_LOW).set_value(-64).run()
+    at.number_input(key=keys.BAND_HIGH).set_value(64).run()
+    at.button(key="apply_band").click().run()
+    assert_clean(at)
+    blocks = current(at).layout.blocks
+    assert blocks[3].sum() == 0 and blocks[2].sum() > 0
+    at.multiselect(key=keys.COPY_TARGETS).select(0).select(1).run()
+    at.button(key="copy_head").click().run()
+    blocks = current(at).layout.blocks
+    assert blocks[0].sum() == blocks[1].sum() == 0
+    assert current(at).recipe.build() == current(at).layout
+    at.button(key="undo").click().run()
+    assert current(at).layout.blocks[0].sum() > 0
