@@ -38,14 +38,21 @@ SHARED_MEMORY_LIMIT = 227 * 1024
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 HEAD_DIMS = (64, 128)
 
-# (block_m, block_n, n_warps, min_blocks) per (instruction, head dim). Register use (ptxas 13.0,
-# sm_90a). mma.sync: D=64 128x64 237 regs, no spill (128x128 spills 84 bytes); D=128 128x64 255
-# regs, 32 bytes spilled once per key tile. wgmma: 128x64 with 8 warps, 104 / 127 regs, so two
-# CTAs (16 warps) fit an SM.
+# (block_m, block_n, n_warps, min_blocks) per (wgmma, head dim); registers from ptxas 13.0.
+# Measured alternatives (H200, bf16, B=1, H=16, S=16384, 2026-11-29; band 6.9 % / dense / band
+# 7 % at block 16, effective TFLOP/s):
+# - mma.sync D=64 128x64 237 regs: 268 / 288 / 245; 128x128 (spills 60 B) 267 / 279 / 202;
+#   64x64 2 warps 252 / 278 / 226; 128x32 237 / 254 (run 1).
+# - mma.sync D=128 128x64 255 regs (32 B spilled per key tile): 256 / 334 / 254; 128x32 298 /
+#   300 vs 316 / 336 (run 1).
+# - wgmma D=64 64x64 one warpgroup, 3 CTAs/SM, 104 regs: 302 / 328 / 288; 128x64 8 warps:
+#   299 / 320 / 249; 128x128: 244 / 265 / 193.
+# - wgmma D=128 128x64 8 warps, 2 CTAs/SM, 128 regs: 335 / 468 / 350; 128x128: 289 / 379 / 253;
+#   64x64: 286 / 368 / 297.
 _TILES = {
     (False, 64): (128, 64, 4, 2),
     (False, 128): (128, 64, 4, 2),
-    (True, 64): (128, 64, 8, 2),
+    (True, 64): (64, 64, 4, 3),
     (True, 128): (128, 64, 8, 2),
 }
 
