@@ -124,9 +124,12 @@ def _scan_pass(
             newest_row[n] = m
             if width != w:
                 continue
+            row_slot, col_slot = next_row_slot[n], next_col_slot
             for i in range(w):  # unroll both rings, oldest first
-                group_rows[i] = recent_rows[n, (next_row_slot[n] + i) % w]
-                group_cols[i] = recent_cols[(next_col_slot + i) % w]
+                group_rows[i] = recent_rows[n, row_slot]
+                group_cols[i] = recent_cols[col_slot]
+                row_slot = row_slot + 1 if row_slot + 1 < w else 0
+                col_slot = col_slot + 1 if col_slot + 1 < w else 0
             if safe and not _all_remaining(remaining, group_rows, group_cols):
                 best[m + 1, n + 1] = w - 1
                 continue
