@@ -21,7 +21,7 @@ def _gpu_missing_reason() -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    gpu_items = [item for item in items if "gpu" in item.keywords]
+    gpu_items = [item for item in items if item.get_closest_marker("gpu")]
     if gpu_items and (reason := _gpu_missing_reason()):
         for item in gpu_items:
             item.add_marker(pytest.mark.skip(reason=reason))

@@ -63,7 +63,8 @@ def decode(lut, n_heads: int, seq_q: int, seq_k: int, block_m: int, block_n: int
             rows = np.arange(block_m)[:, None]
             cols = np.arange(block_n)[None, :]
             bit = (rows // lut.sub_rows) * per_row + cols // lut.sub_cols
-            on = (word >> bit) & 1 == 1 if flags & FLAG_PARTIAL else np.ones_like(bit, bool)
+            bits = (np.uint64(word) >> bit.astype(np.uint64)) & np.uint64(1)
+            on = bits == 1 if flags & FLAG_PARTIAL else np.ones_like(bit, bool)
             if flags & FLAG_DIAGONAL:
                 on &= q0 + rows >= k0 + cols
             mask[head, q0 : q0 + block_m, k0 : k0 + block_n] = on
