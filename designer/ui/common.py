@@ -16,7 +16,7 @@ def start_run(store: DesignStore) -> None:
     """Every run begins here: the session's design (once), widget values, pending notices."""
     session = st.session_state
     state.init_session(session, st.query_params, store, load_default_design)
-    state.fill_missing_widgets(session)
+    state.refresh_widgets(session)
     while session[keys.NOTICES]:
         icon, text = session[keys.NOTICES].pop(0)
         st.toast(text, icon=icon)
@@ -53,7 +53,7 @@ def change_design(
 def show_message(place: str) -> None:
     """Show the error waiting at ``place`` (under the widget that caused it)."""
     if text := state.message(st.session_state, place):
-        st.error(text, icon="⚠️")
+        st.error(text, icon=":material/error:")
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

@@ -97,7 +97,7 @@ def _on_upload(store: DesignStore) -> None:
         return
     state.say(session, keys.FILES_PLACE, None)
     state.replace_design(session, loaded, store)
-    state.notice(session, "📂", f"Loaded “{loaded.name}” from {upload.name}.")
+    state.notice(session, ":material/folder_open:", f"Loaded “{loaded.name}” from {upload.name}.")
 
 
 def _library_ui(store: DesignStore) -> None:
@@ -142,7 +142,11 @@ def _on_save(store: DesignStore) -> None:
         state.say(session, keys.LIBRARY_PLACE, f"Could not save: {error}")
         return
     state.say(session, keys.LIBRARY_PLACE, None)
-    state.notice(session, "💾", f"{'Replaced' if existed else 'Saved'} “{name.strip()}”.")
+    state.notice(
+        session,
+        ":material/bookmark_added:",
+        f"{'Replaced' if existed else 'Saved'} “{name.strip()}”.",
+    )
 
 
 def _on_load(store: DesignStore) -> None:
@@ -155,7 +159,7 @@ def _on_load(store: DesignStore) -> None:
         return
     state.say(session, keys.LIBRARY_PLACE, None)
     state.replace_design(session, loaded, store)
-    state.notice(session, "📂", f"Opened “{name}” from the library.")
+    state.notice(session, ":material/folder_open:", f"Opened “{name}” from the library.")
 
 
 def _on_delete(store: DesignStore) -> None:
@@ -163,4 +167,4 @@ def _on_delete(store: DesignStore) -> None:
     name = session[keys.LIBRARY_PICK]
     store.delete(name)
     session[keys.LIBRARY_PICK] = None
-    state.notice(session, "🗑️", f"Deleted “{name}” from the library.")
+    state.notice(session, ":material/delete:", f"Deleted “{name}” from the library.")

@@ -103,7 +103,7 @@ def _on_shape(store: DesignStore) -> None:
         )
         new, note = changes.reshape(current, shape)
         if note:
-            state.notice(session, "✂️", note)
+            state.notice(session, ":material/content_cut:", note)
         return new
 
     change_design(store, keys.SETUP_PLACE, reshape)

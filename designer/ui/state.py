@@ -50,12 +50,12 @@ def init_session(
         restored = store.restore(check_session_id(session_id))
     except ValueError as error:
         if session_id is not None:
-            notice(state, "⚠️", f"Could not restore the last design: {error}")
+            notice(state, ":material/warning:", f"Could not restore the last design: {error}")
         session_id = new_session_id()
     query_params[keys.SESSION_QUERY_PARAM] = session_id
     state[keys.SESSION_ID] = session_id
     if restored is not None:
-        notice(state, "↩️", f"Restored “{restored.name}” from your last visit.")
+        notice(state, ":material/history:", f"Restored “{restored.name}” from your last visit.")
     current = restored or default_design()
     state[keys.HISTORY] = History(current, limit=HISTORY_LIMIT)
     sync_widgets(state)
@@ -131,16 +131,20 @@ def sync_widgets(state: State) -> None:
     state[keys.MESSAGES] = {k: v for k, v in state[keys.MESSAGES].items() if k in kept}
 
 
-def fill_missing_widgets(state: State) -> None:
-    """Give widgets whose state Streamlit dropped (a hidden tab) the current design's values."""
+def refresh_widgets(state: State) -> None:
+    """Before drawing: every setup and recipe widget gets its value (see ``fill_defaults``)."""
     fill_defaults(state, widget_values(design(state)))
 
 
 def fill_defaults(state: State, values: Mapping[str, Any]) -> None:
-    """Set the widget keys in ``values`` that have no value yet."""
+    """Give each widget key in ``values`` its value for this run: the one it has, else ours.
+
+    Keys are written even when they hold a value: Streamlit hands a widget the value its key
+    was given in the current run, but forgets one set while the widget was not drawn (a closed
+    tab), which would show a stale default when the tab opens again.
+    """
     for key, value in values.items():
-        if key not in state:
-            state[key] = value
+        state[key] = state.get(key, value)
 
 
 def say(state: State, place: str, text: str | None) -> None:

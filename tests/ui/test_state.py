@@ -88,5 +88,18 @@ def test_messages_and_missing_widgets(store):
     assert state.message(session, "here") is None
     del session[keys.NAME]
     session[keys.SEQ_LEN_Q] = 999
-    state.fill_missing_widgets(session)
+    state.refresh_widgets(session)
     assert session[keys.NAME] == "d" and session[keys.SEQ_LEN_Q] == 999
+
+
+def test_fill_defaults_rewrites_every_key_for_this_run():
+    written = []
+
+    class Recording(dict):
+        def __setitem__(self, key, value):
+            written.append(key)
+            super().__setitem__(key, value)
+
+    session = Recording(kept=1)
+    state.fill_defaults(session, {"kept": 2, "new": 3})
+    assert session == {"kept": 1, "new": 3} and sorted(written) == ["kept", "new"]
