@@ -115,7 +115,7 @@ def _present_blocks(layout: Any) -> np.ndarray:
     compete with the segmentation threads that follow.
     """
     if isinstance(layout, Layout):
-        return layout.to_numpy().copy()
+        return layout.to_numpy().copy()  # writable: numba compiles read-only arrays apart
     array = _integer_array(layout)
     if array is None or array.ndim != 3 or array.size > MAX_LAYOUT_CELLS:
         as_block_tensor("layout", layout)  # raises the shared message for this type, rank or size
@@ -146,10 +146,12 @@ def _widths(start_width: int, max_width: int) -> np.ndarray:
 def _segment_heads(
     present: np.ndarray, widths: np.ndarray, safe: bool, capacity: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows ``(row, col, rank in head)`` of every head, head ``h`` in its ``capacity[h]`` slot,
-    the rows each pass of each head emitted, and ``repeats`` (see ``deepspeed_repeats``).
+    """Run the scan over every head and return ``(rows, counts, repeats)``.
 
-    Heads are shared out round-robin between the usable CPUs; the calling thread takes one share.
+    ``rows`` holds head ``h``'s ``(row, col, rank in head)`` rows in a slot of ``capacity[h]``,
+    ``counts[h, p]`` is how many rows pass ``p`` of head ``h`` emitted, and ``repeats`` is as in
+    ``deepspeed_repeats``. Heads are shared out round-robin between the usable CPUs; the calling
+    thread takes one share.
     """
     n_heads = present.shape[0]
     rows = np.empty((int(capacity.sum()), 3), dtype=np.int32)

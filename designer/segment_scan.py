@@ -71,7 +71,7 @@ def segment_head(present, widths, safe, rows, counts, repeats):  # pragma: no co
     for p in range(widths.size):
         w = widths[p]
         before = count
-        if w == 1:  # every DP value is 0 here: each remaining block is its own group
+        if w == 1:  # each visit extracts its own block at once, so the DP never leaves 0
             count = _emit_singles(row_start, cols, remaining, rows, count)
         elif w <= reachable:
             best[:] = 0

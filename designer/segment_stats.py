@@ -141,6 +141,7 @@ def deepspeed_defects(layout: Layout, start_width: int) -> DeepSpeedDefects:
     ((0, 0, 0),)
     """
     _check_layout(layout)
+    start_width = check_int("start_width", start_width, low=0)
     repeats = deepspeed_repeats(layout, start_width)
     present = layout.to_numpy().astype(bool)
     phantoms = np.where(present, 0, repeats)
