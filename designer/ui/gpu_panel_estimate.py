@@ -1,0 +1,127 @@
+"""How much GPU memory one benchmark case needs, counted before anything is launched.
+
+The harness keeps q, k, v (16-bit), the L2 flush buffer and the fp64 reference output for the
+whole case, and runs the contenders one after another. So the peak is those, plus the largest of:
+the fp64 reference while it is computed (one chunk of scores with its temporaries), or one
+contender's output and workspace together with the error check (fp64 copies of the output).
+Workspaces counted: the SDD pipeline's packed fp32 scores and 16-bit probabilities, and
+FlexAttention's token mask, block tables and log-sum-exp. The estimate is compared with the free
+memory times a safety margin; ``margin=0`` turns the check off.
+
+>>> config = BenchConfig(seq_q=4096, contenders=("fused",), flush_l2=False, check_error=False)
+>>> estimate_memory(config, 16 * 32 * 32, 128).total  # q, k, v and one output
+33554432
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from designer.ui.stats_ui import _bytes_text as bytes_text
+from designer.validate import check_float, check_int
+from gpu.bench import BenchConfig
+from gpu.bench.flex import FLEX_BLOCK, MASK_GRANULARITY
+from gpu.bench.timing import FLUSH_BYTES
+from gpu.reference import DEFAULT_CHUNK_BYTES
+
+#: Score-sized fp64 tensors alive at once inside one reference chunk (scores, masked copy,
+#: shifted scores, their exponentials).
+REFERENCE_LIVE_SCORES = 4
+#: fp64 tensors of the output's size alive during the error check (copy, difference, its abs).
+ERROR_CHECK_COPIES = 3
+#: Refuse a case when ``margin x estimate`` exceeds the free memory.
+DEFAULT_MARGIN = 1.25
+MAX_MARGIN = 10.0
+SDD_CONTENDERS = ("sdd", "sdd_w1", "sdd_qk", "sdd_qk_w1")
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Bytes each part of one case needs on the GPU (0 for parts the case does not use)."""
+
+    inputs: int  # q, k, v and one output, 16-bit
+    flush: int  # the L2 flush buffer
+    reference: int  # the fp64 reference output, kept for the whole case
+    reference_chunk: int  # one chunk of fp64 scores while the reference is computed
+    error_check: int  # fp64 copies while a contender's output is compared
+    sdd_scores: int  # the SDD pipeline's packed scores and probabilities
+    flex_workspace: int  # FlexAttention's mask buffer, block tables, output and log-sum-exp
+
+    @property
+    def total(self) -> int:
+        """The peak: what lives all along, plus the largest stage."""
+        contender = max(self.sdd_scores, self.flex_workspace) + self.error_check
+        return self.inputs + self.flush + self.reference + max(self.reference_chunk, contender)
+
+    def parts(self) -> list[tuple[str, int]]:
+        """``(what, bytes)`` of each part in use, for a table or a message."""
+        named = [
+            ("q, k, v and an output", self.inputs),
+            ("L2 flush buffer", self.flush),
+            ("fp64 reference output", self.reference),
+            ("fp64 reference chunk", self.reference_chunk),
+            ("error check (fp64 copies)", self.error_check),
+            ("SDD packed scores", self.sdd_scores),
+            ("FlexAttention workspace", self.flex_workspace),
+        ]
+        return [(name, size) for name, size in named if size]
+
+
+def estimate_memory(config: BenchConfig, nnz: int, block_size: int) -> MemoryEstimate:
+    """The memory ``config`` needs for a layout of ``nnz`` active blocks (over all
+    ``config.heads`` heads, after broadcasting) of side ``block_size`` tokens."""
+    if not isinstance(config, BenchConfig):
+        raise TypeError(f"config must be a BenchConfig, got {type(config).__name__}")
+    nnz = check_int("nnz", nnz, low=0)
+    block_size = check_int("block_size", block_size, low=1)
+    batch, heads, seq_q, seq_k, dim = (
+        config.batch, config.heads, config.seq_q, config.seq_len_k, config.head_dim
+    )  # fmt: skip
+    element = config.torch_dtype.itemsize
+    output = element * batch * heads * seq_q * dim
+    reference = reference_chunk = error_check = 0
+    if config.check_error:
+        reference = 8 * batch * heads * seq_q * dim
+        reference_chunk = _reference_chunk_bytes(batch, seq_q, seq_k, dim, block_size)
+        error_check = ERROR_CHECK_COPIES * reference
+    sdd = 0
+    if any(name in config.contenders for name in SDD_CONTENDERS):
+        sdd = batch * nnz * block_size * block_size * (4 + element)
+    flex = 0
+    if "flex" in config.contenders:
+        mask = heads * (seq_q // MASK_GRANULARITY) * (seq_k // MASK_GRANULARITY)
+        tiles = heads * -(-seq_q // FLEX_BLOCK) * -(-seq_k // FLEX_BLOCK)
+        flex = mask + 4 * 4 * tiles + output + 4 * batch * heads * seq_q
+    return MemoryEstimate(
+        inputs=element * batch * heads * dim * (seq_q + 2 * seq_k) + output,
+        flush=FLUSH_BYTES if config.flush_l2 else 0,
+        reference=reference,
+        reference_chunk=reference_chunk,
+        error_check=error_check,
+        sdd_scores=sdd,
+        flex_workspace=flex,
+    )
+
+
+def _reference_chunk_bytes(batch: int, seq_q: int, seq_k: int, dim: int, block: int) -> int:
+    """One chunk of ``gpu.reference.dense_masked_attention``: its rows as that function picks
+    them, fp64 copies of one head's k and v, and the live score-sized tensors."""
+    rows = max(1, DEFAULT_CHUNK_BYTES // max(1, batch * seq_k * 8 * block)) * block
+    rows = min(rows, seq_q)
+    scores = 8 * batch * rows * seq_k
+    return REFERENCE_LIVE_SCORES * scores + 2 * rows * seq_k + 8 * batch * dim * (2 * seq_k + rows)
+
+
+def refusal(estimate: MemoryEstimate, free_bytes: int, margin: float) -> str | None:
+    """Why the case cannot fit in ``free_bytes`` with ``margin``, or None when it can."""
+    free_bytes = check_int("free_bytes", free_bytes, low=0)
+    margin = check_float("margin", margin, low=0.0, high=MAX_MARGIN)
+    if estimate.total * margin <= free_bytes:
+        return None
+    parts = ", ".join(f"{name} {bytes_text(size)}" for name, size in estimate.parts())
+    return (
+        f"Refused before launch: this case needs about {bytes_text(estimate.total)} of GPU "
+        f"memory ({parts}); with the safety margin ×{margin:g} that is "
+        f"{bytes_text(int(estimate.total * margin))}, but only {bytes_text(free_bytes)} are "
+        "free. Lower the batch, the head dim or the sequence length, or drop contenders."
+    )
