@@ -1,0 +1,260 @@
+"""Plotly figures of benchmark documents: plain dicts in, figures out, no Streamlit.
+
+Every chart reads the harness's JSON (``gpu_panel_data``), so a stored run, a committed result
+and a fresh run are drawn by the same code. Speedups are against the dense SDPA baseline
+(cuDNN when it ran), and the ideal is the dense baseline's own FLOPs over the layout's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from designer.ui.gpu_panel_data import (
+    finite,
+    ideal_speedup,
+    measured,
+    results_by_name,
+    speedup_vs_dense,
+)
+
+_FONT = {"family": "Inter, system-ui, sans-serif", "size": 12}
+COLOURS = {
+    "fused": "#e15759", "sdd": "#f28e2b", "sdd_w1": "#ffbe7d", "sdd_qk": "#b07aa1",
+    "sdd_qk_w1": "#d4a6c8", "flex": "#4e79a7", "sdpa": "#9c9c9c", "sdpa_cudnn": "#59a14f",
+    "sdpa_flash": "#8cd17d", "reference": "#bab0ac",
+}  # fmt: skip
+#: Marker of each sweep kind; the current design gets a large star.
+SYMBOLS = {"scaled": "circle", "length": "circle", "random": "x", "current": "star"}
+
+
+def _layout(figure: go.Figure, height: int, **axes: Any) -> go.Figure:
+    figure.update_layout(
+        height=height, margin={"l": 56, "r": 16, "t": 36, "b": 48}, font=_FONT,
+        legend={"orientation": "h", "y": -0.2}, **axes,
+    )  # fmt: skip
+    return figure
+
+
+def speedup_figure(case: dict[str, Any]) -> go.Figure:
+    """Each contender's speedup over dense SDPA, with the ideal (skip every inactive pair)."""
+    results = [r for r in measured(case) if speedup_vs_dense(case, r) is not None]
+    names = [r["name"] for r in results]
+    figure = go.Figure(
+        go.Bar(
+            x=names,
+            y=[speedup_vs_dense(case, r) for r in results],
+            marker_color=[COLOURS.get(n, "#777") for n in names],
+            text=[f"{speedup_vs_dense(case, r):.2f}×" for r in results],
+            textposition="outside",
+            hovertemplate="%{x}: %{y:.2f}× dense<extra></extra>",
+            name="speedup",
+        )
+    )
+    figure.add_hline(y=1, line_dash="dot", line_color="#777", annotation_text="dense")
+    ideal = ideal_speedup(case)
+    if ideal is not None and finite(ideal):
+        figure.add_hline(
+            y=ideal, line_dash="dash", line_color="#222",
+            annotation_text=f"ideal 1/density = {ideal:.1f}×",
+        )  # fmt: skip
+    return _layout(figure, 340, title="Speedup over dense attention", yaxis_title="× dense")
+
+
+def tflops_figure(case: dict[str, Any]) -> go.Figure:
+    """Effective TFLOP/s: the layout's FLOPs over each contender's time."""
+    results = [r for r in measured(case) if finite(r.get("tflops"))]
+    names = [r["name"] for r in results]
+    figure = go.Figure(
+        go.Bar(
+            x=names,
+            y=[r["tflops"] for r in results],
+            marker_color=[COLOURS.get(n, "#777") for n in names],
+            customdata=[[r["ms"], r.get("own_tflops") or float("nan")] for r in results],
+            hovertemplate="%{x}: %{y:.1f} TFLOP/s effective, %{customdata[0]:.3f} ms"
+            "<br>own FLOPs: %{customdata[1]:.1f} TFLOP/s<extra></extra>",
+            name="effective TFLOP/s",
+        )
+    )
+    return _layout(figure, 340, title="Effective TFLOP/s", yaxis_title="TFLOP/s")
+
+
+def head_error_figure(case: dict[str, Any]) -> go.Figure | None:
+    """Max-abs and relative error per head of each implementation with details (None if none)."""
+    details = {k: v for k, v in case.get("details", {}).items() if "head_max_abs" in v}
+    if not details:
+        return None
+    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                           subplot_titles=("max |out − ref|", "‖out − ref‖ / ‖ref‖"))  # fmt: skip
+    for name, detail in details.items():
+        heads = np.arange(len(detail["head_max_abs"]))
+        for row, key in ((1, "head_max_abs"), (2, "head_rel")):
+            figure.add_trace(
+                go.Bar(
+                    x=heads, y=detail[key], name=name, legendgroup=name, showlegend=row == 1,
+                    marker_color=COLOURS.get(name, "#777"),
+                    hovertemplate=f"{name} head %{{x}}: %{{y:.2e}}<extra></extra>",
+                ),
+                row=row, col=1,
+            )  # fmt: skip
+    figure.update_yaxes(type="log", exponentformat="e")
+    figure.update_xaxes(title_text="head", row=2, col=1)
+    return _layout(figure, 420, title="Error against the fp64 reference, per head")
+
+
+def error_map_figure(detail: dict[str, Any], block_size: int, name: str) -> go.Figure:
+    """Where the largest errors sit: the max error of each (head, query block row)."""
+    values = np.asarray(detail["block_max_abs"], dtype=np.float64)
+    step = detail.get("rows_per_cell", 1)
+    figure = go.Figure(
+        go.Heatmap(
+            z=values,
+            x=np.arange(values.shape[1]) * step,
+            colorscale="Inferno",
+            colorbar={"title": "max |err|", "exponentformat": "e"},
+            hovertemplate="head %{y}, query block %{x}"
+            + (f"–+{step - 1}" if step > 1 else "")
+            + ": %{z:.2e}<extra></extra>",
+        )
+    )
+    figure.update_yaxes(title_text="head", autorange="reversed")
+    figure.update_xaxes(title_text=f"query block ({block_size} tokens)")
+    return _layout(figure, 300, title=f"{name}: largest error per query-block row")
+
+
+def segmentation_figure(case: dict[str, Any], start_width: int) -> go.Figure | None:
+    """SDD at the design's start width against start width 1 (one block per tile), for the
+    whole pipeline and the SDD kernel alone; None without such a pair."""
+    by_name = results_by_name(case)
+    pairs = [("SDD → softmax → DSD", "sdd", "sdd_w1"), ("SDD kernel alone", "sdd_qk", "sdd_qk_w1")]
+    figure = go.Figure()
+    found = False
+    for label, segmented, single in pairs:
+        a, b = by_name.get(segmented, {}), by_name.get(single, {})
+        if not (finite(a.get("ms")) and finite(b.get("ms"))):
+            continue
+        found = True
+        figure.add_trace(go.Bar(x=[label], y=[a["ms"]], name=f"start width {start_width}",
+                                marker_color=COLOURS["sdd"], legendgroup="w",
+                                showlegend=label == pairs[0][0]))  # fmt: skip
+        figure.add_trace(go.Bar(x=[label], y=[b["ms"]], name="start width 1",
+                                marker_color=COLOURS["sdd_w1"], legendgroup="1",
+                                showlegend=label == pairs[0][0],
+                                text=[f"{b['ms'] / a['ms']:.2f}× slower"],
+                                textposition="outside"))  # fmt: skip
+    if not found:
+        return None
+    figure.update_layout(barmode="group")
+    return _layout(figure, 320, title="Effect of the segmentation", yaxis_title="ms")
+
+
+def sweep_speedup_figure(cases: Sequence[dict[str, Any]]) -> go.Figure:
+    """Speedup over dense against sparsity, one line per contender and sweep kind; the current
+    design is a star, the ideal (1/density) a dashed line."""
+    figure = go.Figure()
+    for kind in ("scaled", "length", "random", "current"):
+        group = [c for c in cases if c.get("sweep", {}).get("kind") == kind]
+        for name in _contenders(group):
+            points = [
+                (100 * (1 - c["layout"]["token_density"]), s, c["case"])
+                for c in group
+                if (r := results_by_name(c).get(name)) and (s := speedup_vs_dense(c, r))
+            ]
+            if points:
+                points.sort()
+                figure.add_trace(_sweep_trace(points, name, kind))
+    ideal = sorted(
+        (100 * (1 - c["layout"]["token_density"]), v)
+        for c in cases
+        if (v := ideal_speedup(c)) is not None
+    )
+    if ideal:
+        figure.add_trace(go.Scatter(x=[p[0] for p in ideal], y=[p[1] for p in ideal],
+                                    mode="lines", name="ideal 1/density",
+                                    line={"dash": "dash", "color": "#222"}))  # fmt: skip
+    figure.update_yaxes(type="log", title_text="× dense")
+    figure.update_xaxes(title_text="sparsity (% of token pairs skipped)")
+    return _layout(figure, 420, title="Speedup against sparsity")
+
+
+def sweep_length_figure(cases: Sequence[dict[str, Any]]) -> go.Figure:
+    """Time against sequence length, one line per contender; the current design is a star."""
+    figure = go.Figure()
+    for kind in ("length", "current"):
+        group = [c for c in cases if c.get("sweep", {}).get("kind") == kind]
+        for name in _contenders(group):
+            points = [
+                (c["config"]["seq_q"], r["ms"], c["case"])
+                for c in group
+                if (r := results_by_name(c).get(name)) and finite(r.get("ms"))
+            ]
+            if points:
+                points.sort()
+                figure.add_trace(_sweep_trace(points, name, kind))
+    figure.update_xaxes(type="log", title_text="sequence length (tokens)", dtick=np.log10(2))
+    figure.update_yaxes(type="log", title_text="ms")
+    return _layout(figure, 420, title="Time against sequence length")
+
+
+def _contenders(cases: Sequence[dict[str, Any]]) -> list[str]:
+    names: dict[str, None] = {}
+    for case in cases:
+        names.update((r["name"], None) for r in measured(case))
+    return list(names)
+
+
+def _sweep_trace(points: list[tuple[float, float, str]], name: str, kind: str) -> go.Scatter:
+    current = kind == "current"
+    return go.Scatter(
+        x=[p[0] for p in points],
+        y=[p[1] for p in points],
+        text=[p[2] for p in points],
+        mode="markers" if current else "lines+markers",
+        name=f"{name} (current design)" if current else f"{name} ({kind})",
+        legendgroup=name,
+        marker={"symbol": SYMBOLS[kind], "size": 16 if current else 8,
+                "color": COLOURS.get(name, "#777"), "line": {"width": 1, "color": "#222"}},
+        line={"dash": "dot" if kind == "random" else "solid", "color": COLOURS.get(name, "#777")},
+        hovertemplate="%{text}<br>%{x:.4g}: %{y:.3g}<extra>" + name + "</extra>",
+    )  # fmt: skip
+
+
+def overlay_figure(
+    first: dict[str, Any], second: dict[str, Any], labels: Sequence[str]
+) -> go.Figure:
+    """Two runs side by side: each contender's time in both, and the second's speedup over the
+    first in the hover."""
+    a, b = results_by_name(first), results_by_name(second)
+    names = [n for n in a if n in b and finite(a[n].get("ms")) and finite(b[n].get("ms"))]
+    figure = go.Figure()
+    for label, results, colour in ((labels[0], a, "#4e79a7"), (labels[1], b, "#f28e2b")):
+        figure.add_trace(
+            go.Bar(
+                x=names, y=[results[n]["ms"] for n in names], name=label, marker_color=colour,
+                customdata=[a[n]["ms"] / b[n]["ms"] for n in names],
+                hovertemplate="%{x}: %{y:.3f} ms (second run %{customdata:.2f}× the first's "
+                "speed)<extra></extra>",
+            )
+        )  # fmt: skip
+    figure.update_layout(barmode="group")
+    return _layout(figure, 360, title="Two runs overlaid", yaxis_title="ms")
+
+
+def cases_speedup_figure(cases: Sequence[dict[str, Any]]) -> go.Figure:
+    """Every case of a document: each contender's speedup over dense, grouped by case."""
+    figure = go.Figure()
+    for name in _contenders(cases):
+        xs, ys = [], []
+        for case in cases:
+            result = results_by_name(case).get(name)
+            if result and (s := speedup_vs_dense(case, result)) is not None:
+                xs.append(case["case"])
+                ys.append(s)
+        figure.add_trace(go.Bar(x=xs, y=ys, name=name, marker_color=COLOURS.get(name, "#777")))
+    figure.update_layout(barmode="group")
+    figure.update_yaxes(type="log", title_text="× dense")
+    return _layout(figure, 420, title="Speedup over dense attention, every case")

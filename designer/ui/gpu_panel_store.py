@@ -1,0 +1,94 @@
+"""Benchmark runs kept with their design, and the repository's committed results.
+
+Runs live in the data directory, beside the design library (``DesignStore.root``)::
+
+    runs/<design digest>/<UTC time>-<random>.json
+
+one benchmark document per file (``gpu.bench`` JSON plus the panel's keys), keyed by the design's
+digest (every block, block size, start width: ``design_digest``): a design's runs come back
+whenever that exact layout is open, under any name and in any session. Files are written
+atomically. The committed results are ``benchmarks/results/*.json``. Unreadable files are
+reported, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from designer.ui.gpu_panel_data import document_label, read_document
+from designer.ui.storage import atomic_write
+
+RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+#: Larger files are not read (a sweep of every standard case is well under 1 MiB).
+MAX_DOCUMENT_BYTES = 32 << 20
+_DIGEST = re.compile(r"[0-9a-f]{32}")
+
+
+@dataclass(frozen=True)
+class StoredDocument:
+    """A benchmark document and where it came from."""
+
+    path: Path
+    doc: dict[str, Any]
+
+    @property
+    def label(self) -> str:
+        return document_label(self.doc, self.path.name)
+
+
+def document_bytes(doc: dict[str, Any]) -> bytes:
+    """The document as the JSON text ``python -m gpu.bench`` writes (NaN kept)."""
+    return (json.dumps(doc, indent=1, allow_nan=True) + "\n").encode()
+
+
+def read_documents(paths: list[Path]) -> tuple[list[StoredDocument], list[str]]:
+    """Every readable document of ``paths``, newest first, and a line per unreadable one."""
+    stored, problems = [], []
+    for path in paths:
+        try:
+            if path.stat().st_size > MAX_DOCUMENT_BYTES:
+                raise ValueError(f"{path.name} is larger than {MAX_DOCUMENT_BYTES >> 20} MiB")
+            stored.append(StoredDocument(path, read_document(path.read_bytes(), path.name)))
+        except (OSError, ValueError) as error:
+            problems.append(str(error))
+    stored.sort(key=lambda s: (str(s.doc.get("date", "")), s.path.name), reverse=True)
+    return stored, problems
+
+
+def committed_results(results_dir: Path = RESULTS_DIR) -> tuple[list[StoredDocument], list[str]]:
+    """The committed ``benchmarks/results/*.json``, newest first, and unreadable ones."""
+    return read_documents(sorted(Path(results_dir).glob("*.json")))
+
+
+class RunStore:
+    """The runs of every design under one data directory.
+
+    >>> store = RunStore(tmp_path)                              # doctest: +SKIP
+    >>> store.save(design_digest(design), doc); store.runs(design_digest(design))  # doctest: +SKIP
+    """
+
+    def __init__(self, root: Path | str) -> None:
+        self.runs_dir = Path(root) / "runs"
+
+    def save(self, digest: str, doc: dict[str, Any]) -> Path:
+        """Store ``doc`` with the design of ``digest``; returns the new file."""
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        path = self._dir(digest) / f"{stamp}-{secrets.token_hex(4)}.json"
+        atomic_write(path, document_bytes(doc))
+        return path
+
+    def runs(self, digest: str) -> tuple[list[StoredDocument], list[str]]:
+        """The design's stored runs, newest first, and a line per unreadable file."""
+        folder = self._dir(digest)
+        return read_documents(sorted(folder.glob("*.json")) if folder.is_dir() else [])
+
+    def _dir(self, digest: str) -> Path:
+        if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+            raise ValueError(f"digest must be 32 lowercase hex digits, got {digest!r}")
+        return self.runs_dir / digest

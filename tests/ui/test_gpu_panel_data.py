@@ -1,0 +1,270 @@
+"""Benchmark documents as the panel reads them, stored runs, and the figures drawn from them.
+
+Documents come from the real harness on the CPU with fake contenders and a fake timer
+(``fake_harness``), so they have exactly the schema ``python -m gpu.bench`` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from designer.layout import Layout
+from designer.ui.gpu_panel_data import (
+    case_label,
+    dense_baseline,
+    failure_kind,
+    ideal_speedup,
+    problems,
+    read_document,
+    speedup_vs_dense,
+    table_rows,
+)
+from designer.ui.gpu_panel_figures import (
+    cases_speedup_figure,
+    error_map_figure,
+    head_error_figure,
+    overlay_figure,
+    segmentation_figure,
+    speedup_figure,
+    sweep_length_figure,
+    sweep_speedup_figure,
+    tflops_figure,
+)
+from designer.ui.gpu_panel_store import RunStore, committed_results, document_bytes
+from gpu.bench import BenchConfig, BenchSession, document, run_benchmark
+from gpu.bench import harness as harness_module
+from gpu.bench.contenders import Prepared
+from gpu.reference import dense_masked_attention
+
+#: Milliseconds each fake contender takes.
+TIMES = {"fused": 1.0, "sdd": 2.0, "sdd_w1": 3.0, "sdd_qk": 1.0, "sdd_qk_w1": 1.5, "flex": 1.5,
+         "sdpa": 5.0, "sdpa_cudnn": 4.0, "sdpa_flash": 4.5, "reference": 9.0}  # fmt: skip
+SMALL = dict(heads=2, seq_q=64, head_dim=16, warmup=1, reps=3, device="cpu", flush_l2=False)
+
+
+def fake_harness(monkeypatch, times=None, failures=None):
+    """Make ``run_benchmark`` run every contender on the CPU: ours and Flex return the fp32
+    reference rounded to the input dtype, failures raise their message, the timer says
+    ``times``. Returns the timer (pass it to a ``BenchSession``)."""
+    times = {**TIMES, **(times or {})}
+    failures = failures or {}
+
+    def prepare(name, case):
+        if name in failures:
+            raise failures[name]
+        out = dense_masked_attention(
+            case.q, case.k, case.v, case.blocks, case.block_size, causal=case.causal,
+            scale=case.scale, compute_dtype=torch.float32,
+        ).to(case.q.dtype)  # fmt: skip
+
+        def run():
+            return out
+
+        run.contender = name
+        return Prepared(run, not name.startswith("sdpa") and not name.startswith("sdd_qk"))
+
+    monkeypatch.setattr(harness_module, "prepare", prepare)
+    return lambda run, *, reps: [times[run.contender]] * reps
+
+
+def make_case(monkeypatch, contenders=("fused", "sdd", "sdd_w1", "flex", "sdpa_cudnn"), *,
+              layout=None, times=None, failures=None, **changes):  # fmt: skip
+    timer = fake_harness(monkeypatch, times, failures)
+    layout = layout or Layout(torch.ones(2, 4, 4, dtype=torch.bool).tril(), 16)
+    config = BenchConfig(**{**SMALL, "contenders": contenders, **changes})
+    session = BenchSession(torch.device("cpu"), timer=timer)
+    return run_benchmark(config, layout, name="tiny", session=session)
+
+
+def make_doc(monkeypatch, **kwargs):
+    doc = document([make_case(monkeypatch, **kwargs)], env={"gpu": "test GPU", "torch": "x"})
+    return json.loads(json.dumps(doc))
+
+
+def test_speedups_ideal_and_rows(monkeypatch):
+    doc = make_doc(monkeypatch)
+    case = doc["cases"][0]
+    assert dense_baseline(case)["name"] == "sdpa_cudnn"
+    rows = {row["contender"]: row for row in table_rows(case)}
+    assert rows["fused"]["x dense"] == 4.0 and rows["flex"]["x dense"] == pytest.approx(4 / 1.5)
+    assert rows["fused"]["ms"] == 1.0 and rows["sdpa_cudnn"]["x cuDNN"] == 1.0
+    assert rows["fused"]["rel err"] < 1e-2 and rows["sdpa_cudnn"]["rel err"] is None
+    # the ideal is dense FLOPs over the layout's: 1 / density (10 of 16 blocks, not causal)
+    assert ideal_speedup(case) == pytest.approx(16 / 10)
+    assert case_label(case) == "B=1 H=2 S=64 D=16 bf16 · block 16 · density 62.50%"
+
+
+def test_ideal_speedup_counts_causal_dense_work(monkeypatch):
+    ones = Layout(torch.ones(2, 4, 4, dtype=torch.bool), 16)
+    case = make_doc(monkeypatch, layout=ones, causal=True)["cases"][0]
+    assert ideal_speedup(case) == pytest.approx(1.0)  # the causal layout is all the work
+    without = make_doc(monkeypatch, layout=ones, causal=True, contenders=("fused",))["cases"][0]
+    assert (
+        dense_baseline(without) is None and speedup_vs_dense(without, without["results"][0]) is None
+    )
+    assert ideal_speedup(without) == pytest.approx(1 / without["layout"]["token_density"])
+
+
+def test_dense_baseline_falls_back_to_default_sdpa(monkeypatch):
+    case = make_doc(monkeypatch, contenders=("fused", "sdpa", "sdpa_cudnn"),
+                    failures={"sdpa_cudnn": RuntimeError("no cuDNN")})["cases"][0]  # fmt: skip
+    assert dense_baseline(case)["name"] == "sdpa"
+    assert problems(case) == ["sdpa_cudnn failed (error): RuntimeError: no cuDNN"]
+
+
+@pytest.mark.parametrize(
+    ("message", "kind"),
+    [
+        ("OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB", "out of memory"),
+        ("RuntimeError: compiling gpu/kernels/fused_attention.cu failed", "kernel compile error"),
+        (
+            "CUDADriverError: CUDA_ERROR_LAUNCH_FAILED: unspecified launch failure",
+            "kernel launch failure",
+        ),
+        (
+            "RuntimeError: CUDA error: an illegal memory access was encountered",
+            "kernel launch failure",
+        ),
+        ("ValueError: block_size must be one of 16, 32, 64, 128", "error"),
+    ],
+)
+def test_failure_kind(message, kind):
+    assert failure_kind(message) == kind
+
+
+def test_failed_contender_row_names_the_kind(monkeypatch):
+    oom = torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 80.00 GiB")
+    case = make_doc(monkeypatch, failures={"sdd": oom})["cases"][0]
+    row = next(r for r in table_rows(case) if r["contender"] == "sdd")
+    assert row["status"] == "failed" and row["ms"] is None
+    assert row["note"].startswith("out of memory: OutOfMemoryError: CUDA out of memory")
+
+
+def test_read_document_round_trip_and_errors(monkeypatch):
+    doc = make_doc(monkeypatch)
+    assert read_document(document_bytes(doc), "run.json") == doc
+    bad = {
+        b"{nope": "run.json is not JSON",
+        b"[]": "the document must be a dict, got list",
+        json.dumps({**doc, "format": "x"}).encode(): "format must be 'blocksparse-bench'",
+        json.dumps({**doc, "cases": {}}).encode(): "cases must be a list",
+    }
+    broken = json.loads(json.dumps(doc))
+    broken["cases"][0]["results"][0]["ms"] = "fast"
+    bad[json.dumps(broken).encode()] = r"cases\[0\].results\[0\].ms must be a number or null"
+    broken = json.loads(json.dumps(doc))
+    broken["cases"][0]["layout"]["token_density"] = 2
+    bad[json.dumps(broken).encode()] = r"token_density must be in \[0, 1\]"
+    for text, match in bad.items():
+        with pytest.raises(ValueError, match=match):
+            read_document(text, "run.json")
+
+
+def test_nan_errors_survive_storage(monkeypatch, tmp_path):
+    doc = make_doc(monkeypatch)
+    doc["cases"][0]["results"][0]["rel_error"] = math.nan
+    store = RunStore(tmp_path)
+    store.save("0" * 32, doc)
+    (stored,), problems_ = store.runs("0" * 32)
+    assert problems_ == [] and math.isnan(stored.doc["cases"][0]["results"][0]["rel_error"])
+
+
+def test_run_store_keys_by_digest_newest_first_and_skips_bad_files(monkeypatch, tmp_path):
+    store = RunStore(tmp_path)
+    first, second = make_doc(monkeypatch), make_doc(monkeypatch)
+    first["date"], second["date"] = "2026-01-01T00:00:00+00:00", "2026-02-01T00:00:00+00:00"
+    store.save("a" * 32, first)
+    path = store.save("a" * 32, second)
+    assert path.parent == tmp_path / "runs" / ("a" * 32)
+    (path.parent / "broken.json").write_text("{")
+    runs, unreadable = store.runs("a" * 32)
+    assert [r.doc["date"] for r in runs] == [second["date"], first["date"]]
+    assert unreadable == ["broken.json is not JSON: Expecting property name enclosed in double "
+                          "quotes: line 1 column 2 (char 1)"]  # fmt: skip
+    assert "test GPU (" in runs[0].label and "run · B=1 H=2 S=64" in runs[0].label
+    assert store.runs("b" * 32) == ([], [])
+    with pytest.raises(ValueError, match=r"digest must be 32 lowercase hex digits, got '\.\./x'"):
+        store.runs("../x")
+
+
+def test_committed_results_are_read_from_a_folder(monkeypatch, tmp_path):
+    (tmp_path / "2026-11-29-h200.json").write_bytes(document_bytes(make_doc(monkeypatch)))
+    (tmp_path / "notes.json").write_text('{"format": "other"}')
+    docs, unreadable = committed_results(tmp_path)
+    assert [d.path.name for d in docs] == ["2026-11-29-h200.json"]
+    assert unreadable == ["notes.json is not a benchmark document: format must be "
+                          "'blocksparse-bench' version 1, got 'other' version None"]  # fmt: skip
+
+
+def test_speedup_and_tflops_figures(monkeypatch):
+    case = make_doc(monkeypatch)["cases"][0]
+    figure = speedup_figure(case)
+    bars = figure.data[0]
+    assert list(bars.x) == ["fused", "sdd", "sdd_w1", "flex", "sdpa_cudnn"]
+    assert list(bars.y) == pytest.approx([4.0, 2.0, 4 / 3, 4 / 1.5, 1.0])
+    lines = [shape.y0 for shape in figure.layout.shapes]
+    assert lines == pytest.approx([1.0, 1.6])  # dense and the ideal 1/density
+    assert "ideal 1/density = 1.6×" in [a.text for a in figure.layout.annotations]
+    tflops = tflops_figure(case).data[0]
+    assert tflops.y[0] == pytest.approx(case["flops"] / 1e-3 / 1e12)
+
+
+def test_segmentation_figure_needs_a_pair(monkeypatch):
+    case = make_doc(monkeypatch, contenders=("sdd", "sdd_w1", "sdd_qk", "sdd_qk_w1"))["cases"][0]
+    figure = segmentation_figure(case, 8)
+    assert [(t.name, list(t.y)) for t in figure.data] == [
+        ("start width 8", [2.0]), ("start width 1", [3.0]),
+        ("start width 8", [1.0]), ("start width 1", [1.5]),
+    ]  # fmt: skip
+    assert figure.data[1].text[0] == "1.50× slower"
+    alone = make_doc(monkeypatch, contenders=("sdd",))["cases"][0]
+    assert segmentation_figure(alone, 8) is None
+
+
+def test_error_figures():
+    case = {"details": {
+        "fused": {"head_max_abs": [1e-3, 2e-3], "head_rel": [1e-4, 3e-4],
+                  "block_max_abs": [[0, 1e-3], [2e-3, 0]], "rows_per_cell": 2},
+        "sdd": {"error": "GpuUnavailableError: no GPU"},
+    }}  # fmt: skip
+    figure = head_error_figure(case)
+    assert [(t.name, list(t.y)) for t in figure.data] == [
+        ("fused", [1e-3, 2e-3]), ("fused", [1e-4, 3e-4])
+    ]  # fmt: skip
+    heat = error_map_figure(case["details"]["fused"], 64, "fused").data[0]
+    assert np.array_equal(heat.z, [[0, 1e-3], [2e-3, 0]]) and list(heat.x) == [0, 2]
+    assert head_error_figure({"details": {"sdd": {"error": "x"}}}) is None
+
+
+def test_sweep_figures_mark_the_current_design(monkeypatch):
+    cases = []
+    for kind, value, time in (("length", 1024, 1.0), ("current", 2048, 2.0), ("length", 4096, 5.0)):
+        case = make_doc(monkeypatch, times={"fused": time})["cases"][0]
+        case["config"]["seq_q"] = value
+        case["sweep"] = {"kind": kind, "label": str(value), "value": value}
+        cases.append(case)
+    length = sweep_length_figure(cases)
+    names = [t.name for t in length.data]
+    assert "fused (length)" in names and "fused (current design)" in names
+    current = next(t for t in length.data if t.name == "fused (current design)")
+    assert list(current.x) == [2048] and current.marker.symbol == "star"
+    lengths = next(t for t in length.data if t.name == "fused (length)")
+    assert list(lengths.x) == [1024, 4096] and list(lengths.y) == [1.0, 5.0]
+    speed = sweep_speedup_figure(cases)
+    assert any(t.name == "ideal 1/density" for t in speed.data)
+    assert any(t.name == "fused (current design)" for t in speed.data)
+
+
+def test_overlay_and_cases_figures(monkeypatch):
+    first = make_doc(monkeypatch)["cases"][0]
+    second = make_doc(monkeypatch, times={"fused": 0.5})["cases"][0]
+    figure = overlay_figure(first, second, ("a", "b"))
+    assert [t.name for t in figure.data] == ["a", "b"]
+    assert figure.data[1].y[0] == 0.5 and figure.data[0].customdata[0] == 2.0
+    cases = cases_speedup_figure([first, second])
+    assert [t.name for t in cases.data][:2] == ["fused", "sdd"]
