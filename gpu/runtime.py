@@ -128,12 +128,17 @@ def kernel_source(source: str) -> str:
 
 
 def cupy_stream_for(tensor: torch.Tensor) -> Any:
-    """A ``cupy.cuda.ExternalStream`` on ``tensor``'s current torch stream (use it as a context).
+    """A CuPy stream wrapping ``tensor``'s current torch stream (use it as a context).
 
     Launching inside ``with cupy_stream_for(q):`` orders our kernels with the caller's torch work.
+    Through the CUDA stream protocol where CuPy has it (``Stream.from_external``; CuPy 14
+    deprecates ``ExternalStream``), else an ``ExternalStream`` on the raw handle.
     """
     cupy = require_cupy()
     stream = torch.cuda.current_stream(tensor.device)
+    if hasattr(cupy.cuda.Stream, "from_external") and hasattr(stream, "__cuda_stream__"):
+        with cupy.cuda.Device(tensor.device.index):
+            return cupy.cuda.Stream.from_external(stream)
     return cupy.cuda.ExternalStream(stream.cuda_stream, tensor.device.index)
 
 

@@ -138,34 +138,42 @@ def run_sdd(
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``O = softmax(scale·QKᵀ | layout) V`` through the three kernels (inputs pre-validated)."""
-    scores = sdd_scores(plan, q, k, scale=scale)
-    probs = sparse_softmax(plan, scores, q)
-    return dsd(plan, probs, v, q, out=out)
+    with _launch_context(q):
+        scores = _launch_sdd(plan, q, k, scale)
+        probs = _launch_softmax(plan, scores, q)
+        return _launch_dsd(plan, probs, v, q, out)
 
 
 def sdd_scores(plan: SddPlan, q: torch.Tensor, k: torch.Tensor, *, scale: float) -> torch.Tensor:
     """The SDD stage alone: packed fp32 ``[B, nnz, b, b]`` scores, one launch per width."""
+    with _launch_context(q):
+        return _launch_sdd(plan, q, k, scale)
+
+
+# --------------------------------------------------------------------------- launches
+# Each runs inside ``_launch_context`` (device and stream entered once per call of the pipeline:
+# at small sizes the host cost of a launch is comparable to the kernels).
+def _launch_sdd(plan: SddPlan, q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
     batch = q.shape[0]
     b = plan.config.block_size
     scores = torch.empty(batch, max(plan.nnz, 1), b, b, dtype=torch.float32, device=q.device)
-    with _launch_context(q):
-        for launch in plan.launches:
-            threads = 32 * SDD_WARPS[launch.piece][0] * SDD_WARPS[launch.piece][1]
-            plan.kernels[f"sdd_matmul_t{launch.piece}"](
-                (launch.n_groups * launch.splits**2, batch),
-                (threads,),
-                (
-                    _ptr(q), _ptr(k), _ptr(scores), _ptr(launch.groups),
-                    np.int32(launch.width), np.int32(plan.n_heads), np.int32(q.shape[2]),
-                    np.int32(k.shape[2]), np.int64(plan.nnz), np.float32(scale),
-                    np.int32(plan.causal),
-                ),
-                shared_mem=plan.config.matmul_shared_bytes(launch.piece),
-            )  # fmt: skip
+    for launch in plan.launches:
+        threads = 32 * SDD_WARPS[launch.piece][0] * SDD_WARPS[launch.piece][1]
+        plan.kernels[f"sdd_matmul_t{launch.piece}"](
+            (launch.n_groups * launch.splits**2, batch),
+            (threads,),
+            (
+                _ptr(q), _ptr(k), _ptr(scores), _ptr(launch.groups),
+                np.int32(launch.width), np.int32(plan.n_heads), np.int32(q.shape[2]),
+                np.int32(k.shape[2]), np.int64(plan.nnz), np.float32(scale),
+                np.int32(plan.causal),
+            ),
+            shared_mem=plan.config.matmul_shared_bytes(launch.piece),
+        )  # fmt: skip
     return scores[:, : plan.nnz]
 
 
-def sparse_softmax(plan: SddPlan, scores: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+def _launch_softmax(plan: SddPlan, scores: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     """Softmax over each query row's active blocks: packed 16-bit ``[B, nnz, b, b]`` P."""
     batch, _, seq_q, _ = q.shape
     b = plan.config.block_size
@@ -173,41 +181,34 @@ def sparse_softmax(plan: SddPlan, scores: torch.Tensor, q: torch.Tensor) -> torc
     total_rows = batch * plan.n_heads * seq_q
     rows_per_cta = SOFTMAX_THREADS // (b // 4)
     if plan.nnz:
-        with _launch_context(q):
-            plan.kernels["sdd_softmax"](
-                ((total_rows + rows_per_cta - 1) // rows_per_cta,),
-                (SOFTMAX_THREADS,),
-                (
-                    _ptr(scores), _ptr(probs), _ptr(plan.row_ptr), np.int32(plan.n_heads),
-                    np.int32(seq_q), np.int64(plan.nnz), np.int64(total_rows),
-                ),
-            )  # fmt: skip
+        plan.kernels["sdd_softmax"](
+            ((total_rows + rows_per_cta - 1) // rows_per_cta,),
+            (SOFTMAX_THREADS,),
+            (
+                _ptr(scores), _ptr(probs), _ptr(plan.row_ptr), np.int32(plan.n_heads),
+                np.int32(seq_q), np.int64(plan.nnz), np.int64(total_rows),
+            ),
+        )  # fmt: skip
     return probs
 
 
-def dsd(
-    plan: SddPlan,
-    probs: torch.Tensor,
-    v: torch.Tensor,
-    q: torch.Tensor,
-    *,
-    out: torch.Tensor | None = None,
+def _launch_dsd(
+    plan: SddPlan, probs: torch.Tensor, v: torch.Tensor, q: torch.Tensor, out: torch.Tensor | None
 ) -> torch.Tensor:
     """``O = P·V`` walking each query block row's active blocks; empty rows give zeros."""
     if out is None:
         out = torch.empty_like(q)
     batch, _, seq_q, _ = q.shape
-    with _launch_context(q):
-        plan.kernels["sdd_dsd"](
-            (plan.n_heads * plan.n_q_blocks, batch),
-            (32 * plan.config.block_size // 16,),
-            (
-                _ptr(probs), _ptr(v), _ptr(out), _ptr(plan.row_ptr), _ptr(plan.col_idx),
-                _ptr(plan.row_order), np.int32(plan.n_heads), np.int32(seq_q),
-                np.int32(v.shape[2]), np.int64(plan.nnz),
-            ),
-            shared_mem=plan.config.dsd_shared_bytes(),
-        )  # fmt: skip
+    plan.kernels["sdd_dsd"](
+        (plan.n_heads * plan.n_q_blocks, batch),
+        (32 * plan.config.block_size // 16,),
+        (
+            _ptr(probs), _ptr(v), _ptr(out), _ptr(plan.row_ptr), _ptr(plan.col_idx),
+            _ptr(plan.row_order), np.int32(plan.n_heads), np.int32(seq_q),
+            np.int32(v.shape[2]), np.int64(plan.nnz),
+        ),
+        shared_mem=plan.config.dsd_shared_bytes(),
+    )  # fmt: skip
     return out
 
 
