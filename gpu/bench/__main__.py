@@ -2,7 +2,7 @@
 
 Examples::
 
-    python -m gpu.bench --case banded_7pct-b128-d64
+    python -m gpu.bench --case banded_7pct-b128-d64,dense-b16-d128
     python -m gpu.bench --design my_layout.pt --head-dim 128 --out results.json
     python -m gpu.bench --sweep standard --out benchmarks/results/2026-11-29-h200.json
     python -m gpu.bench --sweep standard --quick
@@ -25,11 +25,15 @@ from gpu.bench.report import format_table, write_json
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     if args.list:
         print("\n".join(case.name for case in standard_cases()))
         return 0
-    jobs = _jobs(args)
+    try:
+        jobs = _jobs(args)
+    except (ValueError, TypeError) as error:  # a bad case name, design file or option value
+        parser.error(str(error))
     session = BenchSession(torch.device("cuda" if torch.cuda.is_available() else "cpu"),
                            flush_l2=not args.no_flush)  # fmt: skip
     results = []
@@ -45,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _jobs(args: argparse.Namespace) -> list:
-    if args.sweep:
-        cases = standard_cases()
+    if args.sweep or args.case:
+        cases = standard_cases() if args.sweep else [find_case(n) for n in args.case.split(",")]
         return [(c.name, _override(c.config(quick=args.quick), args), c.layout(quick=args.quick))
                 for c in cases]  # fmt: skip
     if args.design:
@@ -61,10 +65,7 @@ def _jobs(args: argparse.Namespace) -> list:
             start_width=design.start_width,
         )
         return [(design.name, _override(config, args), layout)]
-    case = find_case(args.case)
-    return [
-        (case.name, _override(case.config(quick=args.quick), args), case.layout(quick=args.quick))
-    ]
+    raise ValueError("give --case, --design or --sweep")
 
 
 def _override(config: BenchConfig, args: argparse.Namespace) -> BenchConfig:
@@ -87,7 +88,9 @@ def _parser() -> argparse.ArgumentParser:
         "on one layout or the standard sweep; print a table and write JSON.",
     )
     what = parser.add_mutually_exclusive_group(required=True)
-    what.add_argument("--case", help="a standard case, e.g. banded_7pct-b128-d64 (see --list)")
+    what.add_argument(
+        "--case", help="standard cases, comma-separated, e.g. banded_7pct-b128-d64 (see --list)"
+    )
     what.add_argument("--design", help="a .pt design file saved by the app")
     what.add_argument("--sweep", choices=["standard"], help="every standard case")
     what.add_argument("--list", action="store_true", help="list the standard cases")

@@ -75,7 +75,9 @@ def document(results: Sequence[BenchResult], *, env: dict[str, Any] | None = Non
         "environment": environment() if env is None else env,
         "flops_formula": "4*B*H*Sq*Sk*D*token_density (active (q,k) pairs, causal counted)",
         "method": "CUDA events per rep, warm-up first, median of reps, 256 MiB written before "
-        "each rep to flush L2; plans and compilation outside the timed region",
+        "each rep to flush L2, a ~1 ms spin kernel (torch.cuda._sleep, where it runs) before "
+        "the start event so host launch overhead is not timed; plans and compilation outside "
+        "the timed region",
         "cases": [result_to_dict(r) for r in results],
     }
 

@@ -1,6 +1,12 @@
 """One timer for every contender: per-rep CUDA events around a single call, with the L2 flushed
 before each rep (the harness warms up first and reports the median of the reps).
 
+Before the start event the stream also gets a ~1 ms spin kernel (``torch.cuda._sleep``): while the
+GPU spins, the host enqueues the start event, every launch of the call and the end event, so the
+events time the GPU work and not Python's launch overhead, which would otherwise dominate the
+sub-millisecond cases (a compiled FlexAttention call or our multi-launch SDD pipeline spend tens
+of microseconds on the host per call).
+
 A timer is any callable ``timer(run, reps=...) -> list[float]`` (milliseconds per rep), so tests
 can pass a fake one and the CPU reference can be timed with a host clock.
 """
@@ -15,6 +21,8 @@ import torch
 
 #: Written before each rep: several times the H200's 60 MB L2.
 FLUSH_BYTES = 256 << 20
+#: GPU cycles of the spin kernel queued ahead of each rep (about 1 ms at 2 GHz).
+HOST_LEAD_CYCLES = 2_000_000
 
 Runner = Callable[[], object]
 
@@ -29,12 +37,15 @@ class CudaEventTimer:
     def __init__(self, device: torch.device, *, flush_l2: bool = True) -> None:
         self.device = device
         self.flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device) if flush_l2 else None
+        self.spin = _spin_kernel(device)
 
     def __call__(self, run: Runner, *, reps: int) -> list[float]:
         times = []
         for _ in range(reps):
             if self.flush is not None:
                 self.flush.zero_()
+            if self.spin is not None:
+                self.spin(HOST_LEAD_CYCLES)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
@@ -53,3 +64,17 @@ def host_timer(run: Runner, *, reps: int) -> list[float]:
         run()
         times.append((time.perf_counter() - start) * 1e3)
     return times
+
+
+def _spin_kernel(device: torch.device) -> Callable[[int], None] | None:
+    """``torch.cuda._sleep`` if this torch has it and it runs, else None (plain event timing)."""
+    spin = getattr(torch.cuda, "_sleep", None)
+    if spin is None:
+        return None
+    try:
+        with torch.cuda.device(device):
+            spin(1)
+        torch.cuda.synchronize(device)
+    except Exception:
+        return None
+    return spin

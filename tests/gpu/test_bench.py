@@ -239,3 +239,9 @@ def test_command_line_lists_cases_and_runs_a_saved_design(tmp_path, capsys):
     (case,) = doc["cases"]
     assert case["config"]["causal"] is True and case["config"]["heads"] == 2
     assert case["results"][0]["status"] == "ok"
+
+
+def test_command_line_names_a_bad_case(capsys):
+    with pytest.raises(SystemExit):
+        main(["--case", "dense-b8-d64"])
+    assert "case must be a standard case name" in capsys.readouterr().err
