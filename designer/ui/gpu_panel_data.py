@@ -47,6 +47,8 @@ def _check_document(doc: Any) -> None:
             f"version {doc.get('version')!r}"
         )
     _expect(doc.get("cases"), list, "cases")
+    if not doc["cases"]:
+        raise ValueError("cases must not be empty")
     for i, case in enumerate(doc["cases"]):
         _expect(case, dict, f"cases[{i}]")
         _expect(case.get("case"), str, f"cases[{i}].case")
@@ -74,6 +76,16 @@ def _expect(value: Any, kind: type, what: str) -> None:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def document_bytes(doc: dict[str, Any]) -> bytes:
+    """The document as the JSON text ``python -m gpu.bench`` writes (NaN kept)."""
+    return (json.dumps(doc, indent=1, allow_nan=True) + "\n").encode()
+
+
+def plain_document(doc: dict[str, Any], source: str) -> dict[str, Any]:
+    """``doc`` as it reads back from its JSON (tuples become lists), checked like a file."""
+    return read_document(document_bytes(doc), source)
 
 
 def results_by_name(case: dict[str, Any]) -> dict[str, dict[str, Any]]:

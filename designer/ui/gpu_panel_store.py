@@ -13,7 +13,6 @@ reported, never fatal.
 
 from __future__ import annotations
 
-import json
 import re
 import secrets
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from designer.ui.gpu_panel_data import document_label, read_document
+from designer.ui.gpu_panel_data import document_bytes, document_label, read_document
 from designer.ui.storage import atomic_write
 
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
@@ -40,11 +39,6 @@ class StoredDocument:
     @property
     def label(self) -> str:
         return document_label(self.doc, self.path.name)
-
-
-def document_bytes(doc: dict[str, Any]) -> bytes:
-    """The document as the JSON text ``python -m gpu.bench`` writes (NaN kept)."""
-    return (json.dumps(doc, indent=1, allow_nan=True) + "\n").encode()
 
 
 def read_documents(paths: list[Path]) -> tuple[list[StoredDocument], list[str]]:

@@ -17,6 +17,7 @@ from designer.layout import Layout
 from designer.ui.gpu_panel_data import (
     case_label,
     dense_baseline,
+    document_bytes,
     failure_kind,
     ideal_speedup,
     problems,
@@ -35,7 +36,7 @@ from designer.ui.gpu_panel_figures import (
     sweep_speedup_figure,
     tflops_figure,
 )
-from designer.ui.gpu_panel_store import RunStore, committed_results, document_bytes
+from designer.ui.gpu_panel_store import RunStore, committed_results
 from gpu.bench import BenchConfig, BenchSession, document, run_benchmark
 from gpu.bench import harness as harness_module
 from gpu.bench.contenders import Prepared
@@ -153,6 +154,7 @@ def test_read_document_round_trip_and_errors(monkeypatch):
         b"[]": "the document must be a dict, got list",
         json.dumps({**doc, "format": "x"}).encode(): "format must be 'blocksparse-bench'",
         json.dumps({**doc, "cases": {}}).encode(): "cases must be a list",
+        json.dumps({**doc, "cases": []}).encode(): "cases must not be empty",
     }
     broken = json.loads(json.dumps(doc))
     broken["cases"][0]["results"][0]["ms"] = "fast"

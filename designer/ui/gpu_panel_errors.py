@@ -1,0 +1,134 @@
+"""Where the errors sit: per-head errors and a per-block-row map, against the fp64 reference.
+
+The harness reports one max-abs and one relative error per contender. The panel also wants them
+per head, and the largest error of each ``[head, query block]`` row of blocks, to show where in the
+layout they sit. ``error_details`` recomputes our kernels' outputs on the harness's own inputs
+(same seed, same draw order), so the largest per-head error equals the harness's max-abs error.
+``cpu_check`` is the same check for ``impl="reference"`` on a small crop of the design, for
+machines without a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from designer.design import Design
+from designer.layout import Layout
+from designer.ui.gpu_panel_data import plain_document
+from gpu import block_sparse_attention
+from gpu.bench import BenchConfig, BenchSession, document, run_benchmark
+from gpu.reference import dense_masked_attention
+
+#: Most query-block rows kept per head in the error map (more are max-pooled together).
+MAX_MAP_ROWS = 256
+#: The CPU check crops the design to this many tokens per side and this many heads.
+CPU_CHECK_TOKENS = 1024
+CPU_CHECK_HEADS = 16
+#: What ``error_details`` recomputes: the implementations ``block_sparse_attention`` knows.
+DETAIL_IMPLS = ("fused", "sdd", "reference")
+
+
+def seeded_inputs(config: BenchConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The q, k, v that ``run_benchmark`` draws for ``config`` (same generator and order)."""
+    device = torch.device(config.device)
+    gen = torch.Generator(device=device).manual_seed(config.seed)
+    return tuple(  # type: ignore[return-value]
+        torch.randn(shape, generator=gen, device=device, dtype=config.torch_dtype)
+        for shape in (config.shape_q, config.shape_k, config.shape_k)
+    )
+
+
+def head_errors(out: torch.Tensor, ref: torch.Tensor, block_size: int) -> dict[str, Any]:
+    """Errors of ``out`` against ``ref`` (both ``[B, H, Sq, D]``), per head and per block row.
+
+    Returns plain lists: ``head_max_abs`` and ``head_rel`` (``‖out − ref‖ / ‖ref‖`` of the head)
+    with one value per head, and ``block_max_abs`` ``[H][cells]``, the largest error of each row
+    of query blocks, ``rows_per_cell`` rows max-pooled per cell.
+
+    >>> ref = torch.zeros(1, 2, 8, 4, dtype=torch.float64); out = ref.clone(); out[0, 1, 5] = 0.5
+    >>> head_errors(out, ref, 4)["block_max_abs"]
+    [[0.0, 0.0], [0.0, 0.5]]
+    """
+    _, heads, seq_q, _ = ref.shape
+    rows = seq_q // block_size
+    per_cell = -(-rows // MAX_MAP_ROWS)
+    head_max, head_rel, block_max = [], [], []
+    for h in range(heads):
+        diff = out[:, h].to(torch.float64) - ref[:, h].to(torch.float64)
+        norm = float(ref[:, h].to(torch.float64).norm())
+        head_rel.append(float(diff.norm()) / norm if norm > 0 else float(diff.norm()))
+        row_max = diff.abs().amax(dim=(0, 2)) if diff.numel() else torch.zeros(seq_q)
+        head_max.append(float(row_max.max()) if row_max.numel() else 0.0)
+        by_block = row_max[: rows * block_size].reshape(rows, block_size).amax(dim=1)
+        padded = torch.nn.functional.pad(by_block, (0, per_cell * -(-rows // per_cell) - rows))
+        block_max.append(padded.reshape(-1, per_cell).amax(dim=1).cpu().tolist())
+    return {
+        "head_max_abs": head_max,
+        "head_rel": head_rel,
+        "block_max_abs": block_max,
+        "rows_per_cell": per_cell,
+    }
+
+
+def error_details(
+    config: BenchConfig, layout: Layout, impls: tuple[str, ...]
+) -> dict[str, dict[str, Any]]:
+    """``{impl: head_errors(...)}`` for each of ``impls`` on the harness's inputs; an impl that
+    fails gets ``{"error": message}`` instead."""
+    q, k, v = seeded_inputs(config)
+    scale = config.head_dim**-0.5
+    blocks = layout.blocks.expand(config.heads, -1, -1)
+    reference = dense_masked_attention(
+        q, k, v, blocks, layout.block_size, causal=config.causal, scale=scale
+    )
+    details: dict[str, dict[str, Any]] = {}
+    for impl in impls:
+        try:
+            out = block_sparse_attention(
+                q, k, v, blocks, layout.block_size, causal=config.causal, scale=scale,
+                impl=impl, start_width=config.start_width if impl == "sdd" else None,
+            )  # fmt: skip
+            details[impl] = head_errors(out, reference, layout.block_size)
+            del out
+        except (RuntimeError, ValueError, TypeError) as error:
+            details[impl] = {"error": f"{type(error).__name__}: {error}"[:500]}
+    return details
+
+
+def small_layout(layout: Layout) -> Layout:
+    """The top-left ``CPU_CHECK_TOKENS`` square (at least one block) of the first
+    ``CPU_CHECK_HEADS`` heads."""
+    blocks_per_side = max(1, CPU_CHECK_TOKENS // layout.block_size)
+    cropped = layout.blocks[:CPU_CHECK_HEADS, :blocks_per_side, :blocks_per_side]
+    return Layout(cropped, layout.block_size)
+
+
+def cpu_check(design: Design, *, head_dim: int = 64, dtype: str = "bf16") -> dict[str, Any]:
+    """The reference implementation against fp64 on the CPU, on ``small_layout`` of the design.
+
+    Returns the harness document: one case, contender "reference" (host-timed), with its
+    per-head ``details``.
+    """
+    layout = small_layout(design.layout)
+    config = BenchConfig(
+        batch=1,
+        heads=layout.n_heads,
+        seq_q=layout.seq_len_q,
+        seq_k=layout.seq_len_k,
+        head_dim=head_dim,
+        dtype=dtype,
+        causal=design.causal,
+        contenders=("reference",),
+        warmup=0,
+        reps=1,
+        flush_l2=False,
+        device="cpu",
+    )
+    session = BenchSession(torch.device("cpu"), flush_l2=False)
+    result = run_benchmark(config, layout, name=f"{design.name} (CPU check)", session=session)
+    doc = document([result])
+    doc["kind"] = "cpu-check"
+    doc["cases"][0]["details"] = error_details(config, layout, ("reference",))
+    return plain_document(doc, "the CPU check")
