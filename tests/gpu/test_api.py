@@ -187,3 +187,28 @@ def test_cuda_impls_refuse_other_head_dims():
     q, k, v = (x.cuda().half() for x in _qkv(dim=96))
     with pytest.raises(ValueError, match=r"head dim D \(q.shape\[3\]\) must be one of 64, 128"):
         block_sparse_attention(q, k, v, torch.ones(1, 4, 4, dtype=torch.bool), 16, impl="sdd")
+
+
+def test_plans_are_cached_per_layout_and_evicted_oldest_first(monkeypatch):
+    import gpu.api as api
+    import gpu.sdd
+
+    built = []
+
+    def fake_plan(blocks, block_size, **kwargs):
+        built.append(blocks.clone())
+        return object()
+
+    monkeypatch.setattr(gpu.sdd, "plan_sdd", fake_plan)
+    monkeypatch.setattr(api, "PLAN_CACHE_SIZE", 2)
+    api.clear_plan_cache()
+    args = dict(causal=False, head_dim=64, dtype=torch.bfloat16, device=torch.device("cuda", 0))
+    one, two, three = (torch.eye(4, dtype=torch.bool)[None].roll(s, 2) for s in range(3))
+    first = api._plan("sdd", one, 16, start_width=None, **args)
+    assert api._plan("sdd", one.clone(), 16, start_width=None, **args) is first
+    assert api._plan("sdd", one, 16, start_width=2, **args) is not first  # start width is a key
+    api._plan("sdd", two, 16, start_width=None, **args)
+    api._plan("sdd", three, 16, start_width=None, **args)
+    assert api._plan("sdd", one, 16, start_width=None, **args) is not first  # evicted
+    assert len(built) == 5
+    api.clear_plan_cache()

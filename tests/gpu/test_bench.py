@@ -119,7 +119,6 @@ def test_derived_numbers_with_a_fake_timer(monkeypatch):
 
     monkeypatch.setattr(harness_module, "prepare", fake_prepare)
     config = BenchConfig(**SMALL, contenders=("fused", "sdd", "flex", "sdpa_cudnn"))
-    session = BenchSession(torch.device("cpu"), timer=None)
     calls = []
 
     def timer(run, *, reps):
@@ -127,7 +126,7 @@ def test_derived_numbers_with_a_fake_timer(monkeypatch):
         calls.append(name)
         return [times[name]] * reps
 
-    session.timer = timer
+    session = BenchSession(torch.device("cpu"), timer=timer)
     layout = _layout()
     result = run_benchmark(config, layout, session=session)
     fused, sdd, flex, cudnn = result.results
