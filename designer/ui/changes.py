@@ -86,13 +86,15 @@ def reshape(design: Design, shape: Shape) -> tuple[Design, str | None]:
     return design.with_layout(recipe.build(), recipe=recipe), note
 
 
-def rebuild(design: Design, steps: tuple[RecipeStep, ...]) -> Design:
-    """The design with new pattern steps (edits replayed on top).
+def rebuild(
+    design: Design, steps: tuple[RecipeStep, ...], edits: tuple[Edit, ...] | None = None
+) -> Design:
+    """The design with new pattern steps, and the edits (by default its own) replayed on top.
 
     A design imported without a recipe starts one at its shape, replacing the imported blocks.
     """
     base = design.recipe or _empty_recipe(design.layout)
-    recipe = replace(base, steps=steps)
+    recipe = replace(base, steps=steps, edits=base.edits if edits is None else edits)
     return design.with_layout(recipe.build(), recipe=recipe)
 
 
@@ -110,6 +112,11 @@ def remove_step(design: Design, index: int) -> Design:
     index = check_int("step", index, low=0, high=len(steps) - 1)
     del steps[index]
     return rebuild(design, tuple(steps))
+
+
+def drop_edits(design: Design) -> Design:
+    """The design rebuilt from its patterns alone, without the manual edits."""
+    return rebuild(design, design.recipe.steps, edits=()) if design.recipe else design
 
 
 def edit(design: Design, op: Edit) -> Design:

@@ -17,7 +17,8 @@ from designer.edit import ACTIONS, Band, CopyHead, EditOp
 from designer.ui import changes, keys, state
 from designer.ui.analysis import Analysis
 from designer.ui.common import change_design, current_analysis, show_message
-from designer.ui.figures import EDITOR_CONFIG, editor_figure
+from designer.ui.figures import EDITOR_CONFIG, editor_figure, legend_html
+from designer.ui.overview_ui import legend_entries
 from designer.ui.pictures import max_pool, scale_factors, tile_pictures
 from designer.ui.selection import (
     BRUSHES,
@@ -71,6 +72,7 @@ def editor_ui(store: DesignStore) -> None:
         if grid.stride > 1:
             hint += f" A click paints {grid.stride}×{grid.stride} blocks; boxes are exact."
         st.caption(hint + " The action applies as soon as you let go.")
+        st.html(legend_html(legend_entries(analysis)))
 
 
 def _tools_ui(store: DesignStore, n_heads: int) -> int:

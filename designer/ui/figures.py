@@ -53,7 +53,8 @@ def editor_figure(
     ``picture`` is the head's ``[rows, cols, 3]`` picture with ``blocks_per_pixel`` blocks on a
     pixel side (1 unless the head was shrunk to fit). Block ``(row, col)`` is centred at
     ``(x=col, y=row)``; query rows run top to bottom. Markers carry
-    ``customdata = (head, row, col)`` of their group's first block (see ``MarkerGrid``).
+    ``customdata = (head, row, col)`` of their group's first block (see ``MarkerGrid``). A dotted
+    line marks the diagonal, the causal boundary.
     """
     x, y = grid.centres()
     rows, cols = grid.rows(), grid.cols()
@@ -85,6 +86,11 @@ def editor_figure(
         showlegend=False,
     )
     figure = go.Figure([image, markers])
+    diagonal = min(grid.n_rows, grid.n_cols) - 0.5
+    figure.add_shape(
+        type="line", x0=-0.5, y0=-0.5, x1=diagonal, y1=diagonal, layer="above",
+        line={"color": "rgba(30, 40, 60, 0.35)", "width": 1, "dash": "dot"},
+    )  # fmt: skip
     figure.update_layout(
         height=height_px,
         margin={"l": 56, "r": 12, "t": 12, "b": 48},

@@ -13,6 +13,7 @@ from designer.ui.pictures import (
     ACTIVE_RGB,
     EMPTY_RGB,
     enlarge,
+    frame,
     max_pool,
     plain_pictures,
     scale_factors,
@@ -21,7 +22,7 @@ from designer.ui.pictures import (
 )
 
 #: Thumbnails aim at this many pixels a side, but never show fewer pixels than blocks below 512.
-THUMBNAIL_PX = 192
+THUMBNAIL_PX = 128
 MAX_UNSHRUNK_PX = 512
 
 
@@ -35,12 +36,12 @@ def overview_ui() -> None:
     captions = [f"head {s.head} · {s.density:.1%}" for s in stats]
     st.image(pictures, caption=captions, width="content")
     if by_tiles:
-        st.html(legend_html(legend_entries(analysis, current.layout.block_size)))
+        st.html(legend_html(legend_entries(analysis)))
     else:
         st.html(legend_html([(_hex(EMPTY_RGB), "inactive"), (_hex(ACTIVE_RGB), "active block")]))
 
 
-def legend_entries(analysis: Analysis, block_size: int) -> list[tuple[str, str]]:
+def legend_entries(analysis: Analysis) -> list[tuple[str, str]]:
     """One legend entry per tile width present: colour and a label with its counts."""
     return [
         (
@@ -61,7 +62,7 @@ def _head_pngs(digest: str, by_tiles: bool, *, _design: Design, _analysis: Analy
         images = tile_pictures(max_pool(_analysis.widths, shrink), max_pool(_analysis.odd, shrink))
     else:
         images = plain_pictures(max_pool(layout.to_numpy(), shrink))
-    return [png_bytes(enlarge(image, grow)) for image in images]
+    return [png_bytes(frame(enlarge(image, grow))) for image in images]
 
 
 def _hex(rgb: tuple[int, int, int]) -> str:

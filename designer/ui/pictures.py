@@ -17,6 +17,8 @@ import torch
 
 #: Inactive blocks: light, so the eye goes to what attends.
 EMPTY_RGB = (244, 246, 250)
+#: The thin border around a picture.
+FRAME_RGB = (200, 206, 216)
 #: Active blocks when the picture is not coloured by tile width.
 ACTIVE_RGB = (47, 62, 92)
 #: Tile colours by log2(width): single blocks (the least efficient tiles) amber, then blue,
@@ -97,6 +99,15 @@ def max_pool(grid: np.ndarray, factor: int) -> np.ndarray:
 def enlarge(image: np.ndarray, factor: int) -> np.ndarray:
     """Repeat each pixel of ``[..., M, N, 3]`` into a ``factor``² square (crisp, no blur)."""
     return image.repeat(factor, axis=-3).repeat(factor, axis=-2)
+
+
+def frame(image: np.ndarray, rgb: tuple[int, int, int] = FRAME_RGB) -> np.ndarray:
+    """``[M, N, 3]`` picture with a one-pixel border, so light edges stay visible on white."""
+    rows, cols = image.shape[:2]
+    framed = np.empty((rows + 2, cols + 2, 3), dtype=np.uint8)
+    framed[...] = rgb
+    framed[1:-1, 1:-1] = image
+    return framed
 
 
 def scale_factors(long_side: int, target_px: int) -> tuple[int, int]:

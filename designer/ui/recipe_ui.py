@@ -38,6 +38,16 @@ def recipe_ui(store: DesignStore) -> None:
     steps = current.recipe.steps if current.recipe else ()
     for index, step in enumerate(steps):
         _step_ui(store, index, step, current.layout.n_heads)
+    if edits := (current.recipe.edits if current.recipe else ()):
+        note, drop = st.columns([3, 1], vertical_alignment="center")
+        note.caption(
+            f"{len(edits)} manual edit{'s' if len(edits) > 1 else ''} from the Paint tab "
+            "replayed after these patterns."
+        )
+        drop.button(
+            "Drop edits", key="drop_edits", on_click=_on_drop_edits, args=(store,),
+            help="Rebuild from the patterns alone (undo brings the edits back).",
+        )  # fmt: skip
     st.button(
         "Add a pattern step",
         icon=":material/add:",
@@ -181,6 +191,10 @@ def _on_add(store: DesignStore, index: int) -> None:
         lambda current: changes.set_step(current, index, step),
         sync=True,
     )
+
+
+def _on_drop_edits(store: DesignStore) -> None:
+    change_design(store, "edits", changes.drop_edits)
 
 
 def _on_remove(store: DesignStore, index: int) -> None:

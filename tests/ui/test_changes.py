@@ -103,3 +103,12 @@ def test_settings():
     assert (new.name, new.causal, new.start_width) == ("renamed", True, 4)
     with pytest.raises(ValueError, match="name must be a non-empty string"):
         changes.settings(design, name="   ", causal=False, start_width=None)
+
+
+def test_drop_edits_rebuilds_from_the_patterns():
+    design = recipe_design(edits=(EditOp("set", Rect(0, 0, 7, 7)),))
+    assert design.layout.nnz == 2 * 64
+    dropped = changes.drop_edits(design)
+    assert dropped.recipe.edits == () and dropped.layout == recipe_design().layout
+    bare = Design(Layout.zeros(1, 2, 2, 16))
+    assert changes.drop_edits(bare) is bare

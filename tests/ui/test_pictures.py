@@ -10,6 +10,7 @@ from designer.ui.pictures import (
     EMPTY_RGB,
     WIDTH_PALETTE,
     enlarge,
+    frame,
     max_pool,
     plain_pictures,
     scale_factors,
@@ -91,3 +92,11 @@ def test_enlarge_repeats_pixels():
     big = enlarge(image, 3)
     assert big.shape == (6, 6, 3)
     assert np.array_equal(big[::3, ::3], image) and np.array_equal(big[2, 5], image[0, 1])
+
+
+def test_frame_adds_a_one_pixel_border():
+    image = np.zeros((2, 3, 3), dtype=np.uint8)
+    framed = frame(image, (9, 8, 7))
+    assert framed.shape == (4, 5, 3)
+    assert np.array_equal(framed[1:-1, 1:-1], image)
+    assert (framed[0] == (9, 8, 7)).all() and (framed[:, -1] == (9, 8, 7)).all()
