@@ -11,6 +11,7 @@ import streamlit as st
 from designer.ui.common import start_run
 from designer.ui.editor_ui import editor_ui
 from designer.ui.files_ui import files_ui
+from designer.ui.gpu_panel import gpu_panel_ui
 from designer.ui.overview_ui import overview_ui
 from designer.ui.recipe_ui import recipe_ui
 from designer.ui.setup_ui import setup_ui
@@ -47,11 +48,7 @@ def main() -> None:
             files_ui(store)
     if gpu.open:
         with gpu:
-            st.info(
-                "The GPU benchmark panel comes next: it will run our CuPy kernels on this layout "
-                "against dense attention. Meanwhile, `python -m gpu.bench` runs it from a shell.",
-                icon=":material/memory:",
-            )
+            gpu_panel_ui(store)
 
 
 main()

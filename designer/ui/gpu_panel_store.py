@@ -55,9 +55,10 @@ def read_documents(paths: list[Path]) -> tuple[list[StoredDocument], list[str]]:
     return stored, problems
 
 
-def committed_results(results_dir: Path = RESULTS_DIR) -> tuple[list[StoredDocument], list[str]]:
-    """The committed ``benchmarks/results/*.json``, newest first, and unreadable ones."""
-    return read_documents(sorted(Path(results_dir).glob("*.json")))
+def committed_results(results_dir: Path | None = None) -> tuple[list[StoredDocument], list[str]]:
+    """The committed ``benchmarks/results/*.json`` (or ``results_dir``'s), newest first, and a
+    line per unreadable file."""
+    return read_documents(sorted(Path(results_dir or RESULTS_DIR).glob("*.json")))
 
 
 class RunStore:

@@ -1,0 +1,237 @@
+"""The GPU panel in the real app, driven with ``AppTest``.
+
+Without a GPU: the reason, what to install, the CPU correctness check and the stored results.
+With a stand-in GPU (``fake_gpu``: the real harness on the CPU with fake contenders and a fake
+timer, a fixed amount of "free" memory): a run, refusal, out of memory, the wait for another
+session, and a sweep, all through the panel's widgets. The H200 run is
+``benchmarks/app_check.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+from streamlit.testing.v1 import AppTest
+
+from designer.design import Design
+from designer.recipe import Recipe, RecipeStep
+from designer.ui import gpu_panel, gpu_panel_runner, gpu_panel_store, keys
+from designer.ui.analysis import design_digest
+from designer.ui.gpu_panel_data import document_bytes
+from designer.ui.gpu_panel_runner import GpuCoordinator
+from designer.ui.gpu_panel_store import RunStore
+from designer.ui.storage import DATA_DIR_ENV, DesignStore
+from gpu.bench import BenchSession
+from tests.ui.test_gpu_panel_data import fake_harness, make_doc
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+SESSION = "gpupaneltest01"
+GiB = 1 << 30
+#: 2 heads, 512 tokens, blocks of 64, a bidirectional window: small enough for CPU references.
+RECIPE = Recipe(2, 8, 8, 64, steps=(RecipeStep("sliding_window", {"window_blocks": 2}),))
+DESIGN = Design(RECIPE.build(), name="small band", recipe=RECIPE)
+
+
+@pytest.fixture
+def data_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(gpu_panel_store, "RESULTS_DIR", tmp_path / "committed")
+    DesignStore(tmp_path).autosave(SESSION, DESIGN)
+    return tmp_path
+
+
+@pytest.fixture
+def no_gpu(monkeypatch):
+    monkeypatch.setattr(gpu_panel, "unavailable_reason", lambda: "CuPy is not installed (test)")
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch):
+    """The panel believes in a GPU with 4 GiB free; the harness runs on the CPU."""
+    timer = fake_harness(monkeypatch)
+    coordinator = GpuCoordinator(lambda: BenchSession(torch.device("cpu"), timer=timer))
+    real_config = gpu_panel.bench_config
+    monkeypatch.setattr(gpu_panel, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(gpu_panel, "shared_coordinator", lambda: coordinator)
+    monkeypatch.setattr(
+        gpu_panel, "bench_config",
+        lambda design, values: replace(real_config(design, values), device="cpu"),
+    )  # fmt: skip
+    for module in (gpu_panel, gpu_panel_runner):
+        monkeypatch.setattr(module, "free_gpu_bytes", lambda: 4 * GiB)
+    return coordinator
+
+
+def open_panel():
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.query_params[keys.SESSION_QUERY_PARAM] = SESSION
+    at.session_state["tab"] = "GPU benchmark"
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def assert_clean(at):
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def chart_titles(at):
+    titles = []
+    for chart in at.get("plotly_chart"):
+        spec = json.loads(chart.proto.spec)
+        titles.append(spec["layout"].get("title", {}).get("text", ""))
+    return titles
+
+
+def test_without_a_gpu_the_panel_says_why_checks_on_the_cpu_and_shows_stored_results(
+    data_dir, no_gpu, monkeypatch
+):
+    committed = data_dir / "committed"
+    committed.mkdir()
+    (committed / "2026-11-29-h200.json").write_bytes(document_bytes(make_doc(monkeypatch)))
+    RunStore(data_dir).save(design_digest(DESIGN), make_doc(monkeypatch))
+    at = open_panel()
+    assert at.warning[0].value == (
+        "The GPU benchmark cannot run on this machine: CuPy is not installed (test)"
+    )
+    assert any('pip install -e ".[cuda13]"' in m.value for m in at.markdown)
+    assert [s.value for s in at.subheader][-2:] == ["Runs of this design", "Committed results"]
+    assert len(at.get("download_button")) == 2  # the stored run and the committed file
+    assert chart_titles(at).count("Speedup over dense attention") == 2
+
+    at.button(key=gpu_panel.CPU_BUTTON).click().run()
+    assert_clean(at)
+    check = at.session_state[gpu_panel.LAST_CPU_CHECK]["doc"]["cases"][0]
+    assert check["layout"]["shape"] == [2, 8, 8] and check["results"][0]["status"] == "ok"
+    assert check["results"][0]["rel_error"] < 1e-2
+    assert "Error against the fp64 reference, per head" in chart_titles(at)
+    assert "reference: largest error per query-block row" in chart_titles(at)
+    at.session_state["tab"] = "Analysis"  # the rest of the app is unaffected
+    at.run()
+    assert_clean(at)
+
+
+def test_a_broken_stored_run_is_reported_not_fatal(data_dir, no_gpu):
+    folder = data_dir / "runs" / design_digest(DESIGN)
+    folder.mkdir(parents=True)
+    (folder / "bad.json").write_text('{"format": "blocksparse-bench", "version": 1}')
+    at = open_panel()
+    assert any("Skipped a stored run: bad.json is not a benchmark document" in w.value
+               for w in at.warning)  # fmt: skip
+
+
+def test_a_run_shows_its_numbers_and_charts_and_is_stored(data_dir, fake_gpu):
+    at = open_panel()
+    # start width 2 at blocks of 64: SDD at width 1 is added to show what the tiles buy
+    assert at.multiselect(key=gpu_panel.CONTENDER_PICK).value == [
+        "fused", "sdd", "flex", "sdpa", "sdpa_cudnn", "sdpa_flash", "sdd_w1"
+    ]  # fmt: skip
+    at.multiselect(key=gpu_panel.CONTENDER_PICK).select("reference").run()
+    at.button(key=gpu_panel.RUN_BUTTON).click().run()
+    assert_clean(at)
+    assert not at.error
+    doc = at.session_state[gpu_panel.LAST_RUN]["doc"]
+    case = doc["cases"][0]
+    assert case["config"]["contenders"] == [
+        "fused", "sdd", "sdd_w1", "flex", "sdpa", "sdpa_cudnn", "sdpa_flash", "reference"
+    ]  # fmt: skip
+    assert {r["name"]: r["ms"] for r in case["results"]}["fused"] == 1.0
+    assert set(case["details"]) == {"fused", "sdd", "reference"}
+    titles = chart_titles(at)
+    for title in (
+        "Speedup over dense attention",
+        "Effective TFLOP/s",
+        "Error against the fp64 reference, per head",
+        "Effect of the segmentation",
+    ):
+        assert title in titles  # fmt: skip
+    (stored,), _ = RunStore(data_dir).runs(design_digest(DESIGN))
+    assert stored.doc == doc
+    assert fake_gpu.status is None
+
+
+def test_refused_then_out_of_memory_then_the_next_run_works(data_dir, fake_gpu, monkeypatch):
+    at = open_panel()
+    at.number_input(key=gpu_panel.BATCH).set_value(1024).run()
+    at.button(key=gpu_panel.RUN_BUTTON).click().run()
+    assert_clean(at)
+    assert at.error[0].value.startswith("Refused before launch: this case needs about")
+    assert "but only 4.0 GiB are free" in at.error[0].value
+
+    real = gpu_panel_runner.run_benchmark
+
+    def huge_fails(config, layout, **kwargs):
+        if config.batch > 64:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 96.00 GiB")
+        return real(config, layout, **kwargs)
+
+    monkeypatch.setattr(gpu_panel_runner, "run_benchmark", huge_fails)
+    at.number_input(key=gpu_panel.MARGIN).set_value(0.0).run()
+    at.button(key=gpu_panel.RUN_BUTTON).click().run()
+    assert_clean(at)
+    assert at.error[0].value == "Out of memory: CUDA out of memory. Tried to allocate 96.00 GiB"
+    assert at.session_state[keys.HISTORY].present.layout == DESIGN.layout
+    assert RunStore(data_dir).runs(design_digest(DESIGN)) == ([], [])
+
+    at.number_input(key=gpu_panel.BATCH).set_value(1).run()
+    at.button(key=gpu_panel.RUN_BUTTON).click().run()
+    assert_clean(at)
+    assert not at.error and at.session_state[gpu_panel.LAST_RUN]["doc"] is not None
+
+
+def test_a_run_waits_for_another_session_and_says_so(data_dir, fake_gpu):
+    holding, release = threading.Event(), threading.Event()
+
+    def other_session():
+        with fake_gpu.turn("someone's design", on_wait=print) as progress:
+            progress("timing flex", 0.4)
+            holding.set()
+            release.wait(30)
+
+    thread = threading.Thread(target=other_session)
+    thread.start()
+    try:
+        holding.wait(5)
+        at = open_panel()
+        assert at.info[0].value.startswith(
+            "Another session is running a benchmark: someone's design: timing flex (40%)"
+        )
+        at.number_input(key=gpu_panel.WAIT_S).set_value(1).run()
+        at.button(key=gpu_panel.RUN_BUTTON).click().run()
+        assert_clean(at)
+        assert at.error[0].value.startswith(
+            "The GPU is still busy after 1 s (someone's design: timing flex (40%)"
+        )
+    finally:
+        release.set()
+        thread.join(5)
+    at.button(key=gpu_panel.RUN_BUTTON).click().run()
+    assert not at.error and at.session_state[gpu_panel.LAST_RUN]["doc"] is not None
+
+
+def test_sweeps_over_length_and_density(data_dir, fake_gpu):
+    at = open_panel()
+    at.multiselect(key=gpu_panel.CONTENDER_PICK).set_value(["fused", "sdpa_cudnn"]).run()
+    at.multiselect(key=gpu_panel.SWEEP_LENGTH_PICK).set_value([1024, 2048]).run()
+    at.button(key=gpu_panel.SWEEP_BUTTON).click().run()
+    assert_clean(at)
+    doc = at.session_state[gpu_panel.LAST_SWEEP]["doc"]
+    assert [c["config"]["seq_q"] for c in doc["cases"]] == [512, 1024, 2048]
+    assert [c["sweep"]["kind"] for c in doc["cases"]] == ["current", "length", "length"]
+    titles = chart_titles(at)
+    assert "Speedup against sparsity" in titles and "Time against sequence length" in titles
+
+    at.segmented_control(key=gpu_panel.SWEEP_KIND).set_value("density").run()
+    at.multiselect(key=gpu_panel.SWEEP_FACTOR_PICK).set_value([2.0]).run()
+    at.button(key=gpu_panel.SWEEP_BUTTON).click().run()
+    assert_clean(at)
+    doc = at.session_state[gpu_panel.LAST_SWEEP]["doc"]
+    kinds = sorted(c["sweep"]["kind"] for c in doc["cases"])
+    assert kinds == ["current", "random", "random", "scaled"]
+    runs, _ = RunStore(data_dir).runs(design_digest(DESIGN))
+    assert [r.doc["kind"] for r in runs] == ["sweep", "sweep"]
