@@ -16,6 +16,7 @@ CONTENDERS = (
     "sdd_qk",
     "sdd_qk_w1",
     "flex",
+    "flex_tuned",
     "sdpa",
     "sdpa_cudnn",
     "sdpa_flash",

@@ -8,7 +8,8 @@ only launches, and whether its output is the layout's attention (then its error 
 - ``sdd`` / ``sdd_w1``: our SDD → softmax → DSD pipeline, segment-driven (128-token tiles) or
   with start width 1 (one block per SDD tile: the segmentation study's baseline).
 - ``sdd_qk`` / ``sdd_qk_w1``: the SDD kernel alone (QKᵀ on active blocks) for the same study.
-- ``flex``: FlexAttention, same token-level mask at its 128-token blocks (see ``flex.py``).
+- ``flex`` / ``flex_tuned``: FlexAttention, same token-level mask at its 128-token blocks (see
+  ``flex.py``), compiled with Inductor's default tiles or with ``max-autotune-no-cudagraphs``.
 - ``sdpa`` / ``sdpa_cudnn`` / ``sdpa_flash``: dense PyTorch SDPA with its default backend, and
   with cuDNN or flash forced; ``is_causal=True`` in causal cases. They compute dense (or causal)
   attention, so their error is checked only when the layout is all ones.
@@ -25,6 +26,9 @@ import torch
 
 from gpu.bench.flex import FlexSession, FlexUnavailable
 from gpu.reference import dense_masked_attention
+
+#: The ``torch.compile`` mode of the ``flex_tuned`` contender.
+FLEX_TUNED_MODE = "max-autotune-no-cudagraphs"
 
 
 class Unavailable(RuntimeError):
@@ -66,7 +70,8 @@ def prepare(name: str, case: Case) -> Prepared:
         "sdd_w1": lambda c: _sdd(c, 1),
         "sdd_qk": lambda c: _sdd_qk(c, c.start_width),
         "sdd_qk_w1": lambda c: _sdd_qk(c, 1),
-        "flex": _flex,
+        "flex": lambda c: _flex(c, None),
+        "flex_tuned": lambda c: _flex(c, FLEX_TUNED_MODE),
         "sdpa": lambda c: _sdpa(c, None),
         "sdpa_cudnn": lambda c: _sdpa(c, "CUDNN_ATTENTION"),
         "sdpa_flash": lambda c: _sdpa(c, "FLASH_ATTENTION"),
@@ -111,10 +116,10 @@ def _sdd_qk(case: Case, start_width: int | None) -> Prepared:
     return Prepared(lambda: sdd_scores(plan, case.q, case.k, scale=case.scale), False)
 
 
-def _flex(case: Case) -> Prepared:
+def _flex(case: Case, mode: str | None) -> Prepared:
     try:
         compiled, block_mask = case.flex.prepare(
-            case.blocks, case.block_size, causal=case.causal, device=case.q.device
+            case.blocks, case.block_size, causal=case.causal, device=case.q.device, mode=mode
         )
     except FlexUnavailable as error:
         raise Unavailable(str(error)) from error

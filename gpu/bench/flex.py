@@ -6,7 +6,10 @@ absent otherwise, computed from the layout at block level (what ``create_block_m
 by evaluating ``mask_mod`` on all ``Sq·Sk`` pairs, without materialising them). Partial tiles run
 ``mask_mod``, which reads the layout from one persistent device buffer at 16-token granularity
 plus a persistent causal flag; a new layout of the same shape is ``copy_``-ed into them, so the
-compiled kernel (one ``torch.compile(flex_attention)`` per shape) is reused without recompiling.
+compiled kernel (one ``torch.compile(flex_attention)`` per shape and mode) is reused without
+recompiling. Two compile modes are offered: Inductor's default tile choice, and
+``max-autotune-no-cudagraphs``, which times Triton's candidate tiles once per shape and keeps the
+fastest (slower to compile, the strongest FlexAttention we can field).
 """
 
 from __future__ import annotations
@@ -67,13 +70,22 @@ class FlexSession:
     """The compiled ``flex_attention`` and the persistent mask buffers, reused across cases."""
 
     def __init__(self) -> None:
-        self._compiled: Any = None
+        self._compiled: dict[str | None, Any] = {}
         self._masks: dict[tuple, tuple[torch.Tensor, torch.Tensor, Any]] = {}
 
     def prepare(
-        self, blocks: torch.Tensor, block_size: int, *, causal: bool, device: torch.device
+        self,
+        blocks: torch.Tensor,
+        block_size: int,
+        *,
+        causal: bool,
+        device: torch.device,
+        mode: str | None = None,
     ) -> tuple[Any, Any]:
-        """``(compiled flex_attention, BlockMask)`` for this layout (host work only)."""
+        """``(compiled flex_attention, BlockMask)`` for this layout (host work only).
+
+        ``mode`` is the ``torch.compile`` mode (None: the default).
+        """
         from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
         if block_size % MASK_GRANULARITY:
@@ -98,9 +110,9 @@ class FlexSession:
             mask_mod=mask_mod,
             seq_lengths=(n_q * block_size, n_k * block_size),
         )
-        if self._compiled is None:
-            self._compiled = torch.compile(flex_attention, dynamic=False)
-        return self._compiled, block_mask
+        if mode not in self._compiled:
+            self._compiled[mode] = torch.compile(flex_attention, dynamic=False, mode=mode)
+        return self._compiled[mode], block_mask
 
     def _mask(self, heads: int, seq_q: int, seq_k: int, device: torch.device):
         key = (heads, seq_q, seq_k, str(device))

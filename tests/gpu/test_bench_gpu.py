@@ -22,11 +22,12 @@ def test_every_contender_on_a_small_case(block, causal):
     result = run_benchmark(config, Layout(blocks, block), name="small", session=session)
     print(format_table([result]))
     by_name = {r.name: r for r in result.results}
-    for name in ("fused", "sdd", "sdd_w1", "flex", "reference"):
+    for name in ("fused", "sdd", "sdd_w1", "flex", "flex_tuned", "reference"):
         r = by_name[name]
         assert r.status == "ok", r.message
         assert r.rel_error < 1e-2 and r.ms > 0 and r.tflops > 0
     for name in ("sdd_qk", "sdd_qk_w1", "sdpa", "sdpa_cudnn"):
         assert by_name[name].status == "ok", by_name[name].message
     assert by_name["fused"].speedup_vs_cudnn is not None
-    assert by_name["flex"].speedup_vs_flex == 1.0
+    # "x Flex" divides by the faster FlexAttention of the run
+    assert max(by_name[n].speedup_vs_flex for n in ("flex", "flex_tuned")) == pytest.approx(1.0)
