@@ -58,7 +58,7 @@ def editor_figure(
     """
     x, y = grid.centres()
     rows, cols = grid.rows(), grid.cols()
-    customdata = np.stack([np.full_like(rows, head), rows, cols], axis=1).astype(np.int32)
+    customdata = np.stack([np.full_like(rows, head), rows, cols], axis=1).astype(np.uint16)
     step = blocks_per_pixel
     image = go.Image(
         source=png_data_uri(picture),
