@@ -184,8 +184,8 @@ def test_paint_download_upload_and_screenshot(server, page, tmp_path):
     assert_no_errors(page, log_path)
 
     open_tab(page, "Patterns")  # its widgets follow the loaded design, though drawn while hidden
-    pattern = page.locator('[data-testid="stSelectbox"]').filter(has_text="Step 1: pattern")
-    assert "DeepSpeed BigBird" in pattern.inner_text()
+    pattern = page.get_by_role("combobox", name="Step 1: pattern")
+    assert pattern.input_value() == "DeepSpeed BigBird"
     screenshot(page, tmp_path / "loaded.png")
     if os.environ.get("BSD_UPDATE_SCREENSHOT") == "1":
         shutil.copy(tmp_path / "loaded.png", ROOT / "assets" / "screenshot.png")
