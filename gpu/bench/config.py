@@ -22,7 +22,7 @@ CONTENDERS = (
     "sdpa_flash",
     "reference",
 )
-DEFAULT_CONTENDERS = ("fused", "sdd", "flex", "sdpa", "sdpa_cudnn", "sdpa_flash")
+DEFAULT_CONTENDERS = ("fused", "sdd", "flex", "flex_tuned", "sdpa", "sdpa_cudnn", "sdpa_flash")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
