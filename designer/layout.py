@@ -99,8 +99,8 @@ class Layout:
     # ----------------------------------------------------------------- statistics
     @property
     def nnz(self) -> int:
-        """Number of active blocks over all heads."""
-        return int(self.blocks.sum())
+        """Number of active blocks over all heads (numpy: no torch thread pool for a count)."""
+        return int(np.count_nonzero(self.blocks.numpy()))
 
     @property
     def density(self) -> float:
