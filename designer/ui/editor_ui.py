@@ -68,10 +68,13 @@ def editor_ui(store: DesignStore) -> None:
             selection_mode=("points", "box", "lasso"),
             config=EDITOR_CONFIG,
         )
-        hint = "Drag to box-select, or pick the lasso in the chart's toolbar; click one block."
+        hint = (
+            "Drag a box (or pick the lasso in the chart's toolbar) and the action applies as "
+            "soon as you let go. To paint by clicking, pick Pan or Zoom in the toolbar"
+        )
         if grid.stride > 1:
-            hint += f" A click paints {grid.stride}×{grid.stride} blocks; boxes are exact."
-        st.caption(hint + " The action applies as soon as you let go.")
+            hint += f": a click paints {grid.stride}×{grid.stride} blocks (boxes stay exact)"
+        st.caption(hint + ".")
         st.html(legend_html(legend_entries(analysis)))
 
 

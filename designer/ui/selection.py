@@ -87,12 +87,23 @@ def selected_blocks(selection: Mapping[str, Any], grid: MarkerGrid, head: int) -
     if boxes or lassos:
         return mask
     for point in selection.get("points") or []:
-        data = point.get("customdata")
-        if data is None or len(data) < 3 or int(data[0]) != head:
+        cell = _point_cell(point)
+        if cell is None or cell[0] != head:
             continue
-        row, col = int(data[1]), int(data[2])
+        _, row, col = cell
         mask[row : row + grid.stride, col : col + grid.stride] = True
     return mask
+
+
+def _point_cell(point: Mapping[str, Any]) -> tuple[int, int, int] | None:
+    """A clicked point's ``(head, row, col)``; rows of a binary-encoded customdata array reach
+    the server as ``{"0": head, "1": row, "2": col}``, plain lists as lists."""
+    data = point.get("customdata")
+    if isinstance(data, Mapping):
+        data = [data.get(str(i)) for i in range(3)]
+    if not isinstance(data, Sequence) or len(data) < 3 or any(v is None for v in data[:3]):
+        return None
+    return int(data[0]), int(data[1]), int(data[2])
 
 
 def expand_brush(mask: np.ndarray, brush: str) -> np.ndarray:

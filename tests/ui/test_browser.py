@@ -1,7 +1,8 @@
 """End to end in a real browser: ``streamlit run app.py`` driven by headless Chromium.
 
-Box-selects blocks in the editor with the mouse, downloads the design and loads it back, and
-takes a screenshot (``BSD_UPDATE_SCREENSHOT=1`` also writes ``assets/screenshot.png``).
+Box-selects blocks in the editor with the mouse, toggles one block with a click (pan mode),
+downloads the design and loads it back, and takes a screenshot (``BSD_UPDATE_SCREENSHOT=1``
+also writes ``assets/screenshot.png``).
 """
 
 from __future__ import annotations
@@ -139,6 +140,23 @@ def box_select(page, start: tuple[float, float], end: tuple[float, float]) -> No
     page.mouse.up()
 
 
+def pick_tool(page, title: str) -> None:
+    """Choose a tool ("Pan", "Lasso Select", …) in the editor chart's toolbar."""
+    page.locator('[data-testid="stPlotlyChart"]').first.hover()
+    page.locator(f'.modebar-btn[data-title="{title}"]').first.click()
+
+
+def click_block(page, row: float, col: float) -> None:
+    """Hover, then click, the chart at fractions of its plotting area (plotly picks on hover)."""
+    box = page.locator('[data-testid="stPlotlyChart"] .nsewdrag').first.bounding_box()
+    x, y = box["x"] + box["width"] * col, box["y"] + box["height"] * row
+    for step in (6, 3, 0):
+        page.mouse.move(x - step, y)
+        page.wait_for_timeout(150)
+    page.mouse.down()
+    page.mouse.up()
+
+
 def assert_no_errors(page, log_path: Path) -> None:
     assert page.locator('[data-testid="stException"]').count() == 0
     assert page.locator('[data-testid="stAlertContentError"]').count() == 0
@@ -168,6 +186,15 @@ def test_paint_download_upload_and_screenshot(server, page, tmp_path):
     screenshot(page, tmp_path / "paint.png")
     assert_no_errors(page, log_path)
 
+    page.get_by_text("toggle", exact=True).click()  # clicks toggle one block
+    wait_until_idle(page)
+    pick_tool(page, "Pan")  # Streamlit selects clicked points in pan and zoom modes only
+    click_block(page, row=20.5 / 64, col=45.5 / 64)
+    blocks_boxed = blocks_after
+    blocks_after = wait_for_metric_change(page, "Active blocks", blocks_boxed)
+    assert abs(int(blocks_after.replace(",", "")) - int(blocks_boxed.replace(",", ""))) == 1
+    wait_until_idle(page)
+
     open_tab(page, "Files")
     with page.expect_download() as download:
         page.get_by_role("button", name="Design (.pt)").click()
@@ -177,9 +204,9 @@ def test_paint_download_upload_and_screenshot(server, page, tmp_path):
     assert f"{load_design(saved).layout.nnz:,}" == blocks_after
 
     page.get_by_role("button", name="Undo").click()
-    assert wait_for_metric_change(page, "Active blocks", blocks_after) == blocks_before
+    assert wait_for_metric_change(page, "Active blocks", blocks_after) == blocks_boxed
     page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(saved)
-    assert wait_for_metric_change(page, "Active blocks", blocks_before) == blocks_after
+    assert wait_for_metric_change(page, "Active blocks", blocks_boxed) == blocks_after
     wait_until_idle(page)
     assert_no_errors(page, log_path)
 

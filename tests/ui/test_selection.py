@@ -120,6 +120,13 @@ def test_points_select_their_group_and_ignore_other_heads():
     assert np.array_equal(mask, expected)
 
 
+def test_points_with_customdata_as_an_object():
+    grid = MarkerGrid.for_shape(4, 4)
+    point = {"x": 1, "y": 2, "customdata": {"0": 0, "1": 2, "2": 1}}
+    mask = selected_blocks({"points": [point, {"customdata": {"0": 0}}]}, grid, head=0)
+    assert mask.sum() == 1 and mask[2, 1]
+
+
 def test_geometry_wins_over_points():
     grid = MarkerGrid.for_shape(4, 4, max_per_side=2)  # stride 2: a point would cover 2x2
     selection = {"box": [{"x": [0, 0], "y": [0, 0]}], "points": [{"customdata": [0, 0, 0]}]}
