@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from designer.design import Design, now_iso
-from designer.edit import Edit, apply_edit
+from designer.edit import Band, Edit, EditOp, apply_edit
 from designer.layout import Layout
 from designer.recipe import Recipe, RecipeStep
 from designer.validate import check_bool, check_int
@@ -112,6 +112,11 @@ def remove_step(design: Design, index: int) -> Design:
     index = check_int("step", index, low=0, high=len(steps) - 1)
     del steps[index]
     return rebuild(design, tuple(steps))
+
+
+def clip_causal(design: Design) -> Design:
+    """Clear every block above the diagonal (``col > row``), as an edit the recipe keeps."""
+    return edit(design, EditOp("clear", Band(1, max(1, design.layout.n_k_blocks))))
 
 
 def drop_edits(design: Design) -> Design:

@@ -52,6 +52,8 @@ EDITOR_PLACE = "editor"
 FILES_PLACE = "files"
 LIBRARY_PLACE = "library"
 AUTOSAVE_PLACE = "autosave"
+LINTS_PLACE = "lints"
+EDITS_PLACE = "edits"
 
 
 def editor_chart(revision: int) -> str:

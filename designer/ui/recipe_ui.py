@@ -48,6 +48,7 @@ def recipe_ui(store: DesignStore) -> None:
             "Drop edits", key="drop_edits", on_click=_on_drop_edits, args=(store,),
             help="Rebuild from the patterns alone (undo brings the edits back).",
         )  # fmt: skip
+        show_message(keys.EDITS_PLACE)
     st.button(
         "Add a pattern step",
         icon=":material/add:",
@@ -194,7 +195,7 @@ def _on_add(store: DesignStore, index: int) -> None:
 
 
 def _on_drop_edits(store: DesignStore) -> None:
-    change_design(store, "edits", changes.drop_edits)
+    change_design(store, keys.EDITS_PLACE, changes.drop_edits)
 
 
 def _on_remove(store: DesignStore, index: int) -> None:

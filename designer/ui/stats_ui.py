@@ -7,8 +7,8 @@ from collections import Counter
 import streamlit as st
 
 from designer.lints import SEVERITIES, Lint
-from designer.ui import keys, state
-from designer.ui.common import current_analysis, show_message
+from designer.ui import changes, keys, state
+from designer.ui.common import change_design, current_analysis, show_message
 from designer.ui.figures import head_density_figure
 from designer.ui.storage import DesignStore
 
@@ -71,10 +71,10 @@ def header_ui(store: DesignStore) -> None:
         help="Memory of the block-sparse score tensor per batch element (bf16)",
     )
     show_message(keys.AUTOSAVE_PLACE)
-    lints_ui(analysis.lints)
+    lints_ui(store, analysis.lints)
 
 
-def lints_ui(lints: tuple[Lint, ...]) -> None:
+def lints_ui(store: DesignStore, lints: tuple[Lint, ...]) -> None:
     """The lint findings, folded under one line that counts them by severity."""
     if not lints:
         st.caption(":material/check_circle: No lint findings.")
@@ -86,6 +86,16 @@ def lints_ui(lints: tuple[Lint, ...]) -> None:
     with st.expander(f"Lints: {summary}", icon=":material/rule:", expanded="error" in counts):
         for lint in lints:
             st.markdown(f":{_BADGE[lint.severity]}-badge[{lint.severity}] {lint.message}")
+            if lint.code == "causal-violation":
+                st.button(
+                    "Clip to causal",
+                    icon=":material/content_cut:",
+                    key="clip_causal",
+                    on_click=change_design,
+                    args=(store, keys.LINTS_PLACE, changes.clip_causal),
+                    help="Clear every block above the diagonal (an edit: undo brings them back).",
+                )
+        show_message(keys.LINTS_PLACE)
 
 
 def analysis_ui() -> None:

@@ -312,3 +312,27 @@ def test_paint_band_and_copy_head(data_dir):
     assert current(at).recipe.build() == current(at).layout
     at.button(key="undo").click().run()
     assert current(at).layout.blocks[0].sum() > 0
+
+
+def test_causal_lint_and_clip(data_dir):
+    at = open_app()
+    assert not any(e.label.startswith("Lints") for e in at.expander)
+    at.toggle(key=keys.CAUSAL).set_value(True).run()
+    assert_clean(at)
+    assert any(e.label == "Lints: 1 error" for e in at.expander)
+    at.button(key="clip_causal").click().run()
+    assert_clean(at)
+    layout = current(at).layout
+    assert torch.equal(layout.blocks, load_default_design().layout.blocks.tril())
+    assert not any(e.label.startswith("Lints") for e in at.expander)
+
+
+def test_drop_manual_edits(data_dir):
+    at = open_app(tab="Paint")
+    at.button(key="apply_band").click().run()
+    at.session_state["tab"] = "Patterns"
+    at.run()
+    assert len(current(at).recipe.edits) == 1
+    at.button(key="drop_edits").click().run()
+    assert_clean(at)
+    assert current(at).recipe.edits == () and current(at).layout == load_default_design().layout

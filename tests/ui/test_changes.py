@@ -112,3 +112,12 @@ def test_drop_edits_rebuilds_from_the_patterns():
     assert dropped.recipe.edits == () and dropped.layout == recipe_design().layout
     bare = Design(Layout.zeros(1, 2, 2, 16))
     assert changes.drop_edits(bare) is bare
+
+
+def test_clip_causal_clears_above_the_diagonal():
+    design = recipe_design(
+        steps=(RecipeStep("sliding_window", {"window_blocks": 3, "causal": False}),)
+    )
+    clipped = changes.clip_causal(design)
+    assert torch.equal(clipped.layout.blocks, design.layout.blocks.tril())
+    assert clipped.recipe.build() == clipped.layout
