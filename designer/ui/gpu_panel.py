@@ -58,6 +58,9 @@ WARMUP, REPS, FLUSH, SEED, MARGIN, CHECK_ERROR, WAIT_S = (
 )  # fmt: skip
 #: The design's causal flag the causal toggle was last set from.
 CAUSAL_FROM = "gpu_causal_from"
+#: The widgets' values as last drawn: Streamlit forgets a widget's value while its tab is
+#: hidden, and the panel restores them from here.
+REMEMBERED = "gpu_remembered"
 SWEEP_KIND, SWEEP_LENGTH_PICK, SWEEP_FACTOR_PICK, SWEEP_RANDOM, SWEEP_CHECK = (
     "gpu_sweep_kind", "gpu_sweep_lengths", "gpu_sweep_factors", "gpu_sweep_random",
     "gpu_sweep_check",
@@ -86,7 +89,7 @@ def flex_installed() -> bool:
 
 def offered_contenders() -> tuple[str, ...]:
     """Contenders a user can pick here, in the harness's order."""
-    return tuple(c for c in CONTENDERS if c != "flex" or flex_installed())
+    return tuple(c for c in CONTENDERS if not c.startswith("flex") or flex_installed())
 
 
 def default_contenders(design: Design) -> list[str]:
@@ -116,7 +119,7 @@ def bench_config(design: Design, values: Mapping[str, Any]) -> BenchConfig:
         batch=values[BATCH],
         heads=layout.n_heads,
         seq_q=layout.seq_len_q,
-        seq_k=layout.seq_len_k,
+        seq_k=None if layout.seq_len_k == layout.seq_len_q else layout.seq_len_k,
         head_dim=values[HEAD_DIM],
         dtype=values[DTYPE],
         causal=values[CAUSAL],
@@ -135,7 +138,7 @@ def gpu_panel_ui(store: DesignStore) -> None:
     """Draw the panel for the current design."""
     session = st.session_state
     current = state.design(session)
-    state.fill_defaults(session, panel_defaults(current))
+    state.fill_defaults(session, {**panel_defaults(current), **session.get(REMEMBERED, {})})
     if session[CAUSAL_FROM] != current.causal:  # the design's flag changed: follow it
         session[CAUSAL] = session[CAUSAL_FROM] = current.causal
     runs = RunStore(store.root)
@@ -148,6 +151,7 @@ def gpu_panel_ui(store: DesignStore) -> None:
             _cpu_check_ui(current)
         with stored:
             stored_ui(runs, current)
+        _remember(current)
         return
     coordinator = shared_coordinator()
     if coordinator.status is not None:
@@ -161,6 +165,12 @@ def gpu_panel_ui(store: DesignStore) -> None:
         _sweep_ui(coordinator, config, current, runs)
     with stored:
         stored_ui(runs, current)
+    _remember(current)
+
+
+def _remember(current: Design) -> None:
+    session = st.session_state
+    session[REMEMBERED] = {key: session[key] for key in panel_defaults(current) if key in session}
 
 
 def _settings_ui(current: Design) -> BenchConfig | None:

@@ -88,7 +88,7 @@ def estimate_memory(config: BenchConfig, nnz: int, block_size: int) -> MemoryEst
     if any(name in config.contenders for name in SDD_CONTENDERS):
         sdd = batch * nnz * block_size * block_size * (4 + element)
     flex = 0
-    if "flex" in config.contenders:
+    if any(name.startswith("flex") for name in config.contenders):
         mask = heads * (seq_q // MASK_GRANULARITY) * (seq_k // MASK_GRANULARITY)
         tiles = heads * -(-seq_q // FLEX_BLOCK) * -(-seq_k // FLEX_BLOCK)
         flex = mask + 4 * 4 * tiles + output + 4 * batch * heads * seq_q

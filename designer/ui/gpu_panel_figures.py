@@ -25,8 +25,8 @@ from designer.ui.gpu_panel_data import (
 _FONT = {"family": "Inter, system-ui, sans-serif", "size": 12}
 COLOURS = {
     "fused": "#e15759", "sdd": "#f28e2b", "sdd_w1": "#ffbe7d", "sdd_qk": "#b07aa1",
-    "sdd_qk_w1": "#d4a6c8", "flex": "#4e79a7", "sdpa": "#9c9c9c", "sdpa_cudnn": "#59a14f",
-    "sdpa_flash": "#8cd17d", "reference": "#bab0ac",
+    "sdd_qk_w1": "#d4a6c8", "flex": "#4e79a7", "flex_tuned": "#76b7b2", "sdpa": "#9c9c9c",
+    "sdpa_cudnn": "#59a14f", "sdpa_flash": "#8cd17d", "reference": "#bab0ac",
 }  # fmt: skip
 #: Marker of each sweep kind; the current design gets a large star.
 SYMBOLS = {"scaled": "circle", "length": "circle", "random": "x", "current": "star"}
@@ -94,9 +94,9 @@ def head_error_figure(case: dict[str, Any]) -> go.Figure | None:
         heads = np.arange(len(detail["head_max_abs"]))
         for row, key in ((1, "head_max_abs"), (2, "head_rel")):
             figure.add_trace(
-                go.Bar(
+                go.Scatter(
                     x=heads, y=detail[key], name=name, legendgroup=name, showlegend=row == 1,
-                    marker_color=COLOURS.get(name, "#777"),
+                    mode="lines+markers", line={"color": COLOURS.get(name, "#777")},
                     hovertemplate=f"{name} head %{{x}}: %{{y:.2e}}<extra></extra>",
                 ),
                 row=row, col=1,
@@ -195,7 +195,9 @@ def sweep_length_figure(cases: Sequence[dict[str, Any]]) -> go.Figure:
             if points:
                 points.sort()
                 figure.add_trace(_sweep_trace(points, name, kind))
-    figure.update_xaxes(type="log", title_text="sequence length (tokens)", dtick=np.log10(2))
+    lengths = sorted({c["config"]["seq_q"] for c in cases})
+    figure.update_xaxes(type="log", title_text="sequence length (tokens)", tickvals=lengths,
+                        ticktext=[f"{n:,}" for n in lengths])  # fmt: skip
     figure.update_yaxes(type="log", title_text="ms")
     return _layout(figure, 420, title="Time against sequence length")
 
@@ -245,16 +247,26 @@ def overlay_figure(
 
 
 def cases_speedup_figure(cases: Sequence[dict[str, Any]]) -> go.Figure:
-    """Every case of a document: each contender's speedup over dense, grouped by case."""
-    figure = go.Figure()
-    for name in _contenders(cases):
-        xs, ys = [], []
-        for case in cases:
-            result = results_by_name(case).get(name)
-            if result and (s := speedup_vs_dense(case, result)) is not None:
-                xs.append(case["case"])
-                ys.append(s)
-        figure.add_trace(go.Bar(x=xs, y=ys, name=name, marker_color=COLOURS.get(name, "#777")))
-    figure.update_layout(barmode="group")
-    figure.update_yaxes(type="log", title_text="× dense")
-    return _layout(figure, 420, title="Speedup over dense attention, every case")
+    """Every case of a document against every contender: speedup over dense, as a table of
+    colours (log scale, 1× white) with the numbers written in."""
+    names = _contenders(cases)
+    speedups = np.full((len(cases), len(names)), np.nan)
+    for row, case in enumerate(cases):
+        by_name = results_by_name(case)
+        for col, name in enumerate(names):
+            result = by_name.get(name)
+            if result and (s := speedup_vs_dense(case, result)) is not None and s > 0:
+                speedups[row, col] = s
+    text = [["" if np.isnan(v) else f"{v:.2f}×" for v in row] for row in speedups]
+    limit = float(np.nanmax(np.abs(np.log2(speedups)))) if np.isfinite(speedups).any() else 1.0
+    figure = go.Figure(
+        go.Heatmap(
+            z=np.log2(speedups), x=names, y=[case["case"] for case in cases], text=text,
+            texttemplate="%{text}", colorscale="RdBu", zmid=0, zmin=-limit, zmax=limit,
+            colorbar={"title": "log2 × dense"},
+            hovertemplate="%{y} · %{x}: %{text}<extra></extra>",
+        )
+    )  # fmt: skip
+    figure.update_yaxes(autorange="reversed")
+    height = 120 + 24 * len(cases)
+    return _layout(figure, height, title="Speedup over dense attention, every case")

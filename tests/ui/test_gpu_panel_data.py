@@ -44,7 +44,8 @@ from gpu.reference import dense_masked_attention
 
 #: Milliseconds each fake contender takes.
 TIMES = {"fused": 1.0, "sdd": 2.0, "sdd_w1": 3.0, "sdd_qk": 1.0, "sdd_qk_w1": 1.5, "flex": 1.5,
-         "sdpa": 5.0, "sdpa_cudnn": 4.0, "sdpa_flash": 4.5, "reference": 9.0}  # fmt: skip
+         "flex_tuned": 1.2, "sdpa": 5.0, "sdpa_cudnn": 4.0, "sdpa_flash": 4.5,
+         "reference": 9.0}  # fmt: skip
 SMALL = dict(heads=2, seq_q=64, head_dim=16, warmup=1, reps=3, device="cpu", flush_l2=False)
 
 
@@ -269,4 +270,7 @@ def test_overlay_and_cases_figures(monkeypatch):
     assert [t.name for t in figure.data] == ["a", "b"]
     assert figure.data[1].y[0] == 0.5 and figure.data[0].customdata[0] == 2.0
     cases = cases_speedup_figure([first, second])
-    assert [t.name for t in cases.data][:2] == ["fused", "sdd"]
+    heat = cases.data[0]
+    assert list(heat.x) == ["fused", "sdd", "sdd_w1", "flex", "sdpa_cudnn"]
+    assert heat.text[0][0] == "4.00×" and heat.text[1][0] == "8.00×"
+    assert heat.z[1][0] == pytest.approx(3.0)  # log2 of 8
