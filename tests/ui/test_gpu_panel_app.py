@@ -20,13 +20,15 @@ from streamlit.testing.v1 import AppTest
 
 from designer.design import Design
 from designer.recipe import Recipe, RecipeStep
-from designer.ui import gpu_panel, gpu_panel_runner, gpu_panel_store, keys
+from designer.ui import gpu_panel, gpu_panel_errors, gpu_panel_runner, gpu_panel_store, keys
 from designer.ui.analysis import design_digest
 from designer.ui.gpu_panel_data import document_bytes
 from designer.ui.gpu_panel_runner import GpuCoordinator
 from designer.ui.gpu_panel_store import RunStore
+from designer.ui.gpu_panel_views import OVERLAY_PICK
 from designer.ui.storage import DATA_DIR_ENV, DesignStore
-from gpu.bench import BenchSession
+from gpu import block_sparse_attention
+from gpu.bench import CONTENDERS, DEFAULT_CONTENDERS, BenchSession
 from tests.ui.test_gpu_panel_data import fake_harness, make_doc
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -64,6 +66,11 @@ def fake_gpu(monkeypatch):
     )  # fmt: skip
     for module in (gpu_panel, gpu_panel_runner):
         monkeypatch.setattr(module, "free_gpu_bytes", lambda: 4 * GiB)
+
+    def reference_for_every_impl(*args, impl, **kwargs):
+        return block_sparse_attention(*args, **{**kwargs, "impl": "reference"})
+
+    monkeypatch.setattr(gpu_panel_errors, "block_sparse_attention", reference_for_every_impl)
     return coordinator
 
 
@@ -94,7 +101,9 @@ def test_without_a_gpu_the_panel_says_why_checks_on_the_cpu_and_shows_stored_res
     committed = data_dir / "committed"
     committed.mkdir()
     (committed / "2026-11-29-h200.json").write_bytes(document_bytes(make_doc(monkeypatch)))
-    RunStore(data_dir).save(design_digest(DESIGN), make_doc(monkeypatch))
+    runs = RunStore(data_dir)
+    first = runs.save(design_digest(DESIGN), make_doc(monkeypatch))
+    second = runs.save(design_digest(DESIGN), make_doc(monkeypatch, times={"fused": 0.5}))
     at = open_panel()
     assert at.warning[0].value == (
         "The GPU benchmark cannot run on this machine: CuPy is not installed (test)"
@@ -103,6 +112,10 @@ def test_without_a_gpu_the_panel_says_why_checks_on_the_cpu_and_shows_stored_res
     assert [s.value for s in at.subheader][-2:] == ["Runs of this design", "Committed results"]
     assert len(at.get("download_button")) == 2  # the stored run and the committed file
     assert chart_titles(at).count("Speedup over dense attention") == 2
+    at.multiselect(key=OVERLAY_PICK).set_value([first.name, second.name]).run()
+    specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+    overlay = next(s for s in specs if s["layout"]["title"]["text"] == "Two runs overlaid")
+    assert [bar["y"][0] for bar in overlay["data"]] == [1.0, 0.5]  # fused, first then second
 
     at.button(key=gpu_panel.CPU_BUTTON).click().run()
     assert_clean(at)
@@ -128,18 +141,15 @@ def test_a_broken_stored_run_is_reported_not_fatal(data_dir, no_gpu):
 def test_a_run_shows_its_numbers_and_charts_and_is_stored(data_dir, fake_gpu):
     at = open_panel()
     # start width 2 at blocks of 64: SDD at width 1 is added to show what the tiles buy
-    assert at.multiselect(key=gpu_panel.CONTENDER_PICK).value == [
-        "fused", "sdd", "flex", "sdpa", "sdpa_cudnn", "sdpa_flash", "sdd_w1"
-    ]  # fmt: skip
+    defaults = [*DEFAULT_CONTENDERS, "sdd_w1"]
+    assert at.multiselect(key=gpu_panel.CONTENDER_PICK).value == defaults
     at.multiselect(key=gpu_panel.CONTENDER_PICK).select("reference").run()
     at.button(key=gpu_panel.RUN_BUTTON).click().run()
     assert_clean(at)
     assert not at.error
     doc = at.session_state[gpu_panel.LAST_RUN]["doc"]
     case = doc["cases"][0]
-    assert case["config"]["contenders"] == [
-        "fused", "sdd", "sdd_w1", "flex", "sdpa", "sdpa_cudnn", "sdpa_flash", "reference"
-    ]  # fmt: skip
+    assert case["config"]["contenders"] == [c for c in CONTENDERS if c in {*defaults, "reference"}]
     assert {r["name"]: r["ms"] for r in case["results"]}["fused"] == 1.0
     assert set(case["details"]) == {"fused", "sdd", "reference"}
     titles = chart_titles(at)
@@ -235,3 +245,44 @@ def test_sweeps_over_length_and_density(data_dir, fake_gpu):
     assert kinds == ["current", "random", "random", "scaled"]
     runs, _ = RunStore(data_dir).runs(design_digest(DESIGN))
     assert [r.doc["kind"] for r in runs] == ["sweep", "sweep"]
+
+
+def test_the_h200_check_script_passes_against_a_stand_in_gpu(data_dir, fake_gpu, monkeypatch):
+    """``benchmarks/app_check.py`` end to end: the standard case shrunk to 16 heads x 512 tokens,
+    a 1 GiB "GPU", the command line's numbers made by the same fake harness."""
+    import benchmarks.app_check as app_check
+    from designer.ui import common
+    from gpu.bench import cases, document, run_benchmark
+
+    monkeypatch.setattr(cases, "QUICK_SEQ_LEN", 512)
+    monkeypatch.setattr(common, "load_default_design", lambda: DESIGN)
+    monkeypatch.setattr(app_check, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(app_check, "gpu_memory", lambda: (GiB, GiB))
+    for module in (gpu_panel, gpu_panel_runner):
+        monkeypatch.setattr(module, "free_gpu_bytes", lambda: GiB)
+    real = gpu_panel_runner.run_benchmark
+
+    def huge_fails(config, layout, **kwargs):
+        if config.batch > 64:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.50 GiB")
+        return real(config, layout, **kwargs)
+
+    monkeypatch.setattr(gpu_panel_runner, "run_benchmark", huge_fails)
+    case = cases.find_case("banded_7pct-b128-d64")
+    contenders = app_check.contenders_for(app_check.parser().parse_args(["--out", "-"]), case)
+    config = replace(case.config(quick=True), device="cpu", contenders=contenders)
+    session = BenchSession(torch.device("cpu"), timer=fake_gpu.bench_session().timer)
+    cli = run_benchmark(config, case.layout(quick=True), name=case.name, session=session)
+    cli_path = data_dir / "cli.json"
+    cli_path.write_bytes(document_bytes(document([cli], env={"gpu": "stand-in"})))
+    out = data_dir / "summary.json"
+    status = app_check.main(["--out", str(out), "--quick", "--cli-json", str(cli_path)])
+    summary = json.loads(out.read_text())
+    failed = [c for c in summary["checks"] if not c["ok"]]
+    assert status == 0 and not failed, failed
+    names = [c["name"] for c in summary["checks"]]
+    assert "too large: refused before launch with the estimate" in names
+    assert "margin 0: really out of memory, message shown" in names
+    assert "after out of memory: ms within ±15% of the command line" in names
+    assert "two runs overlaid" in names and len(names) >= 20
+    assert [row["ratio"] for row in summary["panel run table"]] == [1.0] * len(config.contenders)
