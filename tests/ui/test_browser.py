@@ -215,7 +215,7 @@ def test_paint_download_upload_and_screenshot(server, page, tmp_path):
     assert pattern.input_value() == "DeepSpeed BigBird"
     screenshot(page, tmp_path / "loaded.png")
     if os.environ.get("BSD_UPDATE_SCREENSHOT") == "1":
-        shutil.copy(tmp_path / "loaded.png", ROOT / "assets" / "screenshot.png")
+        shutil.copy(tmp_path / "patterns.png", ROOT / "assets" / "screenshot.png")
 
 
 def screenshot(page, path: Path) -> None:
