@@ -12,7 +12,8 @@ from dataclasses import dataclass, replace
 
 from designer.design import Design, now_iso
 from designer.edit import Band, Edit, EditOp, apply_edit
-from designer.layout import Layout
+from designer.layout import MAX_BLOCK_SIZE, Layout
+from designer.patterns._common import MAX_HEADS
 from designer.recipe import Recipe, RecipeStep
 from designer.validate import check_bool, check_int
 
@@ -34,8 +35,8 @@ class Shape:
     n_heads: int
 
     def __post_init__(self) -> None:
-        block = check_int("block size", self.block_size, low=1, high=4096)
-        check_int("heads", self.n_heads, low=1, high=1024)
+        block = check_int("block size", self.block_size, low=1, high=MAX_BLOCK_SIZE)
+        check_int("heads", self.n_heads, low=1, high=MAX_HEADS)
         for name, tokens in (("query tokens", self.seq_len_q), ("key tokens", self.seq_len_k)):
             check_int(name, tokens, low=block, high=MAX_SEQ_LEN)
             if tokens % block:

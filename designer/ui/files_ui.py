@@ -9,13 +9,12 @@ import streamlit as st
 
 from designer.design import Design
 from designer.formats import design_from_json, load_design
+from designer.formats.pt_file import BARE_BLOCK_SIZE
+from designer.layout import MAX_BLOCK_SIZE
 from designer.ui import keys, state
 from designer.ui.common import show_message
 from designer.ui.exports import exports
 from designer.ui.storage import DesignStore
-
-#: Block size of a bare ``[H, M, N]`` tensor unless the user says otherwise (DeepSpeed's default).
-BARE_BLOCK_SIZE = 16
 
 
 def files_ui(store: DesignStore) -> None:
@@ -77,7 +76,7 @@ def _upload_ui(store: DesignStore) -> None:
     st.number_input(
         "Block size of a bare tensor",
         min_value=1,
-        max_value=4096,
+        max_value=MAX_BLOCK_SIZE,
         value=BARE_BLOCK_SIZE,
         key=keys.UPLOAD_BLOCK_SIZE,
         help="A bare [heads, q_blocks, k_blocks] tensor does not say its block size.",

@@ -10,10 +10,10 @@ one. Every other tile of a width is drawn a little darker, so neighbouring tiles
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import numpy as np
 import torch
+
+from designer.segment import Segments
 
 #: Inactive blocks: light, so the eye goes to what attends.
 EMPTY_RGB = (244, 246, 250)
@@ -37,8 +37,6 @@ WIDTH_PALETTE = (
 )
 #: How much darker every other tile of one width is drawn.
 ALTERNATE_SHADE = 0.82
-
-Segments = Sequence[tuple[int, torch.Tensor]]
 
 
 def width_colour(width: int) -> str:

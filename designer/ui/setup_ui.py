@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from designer.design import DEFAULT_TILE_TOKENS
+from designer.patterns._common import MAX_HEADS
 from designer.ui import changes, keys, state
 from designer.ui.common import change_design, show_message
 from designer.ui.storage import DesignStore
@@ -55,7 +56,7 @@ def setup_ui(store: DesignStore) -> None:
     right.number_input(
         "Heads",
         min_value=1,
-        max_value=1024,
+        max_value=MAX_HEADS,
         key=keys.N_HEADS,
         on_change=_on_shape,
         args=(store,),
