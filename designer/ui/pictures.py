@@ -50,14 +50,15 @@ def tile_maps(shape: tuple[int, int, int], segments: Segments) -> tuple[np.ndarr
     ``segments`` is ``sdd_segment``'s output: ``(width, rows)`` with rows ``(head, row, col, idx)``
     in groups of ``width²``. Returns ``(width [H, M, N] uint16, odd [H, M, N] bool)``.
     """
-    widths = np.zeros(shape, dtype=np.uint16)
-    odd = np.zeros(shape, dtype=bool)
+    n_heads, n_rows, n_cols = shape
+    widths = np.zeros(n_heads * n_rows * n_cols, dtype=np.uint16)
+    odd = np.zeros(n_heads * n_rows * n_cols, dtype=bool)
     for width, rows in segments:
         cells = rows.numpy() if isinstance(rows, torch.Tensor) else np.asarray(rows)
-        head, row, col = cells[:, 0], cells[:, 1], cells[:, 2]
-        widths[head, row, col] = width
-        odd[head, row, col] = (np.arange(len(cells)) // (width * width)) % 2 == 1
-    return widths, odd
+        flat = (cells[:, 0] * n_rows + cells[:, 1]) * n_cols + cells[:, 2]
+        widths[flat] = width
+        odd[flat] = (np.arange(len(cells)) // (width * width)) & 1
+    return widths.reshape(shape), odd.reshape(shape)
 
 
 def tile_pictures(widths: np.ndarray, odd: np.ndarray) -> np.ndarray:
