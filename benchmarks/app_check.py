@@ -1,12 +1,14 @@
 """Check the app's GPU panel on a real GPU: ``AppTest`` drives the app, and the panel's numbers
 are compared with ``python -m gpu.bench`` on the same case.
 
-    python benchmarks/app_check.py --out app_check.json
+    PYTHONPATH=. python benchmarks/app_check.py --out app_check.json
 
-Needs a CUDA GPU with CuPy, and Streamlit. Each step is recorded in the JSON summary, rewritten
-after every check so a run cut short keeps what it did; the exit status is 0 when all passed.
+Run from the repository root. Needs a CUDA GPU with CuPy, and Streamlit. Each step is recorded
+in the JSON summary, rewritten after every check so a run cut short keeps what it did; the exit
+status is 0 when all passed.
 
 1. ``python -m gpu.bench --case CASE`` in a subprocess (or ``--cli-json``): the reference numbers.
+   Contenders: the case's, less those that autotune for minutes (``--contenders all`` keeps them).
 2. The app, opened on the case's layout (restored from an autosave, as a reload does), GPU tab,
    the case's settings, Run: no error, the table, the charts and the per-head errors are there;
    the config equals the command line's; every contender's ms is within ``--tolerance`` of the
@@ -39,26 +41,28 @@ from pathlib import Path
 
 import torch
 
+from gpu import unavailable_reason
+from gpu.bench.cases import find_case
+from gpu.bench.report import environment
+
+try:  # the app needs Streamlit: without it the summary says so instead of a bare traceback
+    from designer.design import Design
+    from designer.ui import gpu_panel_settings as settings
+    from designer.ui import keys
+    from designer.ui.analysis import design_digest
+    from designer.ui.gpu_panel_data import problems as problems_of
+    from designer.ui.gpu_panel_estimate import DEFAULT_MARGIN, estimate_memory
+    from designer.ui.gpu_panel_store import RunStore
+    from designer.ui.gpu_panel_views import OVERLAY_PICK
+    from designer.ui.storage import DATA_DIR_ENV, DesignStore
+except ImportError as error:
+    APP_IMPORT_ERROR: ImportError | None = error
+else:
+    APP_IMPORT_ERROR = None
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from designer.design import Design  # noqa: E402
-from designer.ui import gpu_panel as panel  # noqa: E402
-from designer.ui import keys  # noqa: E402
-from designer.ui.analysis import design_digest  # noqa: E402
-from designer.ui.gpu_panel_data import problems as problems_of  # noqa: E402
-from designer.ui.gpu_panel_estimate import DEFAULT_MARGIN, estimate_memory  # noqa: E402
-from designer.ui.gpu_panel_store import RunStore  # noqa: E402
-from designer.ui.gpu_panel_views import OVERLAY_PICK  # noqa: E402
-from designer.ui.storage import DATA_DIR_ENV, DesignStore  # noqa: E402
-from gpu import unavailable_reason  # noqa: E402
-from gpu.bench.cases import find_case  # noqa: E402
-from gpu.bench.report import environment  # noqa: E402
-
 APP = str(ROOT / "app.py")
 SESSIONS = ("appcheckrun01", "appcheckoom01")
-#: Contenders left out unless asked for: they compile for minutes in each process.
-SLOW_TO_COMPILE = ("flex_tuned",)
 
 
 class Summary:
@@ -103,16 +107,16 @@ def open_app(session_id: str | None, timeout: float):
 
 
 def apply_settings(at, config) -> None:
-    at.number_input(key=panel.BATCH).set_value(config.batch)
-    at.selectbox(key=panel.HEAD_DIM).set_value(config.head_dim)
-    at.selectbox(key=panel.DTYPE).set_value(config.dtype)
-    at.toggle(key=panel.CAUSAL).set_value(config.causal)
-    at.multiselect(key=panel.CONTENDER_PICK).set_value(list(config.contenders))
-    at.number_input(key=panel.WARMUP).set_value(config.warmup)
-    at.number_input(key=panel.REPS).set_value(config.reps)
-    at.number_input(key=panel.SEED).set_value(config.seed)
-    at.toggle(key=panel.FLUSH).set_value(config.flush_l2)
-    at.toggle(key=panel.CHECK_ERROR).set_value(config.check_error)
+    at.number_input(key=settings.BATCH).set_value(config.batch)
+    at.selectbox(key=settings.HEAD_DIM).set_value(config.head_dim)
+    at.selectbox(key=settings.DTYPE).set_value(config.dtype)
+    at.toggle(key=settings.CAUSAL).set_value(config.causal)
+    at.multiselect(key=settings.CONTENDER_PICK).set_value(list(config.contenders))
+    at.number_input(key=settings.WARMUP).set_value(config.warmup)
+    at.number_input(key=settings.REPS).set_value(config.reps)
+    at.number_input(key=settings.SEED).set_value(config.seed)
+    at.toggle(key=settings.FLUSH).set_value(config.flush_l2)
+    at.toggle(key=settings.CHECK_ERROR).set_value(config.check_error)
     at.run()
 
 
@@ -191,9 +195,9 @@ def run_case_in_panel(summary, at, config, cli, args, label: str) -> dict | None
         torch.cuda.reset_peak_memory_stats()
     before = allocated_bytes()
     started = time.perf_counter()
-    click(at, panel.RUN_BUTTON, args.timeout)
+    click(at, settings.RUN_BUTTON, args.timeout)
     seconds = time.perf_counter() - started
-    record = at.session_state[panel.LAST_RUN]
+    record = at.session_state[settings.LAST_RUN]
     if not summary.check(
         f"{label}: runs without error",
         not problems(at) and record["doc"],
@@ -264,19 +268,19 @@ def failure_steps(summary, config, cli, design, args) -> None:
     batch = oom_batch(config)
     if not summary.check("a batch that cannot fit exists", batch is not None):
         return
-    at.number_input(key=panel.BATCH).set_value(batch)
-    at.selectbox(key=panel.HEAD_DIM).set_value(128).run()
+    at.number_input(key=settings.BATCH).set_value(batch)
+    at.selectbox(key=settings.HEAD_DIM).set_value(128).run()
     before = allocated_bytes()
-    click(at, panel.RUN_BUTTON, args.timeout)
+    click(at, settings.RUN_BUTTON, args.timeout)
     errors = [e.value for e in at.error]
     summary.check(
         "too large: refused before launch with the estimate",
         errors and errors[0].startswith("Refused before launch") and allocated_bytes() == before,
         errors,
     )
-    at.number_input(key=panel.MARGIN).set_value(0.0).run()
+    at.number_input(key=settings.MARGIN).set_value(0.0).run()
     free_before, _ = gpu_memory()
-    click(at, panel.RUN_BUTTON, args.timeout)
+    click(at, settings.RUN_BUTTON, args.timeout)
     errors = [e.value for e in at.error]
     free_after, _ = gpu_memory()
     summary.check(
@@ -298,7 +302,7 @@ def failure_steps(summary, config, cli, design, args) -> None:
     summary.check("out of memory: the rest of the app works", not at.exception)
     at.session_state["tab"] = "GPU benchmark"
     at.run()
-    at.number_input(key=panel.MARGIN).set_value(DEFAULT_MARGIN)
+    at.number_input(key=settings.MARGIN).set_value(DEFAULT_MARGIN)
     run_case_in_panel(summary, at, config, cli, args, "after out of memory")
 
 
@@ -318,10 +322,10 @@ def stored_steps(summary, design, data_dir: str, args) -> None:
 
 def sweep_step(summary, args) -> None:
     at = open_app(None, args.timeout)  # a new session on the default design
-    at.multiselect(key=panel.CONTENDER_PICK).set_value(["fused", "sdpa_cudnn"])
-    at.multiselect(key=panel.SWEEP_LENGTH_PICK).set_value([1024, 2048]).run()
-    click(at, panel.SWEEP_BUTTON, args.timeout)
-    record = at.session_state[panel.LAST_SWEEP]
+    at.multiselect(key=settings.CONTENDER_PICK).set_value(["fused", "sdpa_cudnn"])
+    at.multiselect(key=settings.SWEEP_LENGTH_PICK).set_value([1024, 2048]).run()
+    click(at, settings.SWEEP_BUTTON, args.timeout)
+    record = at.session_state[settings.LAST_SWEEP]
     titles = chart_titles(at)
     summary.check(
         "length sweep: measured, both charts shown",
@@ -338,8 +342,8 @@ def no_gpu_steps(summary, args) -> None:
         "no GPU: the panel says why",
         any("cannot run on this machine" in w.value for w in at.warning),
     )
-    click(at, panel.CPU_BUTTON, args.timeout)
-    record = at.session_state.get(panel.LAST_CPU_CHECK) if not at.exception else None
+    click(at, settings.CPU_BUTTON, args.timeout)
+    record = at.session_state.get(settings.LAST_CPU_CHECK) if not at.exception else None
     summary.check(
         "no GPU: the CPU check runs", record is not None and not problems(at), problems(at)
     )
@@ -366,7 +370,7 @@ def contenders_for(args, case) -> tuple[str, ...]:
         return case.config().contenders
     if args.contenders:
         return tuple(args.contenders.split(","))
-    return tuple(c for c in case.config().contenders if c not in SLOW_TO_COMPILE)
+    return tuple(c for c in case.config().contenders if c not in settings.SLOW_TO_COMPILE)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -376,7 +380,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--quick", action="store_true", help="the case at S=4096, few reps")
     parser.add_argument(
         "--contenders",
-        help=f"comma-separated or 'all' (default: the case's but {', '.join(SLOW_TO_COMPILE)})",
+        help="comma-separated, or 'all' (default: the case's but those slow to compile)",
     )
     parser.add_argument("--tolerance", type=float, default=0.15, help="allowed ms difference")
     parser.add_argument("--timeout", type=float, default=420, help="seconds per app run")
@@ -389,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     summary = Summary(Path(args.out))
     summary.put("environment", environment())
+    if not summary.check("the app imports", APP_IMPORT_ERROR is None, APP_IMPORT_ERROR or ""):
+        return 1
     reason = unavailable_reason()
     summary.put("gpu_unavailable_reason", reason)
     with tempfile.TemporaryDirectory() as data_dir:

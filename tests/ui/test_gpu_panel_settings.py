@@ -1,0 +1,57 @@
+"""The panel's settings: the config they make, and the contenders offered and picked."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+import torch
+
+from designer.design import Design
+from designer.layout import Layout
+from designer.ui import gpu_panel_settings as settings
+from gpu.bench import CONTENDERS, DEFAULT_CONTENDERS
+
+
+def design(n_q=4, n_k=4, block=64, **changes):
+    return Design(Layout(torch.ones(2, n_q, n_k, dtype=torch.bool), block), **changes)
+
+
+def test_bench_config_takes_the_layout_shape_and_the_widgets():
+    current = design(start_width=3)
+    values = {**settings.panel_defaults(current), settings.CONTENDER_PICK: ["sdpa", "fused"]}
+    config = settings.bench_config(current, values)
+    assert (config.heads, config.seq_q, config.seq_k) == (2, 256, None)
+    assert config.contenders == ("fused", "sdpa")  # the harness's order
+    assert (config.batch, config.head_dim, config.dtype, config.reps) == (1, 64, "bf16", 10)
+    assert config.start_width == 3 and config.check_error and config.flush_l2
+    cross = settings.bench_config(design(n_k=8), values)
+    assert (cross.seq_q, cross.seq_k) == (256, 512)
+
+
+def test_bench_config_refuses_what_the_harness_refuses():
+    current = design(start_width=0)  # the design allows "no tiles"; the SDD contenders do not
+    with pytest.raises(ValueError, match="start_width must be in"):
+        settings.bench_config(current, settings.panel_defaults(current))
+    values = {**settings.panel_defaults(design()), settings.BATCH: 0}
+    with pytest.raises(ValueError, match="batch must be in"):
+        settings.bench_config(design(), values)
+
+
+def test_default_contenders_leave_out_slow_compiles_and_add_the_segmentation_baseline():
+    wide = settings.default_contenders(design(block=16))  # start width 8
+    assert wide == [c for c in DEFAULT_CONTENDERS if c not in settings.SLOW_TO_COMPILE] + ["sdd_w1"]
+    assert "sdd_w1" not in settings.default_contenders(design(block=128))  # start width 1
+
+
+def test_flex_is_offered_only_when_torch_has_it(monkeypatch):
+    assert settings.offered_contenders() == CONTENDERS
+    monkeypatch.setattr(settings, "flex_installed", lambda: False)
+    assert not any(c.startswith("flex") for c in settings.offered_contenders())
+    assert "flex" not in settings.default_contenders(design())
+
+
+def test_config_for_follows_a_sweep_point():
+    config = settings.bench_config(design(), settings.panel_defaults(design()))
+    point = design(n_q=16, n_k=16)
+    assert replace(config, seq_q=1024) == settings.config_for(config, point)
