@@ -27,6 +27,8 @@ RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 #: Larger files are not read (a sweep of every standard case is well under 1 MiB).
 MAX_DOCUMENT_BYTES = 32 << 20
 _DIGEST = re.compile(r"[0-9a-f]{32}")
+#: Names of ``benchmarks/app_check.py`` summaries committed beside the results.
+CHECK_SUMMARY_PREFIX = "app-"
 
 
 @dataclass(frozen=True)
@@ -57,8 +59,10 @@ def read_documents(paths: list[Path]) -> tuple[list[StoredDocument], list[str]]:
 
 def committed_results(results_dir: Path | None = None) -> tuple[list[StoredDocument], list[str]]:
     """The committed ``benchmarks/results/*.json`` (or ``results_dir``'s), newest first, and a
-    line per unreadable file."""
-    return read_documents(sorted(Path(results_dir or RESULTS_DIR).glob("*.json")))
+    line per unreadable file. ``app-*.json`` are the panel check's summaries, not benchmark
+    documents, and are left out."""
+    paths = sorted(Path(results_dir or RESULTS_DIR).glob("*.json"))
+    return read_documents([p for p in paths if not p.name.startswith(CHECK_SUMMARY_PREFIX)])
 
 
 class RunStore:

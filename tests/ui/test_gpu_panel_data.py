@@ -198,6 +198,7 @@ def test_run_store_keys_by_digest_newest_first_and_skips_bad_files(monkeypatch, 
 def test_committed_results_are_read_from_a_folder(monkeypatch, tmp_path):
     (tmp_path / "2026-11-29-h200.json").write_bytes(document_bytes(make_doc(monkeypatch)))
     (tmp_path / "notes.json").write_text('{"format": "other"}')
+    (tmp_path / "app-2026-11-29-h200.json").write_text('{"ok": true, "checks": []}')
     docs, unreadable = committed_results(tmp_path)
     assert [d.path.name for d in docs] == ["2026-11-29-h200.json"]
     assert unreadable == ["notes.json is not a benchmark document: format must be "
