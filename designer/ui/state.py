@@ -9,6 +9,7 @@ design changes other than through them (start, undo, redo, load).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import replace
 from typing import Any
 
 from designer.design import Design
@@ -19,8 +20,10 @@ from designer.ui.storage import DesignStore, check_session_id, new_session_id
 
 State = MutableMapping[str, Any]
 
-#: Undo steps kept per session (each holds a whole layout: 1 MiB at 16 × 256 × 256 blocks).
+#: Undo steps kept per session, and the memory they may hold: each step keeps a whole layout
+#: (1 MiB at 16 × 256 × 256 blocks: 50 steps; 64 MiB at 16 × 2048 × 2048: 8 steps).
 HISTORY_LIMIT = 50
+HISTORY_BYTES = 512 << 20
 
 
 def design(state: State) -> Design:
@@ -57,19 +60,29 @@ def init_session(
     if restored is not None:
         notice(state, ":material/history:", f"Restored “{restored.name}” from your last visit.")
     current = restored or default_design()
-    state[keys.HISTORY] = History(current, limit=HISTORY_LIMIT)
+    state[keys.HISTORY] = History(current, limit=history_limit(current))
     sync_widgets(state)
 
 
 def commit(state: State, new: Design, store: DesignStore) -> bool:
     """Make ``new`` the current design (undoable) and autosave it; False if nothing changed."""
     history = state[keys.HISTORY]
+    limit = history_limit(new)
+    if limit != history.limit:
+        history = replace(history, past=history.past[len(history.past) - limit :], limit=limit)
     pushed = history.push(new)
     if pushed is history:
         return False
     state[keys.HISTORY] = pushed
     autosave(state, store)
     return True
+
+
+def history_limit(current: Design) -> int:
+    """Undo steps to keep for designs the size of ``current``: ``HISTORY_LIMIT``, fewer for
+    layouts so large that the steps would pass ``HISTORY_BYTES`` (at least 2)."""
+    layout_bytes = current.layout.blocks.numel()  # one byte per bool block
+    return max(2, min(HISTORY_LIMIT, HISTORY_BYTES // layout_bytes))
 
 
 def replace_design(state: State, new: Design, store: DesignStore) -> bool:

@@ -9,7 +9,8 @@ from designer.ui.storage import DesignStore
 def make_design(window=2, name="d"):
     step = RecipeStep("sliding_window", {"window_blocks": window})
     recipe = Recipe(2, 8, 8, 64, steps=(step,))
-    return Design(recipe.build(), name=name, recipe=recipe)
+    stamp = "2026-01-01T00:00:00+00:00"  # fixed, so equal designs compare equal
+    return Design(recipe.build(), name=name, recipe=recipe, created=stamp, modified=stamp)
 
 
 @pytest.fixture
@@ -103,3 +104,15 @@ def test_fill_defaults_rewrites_every_key_for_this_run():
     session = Recording(kept=1)
     state.fill_defaults(session, {"kept": 2, "new": 3})
     assert session == {"kept": 1, "new": 3} and sorted(written) == ["kept", "new"]
+
+
+def test_history_keeps_fewer_steps_of_huge_layouts(store, monkeypatch):
+    session, _ = start(store)
+    assert session[keys.HISTORY].limit == state.HISTORY_LIMIT
+    for window in range(1, 6):
+        state.commit(session, make_design(window=window + 2), store)
+    monkeypatch.setattr(state, "HISTORY_BYTES", 3 * make_design().layout.blocks.numel())
+    state.commit(session, make_design(window=1), store)
+    history = session[keys.HISTORY]
+    assert history.limit == 3 and len(history.past) == 3
+    assert state.history_limit(make_design()) == 3
