@@ -60,11 +60,13 @@ class RunStatus:
 class GpuCoordinator:
     """The GPU's lock, the status of the run holding it, and the shared harness session."""
 
-    def __init__(self, make_session: Callable[[], BenchSession] | None = None) -> None:
+    def __init__(self, make_session: Callable[[bool], BenchSession] | None = None) -> None:
         self._lock = threading.Lock()
         self._status: RunStatus | None = None
-        self._make_session = make_session or (lambda: BenchSession(torch.device("cuda")))
-        self._session: BenchSession | None = None
+        self._make_session = make_session or (
+            lambda flush_l2: BenchSession(torch.device("cuda"), flush_l2=flush_l2)
+        )
+        self._sessions: dict[bool, BenchSession] = {}
         #: Set when a failure left the CUDA context unusable: why, for every later run.
         self.broken: str | None = None
 
@@ -102,11 +104,12 @@ class GpuCoordinator:
         if self._status is not None:
             self._status = replace(self._status, stage=stage, fraction=fraction)
 
-    def bench_session(self) -> BenchSession:
-        """The harness session runs share (create it under a turn)."""
-        if self._session is None:
-            self._session = self._make_session()
-        return self._session
+    def bench_session(self, flush_l2: bool) -> BenchSession:
+        """The harness session runs with this L2 flush setting share (create it under a turn):
+        the session's timer, not the config, decides whether L2 is flushed."""
+        if flush_l2 not in self._sessions:
+            self._sessions[flush_l2] = self._make_session(flush_l2)
+        return self._sessions[flush_l2]
 
 
 @dataclass(frozen=True)
@@ -168,7 +171,7 @@ def measure(
     try:
         result = run_benchmark(
             config, layout, name=design.name, progress=progress,
-            session=coordinator.bench_session(),
+            session=coordinator.bench_session(config.flush_l2),
         )  # fmt: skip
         impls = tuple(c for c in config.contenders if c in DETAIL_IMPLS)
         if with_details and config.check_error and impls:

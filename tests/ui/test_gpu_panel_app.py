@@ -57,7 +57,7 @@ def no_gpu(monkeypatch):
 def fake_gpu(monkeypatch):
     """The panel believes in a GPU with 4 GiB free; the harness runs on the CPU."""
     timer = fake_harness(monkeypatch)
-    coordinator = GpuCoordinator(lambda: BenchSession(torch.device("cpu"), timer=timer))
+    coordinator = GpuCoordinator(lambda flush: BenchSession(torch.device("cpu"), timer=timer))
     real_config = gpu_panel.bench_config
     monkeypatch.setattr(gpu_panel, "unavailable_reason", lambda: None)
     monkeypatch.setattr(gpu_panel, "shared_coordinator", lambda: coordinator)
@@ -272,7 +272,7 @@ def test_the_h200_check_script_passes_against_a_stand_in_gpu(data_dir, fake_gpu,
     case = cases.find_case("banded_7pct-b128-d64")
     contenders = app_check.contenders_for(app_check.parser().parse_args(["--out", "-"]), case)
     config = replace(case.config(quick=True), device="cpu", contenders=contenders)
-    session = BenchSession(torch.device("cpu"), timer=fake_gpu.bench_session().timer)
+    session = BenchSession(torch.device("cpu"), timer=fake_gpu.bench_session(True).timer)
     cli = run_benchmark(config, case.layout(quick=True), name=case.name, session=session)
     cli_path = data_dir / "cli.json"
     cli_path.write_bytes(document_bytes(document([cli], env={"gpu": "stand-in"})))

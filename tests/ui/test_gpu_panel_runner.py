@@ -42,7 +42,7 @@ def cpu_gpu(monkeypatch):
     monkeypatch.setattr(runner, "free_gpu_bytes", lambda: GiB)
     released = []
     monkeypatch.setattr(runner, "release_gpu_memory", lambda: released.append(True))
-    coordinator = GpuCoordinator(lambda: BenchSession(torch.device("cpu"), timer=timer))
+    coordinator = GpuCoordinator(lambda flush: BenchSession(torch.device("cpu"), timer=timer))
     coordinator.released = released
     return coordinator
 
@@ -160,3 +160,10 @@ def test_progress_of_the_holder_is_visible_while_it_runs(cpu_gpu):
         measure(cpu_gpu, CONFIG, DESIGN, margin=1.0, progress=report)
     assert "timing fused" in seen and "reference" in seen
     assert cpu_gpu.status is None
+
+
+def test_each_flush_setting_has_its_own_harness_session():
+    made = []
+    coordinator = GpuCoordinator(lambda flush: made.append(flush) or f"session {flush}")
+    assert coordinator.bench_session(True) == coordinator.bench_session(True) == "session True"
+    assert coordinator.bench_session(False) == "session False" and made == [True, False]
