@@ -67,9 +67,10 @@ def case_ui(case: dict[str, Any], *, start_width: int, prefix: str) -> None:
     for line in problems(case):
         st.warning(line, icon="⚠️")
     results_table(table_rows(case), key=f"{prefix}_table")
-    left, right = st.columns(2)
-    left.plotly_chart(speedup_figure(case), key=f"{prefix}_speedup", config=_CONFIG)
-    right.plotly_chart(tflops_figure(case), key=f"{prefix}_tflops", config=_CONFIG)
+    if speedups:  # without a dense baseline (the CPU check) there is no speedup to draw
+        left, right = st.columns(2)
+        left.plotly_chart(speedup_figure(case), key=f"{prefix}_speedup", config=_CONFIG)
+        right.plotly_chart(tflops_figure(case), key=f"{prefix}_tflops", config=_CONFIG)
     _errors_ui(case, prefix)
     if (figure := segmentation_figure(case, start_width)) is not None:
         st.plotly_chart(figure, key=f"{prefix}_segmentation", config=_CONFIG)
@@ -85,7 +86,9 @@ def _errors_ui(case: dict[str, Any], prefix: str) -> None:
         return
     st.plotly_chart(figure, key=f"{prefix}_head_errors", config=_CONFIG)
     mapped = [name for name, detail in details.items() if "block_max_abs" in detail]
-    name = st.selectbox("Error map of", mapped, key=f"{prefix}_error_map_pick")
+    name = st.selectbox(
+        "Error map of", mapped, key=_keep_choice(f"{prefix}_error_map_pick", mapped)
+    )
     block_size = case["layout"]["block_size"]
     st.plotly_chart(error_map_figure(details[name], block_size, name),
                     key=f"{prefix}_error_map", config=_CONFIG)  # fmt: skip
@@ -157,12 +160,18 @@ def stored_ui(run_store: RunStore, current: Design) -> None:
     _pick_and_show(committed, COMMITTED_PICK, current.effective_start_width, "committed")
 
 
+def _keep_choice(key: str, options: list[str]) -> str:
+    """``key``, its value reset to the first option when the options no longer hold it (another
+    document was picked)."""
+    if st.session_state.get(key) not in options:
+        st.session_state[key] = options[0]
+    return key
+
+
 def _pick_and_show(stored: list[StoredDocument], key: str, start_width: int, prefix: str) -> None:
     by_name = {s.path.name: s for s in stored}
-    if st.session_state.get(key) not in by_name:
-        st.session_state[key] = stored[0].path.name
     picked = by_name[st.selectbox("Show", list(by_name), format_func=lambda n: by_name[n].label,
-                                  key=key)]  # fmt: skip
+                                  key=_keep_choice(key, list(by_name)))]  # fmt: skip
     document_ui(picked.doc, start_width=start_width, prefix=prefix)
     download_ui(picked.doc, picked.path.name, key=f"{prefix}_download")
 
