@@ -16,9 +16,9 @@ from designer.design import Design
 from designer.ui import state
 from designer.ui.analysis import design_digest
 from designer.ui.gpu_panel_errors import CPU_CHECK_HEADS, CPU_CHECK_TOKENS, cpu_check
-from designer.ui.gpu_panel_estimate import MAX_MARGIN, estimate_memory
+from designer.ui.gpu_panel_estimate import MAX_MARGIN
 from designer.ui.gpu_panel_run import run_tab_ui, sweep_tab_ui
-from designer.ui.gpu_panel_runner import GpuCoordinator, free_gpu_bytes
+from designer.ui.gpu_panel_runner import GpuCoordinator, case_estimate, free_gpu_bytes
 from designer.ui.gpu_panel_settings import (
     BATCH,
     CAUSAL,
@@ -134,17 +134,12 @@ def _settings_ui(current: Design) -> BenchConfig | None:
     except (ValueError, TypeError) as error:
         st.error(f"These settings cannot be benchmarked: {error}", icon="⚠️")
         return None
-    estimate = estimate_memory(config, _broadcast_nnz(current, config), current.layout.block_size)
+    estimate = case_estimate(config, current)
     st.caption(
         f"Needs about {bytes_text(estimate.total)} of GPU memory; "
         f"{bytes_text(free_gpu_bytes())} free. " + _kernel_note(current)
     )
     return config
-
-
-def _broadcast_nnz(design: Design, config: BenchConfig) -> int:
-    layout = design.layout
-    return layout.nnz * (config.heads if layout.n_heads == 1 else 1)
 
 
 def _kernel_note(design: Design) -> str:

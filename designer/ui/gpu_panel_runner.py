@@ -150,6 +150,13 @@ def cuda_context_problem() -> str | None:
     return None
 
 
+def case_estimate(config: BenchConfig, design: Design) -> MemoryEstimate:
+    """The memory ``config`` needs on ``design`` (a one-head layout serves every head)."""
+    layout = design.layout
+    nnz = layout.nnz * (config.heads if layout.n_heads == 1 else 1)
+    return estimate_memory(config, nnz, layout.block_size)
+
+
 def measure(
     coordinator: GpuCoordinator,
     config: BenchConfig,
@@ -161,8 +168,7 @@ def measure(
 ) -> Measurement:
     """Run one case (see the module docstring). Call it inside ``coordinator.turn``."""
     layout = design.layout
-    nnz = layout.nnz * (config.heads if layout.n_heads == 1 else 1)
-    estimate = estimate_memory(config, nnz, layout.block_size)
+    estimate = case_estimate(config, design)
     if coordinator.broken:
         return Measurement(None, {}, coordinator.broken, estimate)
     if reason := refusal(estimate, free_gpu_bytes(), margin):
