@@ -374,7 +374,11 @@ def contenders_for(args, case) -> tuple[str, ...]:
 
 
 def parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        prog="benchmarks/app_check.py",
+        description="Drive the app's GPU panel with AppTest on a real GPU and compare its numbers "
+        "with python -m gpu.bench; write a JSON summary.",
+    )
     parser.add_argument("--out", required=True, help="where to write the JSON summary")
     parser.add_argument("--case", default="banded_7pct-b128-d64", help="a standard case")
     parser.add_argument("--quick", action="store_true", help="the case at S=4096, few reps")
