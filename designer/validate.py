@@ -30,7 +30,7 @@ def check_int(name: str, value: Any, *, low: int | None = None, high: int | None
         raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
     value = int(value)
     if (low is not None and value < low) or (high is not None and value > high):
-        raise ValueError(f"{name} must be in {_range_text(low, high)}, got {value}")
+        raise ValueError(f"{name} must be {_range_text(low, high)}, got {value}")
     return value
 
 
@@ -44,7 +44,7 @@ def check_float(
     if not np.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
     if (low is not None and value < low) or (high is not None and value > high):
-        raise ValueError(f"{name} must be in {_range_text(low, high)}, got {value}")
+        raise ValueError(f"{name} must be {_range_text(low, high)}, got {value}")
     return value
 
 
@@ -76,9 +76,7 @@ def check_int_list(
     if isinstance(values, (str, bytes)) or not isinstance(values, (Sequence, np.ndarray)):
         raise TypeError(f"{name} must be a list of integers, got {type(values).__name__}")
     if len(values) < min_len or (max_len is not None and len(values) > max_len):
-        raise ValueError(
-            f"{name} must have {_range_text(min_len, max_len)} items, got {len(values)}"
-        )
+        raise ValueError(f"{name} must have {_count_text(min_len, max_len)}, got {len(values)}")
     return [check_int(f"{name}[{i}]", v, low=low, high=high) for i, v in enumerate(values)]
 
 
@@ -140,10 +138,22 @@ def as_block_tensor(
 
 
 def _range_text(low: float | None, high: float | None) -> str:
+    """``in [1, 64]``, ``>= 1`` or ``<= 5``: what follows "must be" in a range message."""
     if low is not None and high is not None:
-        return f"[{low}, {high}]"
-    if low is not None:
-        return f">= {low}"
-    if high is not None:
-        return f"<= {high}"
-    return "any value"
+        return f"in [{low}, {high}]"
+    return f">= {low}" if low is not None else f"<= {high}"
+
+
+def _count_text(min_len: int, max_len: int | None) -> str:
+    """``2 items``, ``1 to 2 items``, ``at least 1 item`` or ``at most 5 items``."""
+    if max_len is None:
+        return f"at least {_items(min_len)}"
+    if min_len == max_len:
+        return _items(max_len)
+    if min_len == 0:
+        return f"at most {_items(max_len)}"
+    return f"{min_len} to {_items(max_len)}"
+
+
+def _items(count: int) -> str:
+    return f"{count} item" if count == 1 else f"{count} items"

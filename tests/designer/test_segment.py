@@ -293,7 +293,7 @@ def test_huge_layout_is_refused_before_any_work():
     [
         (True, TypeError, r"start_width must be an integer, got bool True"),
         (2.0, TypeError, r"start_width must be an integer, got float 2.0"),
-        (-1, ValueError, r"start_width must be in >= 0, got -1"),
+        (-1, ValueError, r"start_width must be >= 0, got -1"),
     ],
 )
 def test_bad_start_width(start_width, error, match):

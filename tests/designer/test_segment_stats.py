@@ -145,7 +145,7 @@ def test_deepspeed_start_width():
         1,
         0,
     ]
-    with pytest.raises(ValueError, match=r"block_size must be in >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"block_size must be >= 1, got 0"):
         deepspeed_start_width(0)
 
 
@@ -157,13 +157,13 @@ def test_bad_arguments():
         segment_stats(layout.blocks, segments, head_dim=64)
     with pytest.raises(TypeError, match=r"layout must be a Layout, got Tensor"):
         deepspeed_defects(layout.blocks, 4)
-    with pytest.raises(ValueError, match=r"head_dim must be in >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"head_dim must be >= 1, got 0"):
         segment_stats(layout, segments, head_dim=0)
     with pytest.raises(TypeError, match=r"segments must be sdd_segment's list, got dict"):
         segment_stats(layout, dict(segments), head_dim=64)
     with pytest.raises(ValueError, match=r"segments\[0\] must be a \(width, rows\) pair"):
         segment_stats(layout, [(2,)], head_dim=64)
-    with pytest.raises(ValueError, match=r"segments\[0\] width must be in >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"segments\[0\] width must be >= 1, got 0"):
         segment_stats(layout, [(0, torch.zeros(0, 4))], head_dim=64)
     with pytest.raises(ValueError, match=r"rows must be a \[k·width², 4\] tensor, got \[4, 3\]"):
         segment_stats(layout, [(2, torch.zeros(4, 3))], head_dim=64)

@@ -25,8 +25,8 @@ def test_check_int_accepts_numpy_ints_and_rejects_bool_and_float():
     ("low", "high", "value", "message"),
     [
         (1, 64, 0, r"window_blocks must be in \[1, 64\], got 0"),
-        (1, None, -3, r"window_blocks must be in >= 1, got -3"),
-        (None, 5, 6, r"window_blocks must be in <= 5, got 6"),
+        (1, None, -3, r"window_blocks must be >= 1, got -3"),
+        (None, 5, 6, r"window_blocks must be <= 5, got 6"),
     ],
 )
 def test_check_int_range_message(low, high, value, message):
@@ -55,12 +55,28 @@ def test_check_bool_and_choice():
 
 def test_check_int_list_names_the_bad_item():
     assert check_int_list("g", (0, 3), low=0) == [0, 3]
-    with pytest.raises(ValueError, match=r"g\[1\] must be in >= 0, got -1"):
+    with pytest.raises(ValueError, match=r"g\[1\] must be >= 0, got -1"):
         check_int_list("g", [0, -1], low=0)
     with pytest.raises(TypeError, match="g must be a list of integers, got str"):
         check_int_list("g", "01")
-    with pytest.raises(ValueError, match=r"g must have \[1, 2\] items, got 3"):
+    with pytest.raises(ValueError, match=r"g must have 1 to 2 items, got 3"):
         check_int_list("g", [1, 2, 3], min_len=1, max_len=2)
+
+
+@pytest.mark.parametrize(
+    ("min_len", "max_len", "values", "message"),
+    [
+        (2, 2, [1], r"g must have 2 items, got 1"),
+        (1, 1, [], r"g must have 1 item, got 0"),
+        (1, None, [], r"g must have at least 1 item, got 0"),
+        (3, None, [1], r"g must have at least 3 items, got 1"),
+        (0, 1, [1, 2], r"g must have at most 1 item, got 2"),
+        (0, 2, [1, 2, 3], r"g must have at most 2 items, got 3"),
+    ],
+)
+def test_check_int_list_count_message(min_len, max_len, values, message):
+    with pytest.raises(ValueError, match=message):
+        check_int_list("g", values, min_len=min_len, max_len=max_len)
 
 
 def test_per_head_broadcasts_or_checks_length():
@@ -71,7 +87,7 @@ def test_per_head_broadcasts_or_checks_length():
     assert per_head("w", [1, 2, 3], 3, check) == [1, 2, 3]
     with pytest.raises(ValueError, match=r"w must be one value or one per head \(3\), got 2"):
         per_head("w", [1, 2], 3, check)
-    with pytest.raises(ValueError, match=r"w\[1\] must be in >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"w\[1\] must be >= 1, got 0"):
         per_head("w", [1, 0, 1], 3, check)
 
 

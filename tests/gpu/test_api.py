@@ -140,7 +140,7 @@ def _call(**changes):
         ),
         ({"q": torch.zeros(1, 2, 64, 16, dtype=torch.int32)}, TypeError, "q dtype must be"),
         ({"v": torch.zeros(1, 2, 64, 16, dtype=torch.float64)}, ValueError, "v must match q"),
-        ({"block_size": 0}, ValueError, r"block_size must be in >= 1, got 0"),
+        ({"block_size": 0}, ValueError, r"block_size must be >= 1, got 0"),
         ({"block_size": 16.0}, TypeError, "block_size must be an integer"),
         ({"layout": torch.ones(3, 4, 4)}, TypeError, "layout must hold integers or bools"),
         ({"layout": torch.ones(3, 4, 4, dtype=torch.bool)}, ValueError, "1 head or q's 2 heads"),

@@ -149,5 +149,5 @@ def test_group_table_refuses_rows_that_are_not_a_cartesian_group():
 
 
 def test_start_width_zero_is_refused():
-    with pytest.raises(ValueError, match="start_width must be in >= 1, got 0"):
+    with pytest.raises(ValueError, match="start_width must be >= 1, got 0"):
         build_tables(torch.ones(1, 2, 2, dtype=torch.bool), 16, 0)

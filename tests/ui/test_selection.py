@@ -54,7 +54,7 @@ def test_marker_grid_groups_large_heads():
 
 @pytest.mark.parametrize(
     ("args", "match"),
-    [((0, 4), r"n_rows must be in >= 1, got 0"), ((4, 1.5), r"n_cols must be an integer")],
+    [((0, 4), r"n_rows must be >= 1, got 0"), ((4, 1.5), r"n_cols must be an integer")],
 )
 def test_marker_grid_checks_its_shape(args, match):
     with pytest.raises((ValueError, TypeError), match=match):

@@ -252,6 +252,6 @@ def test_bad_arguments_are_refused(recipe_design, tmp_path):
         save_design(recipe_design.layout, tmp_path / "b.pt")
     with pytest.raises(TypeError, match="path_or_file must be a path or a binary file object"):
         save_design(recipe_design, 5)
-    with pytest.raises(ValueError, match=r"max_bytes must be in >= 1, got 0"):
+    with pytest.raises(ValueError, match=r"max_bytes must be >= 1, got 0"):
         load_design(b"", max_bytes=0)
     assert sorted(os.listdir(tmp_path)) == ["a.pt"]

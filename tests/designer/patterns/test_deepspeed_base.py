@@ -88,13 +88,13 @@ def test_constructors_draw_no_randomness(config_class):
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda: SparsityConfig(0), ValueError, r"num_heads must be in >= 1, got 0"),
+        (lambda: SparsityConfig(0), ValueError, r"num_heads must be >= 1, got 0"),
         (lambda: SparsityConfig(2.0), TypeError, r"num_heads must be an integer, got float"),
-        (lambda: SparsityConfig(2, block=0), ValueError, r"block must be in >= 1, got 0"),
+        (lambda: SparsityConfig(2, block=0), ValueError, r"block must be >= 1, got 0"),
         (lambda: SparsityConfig(2, "16"), TypeError, r"block must be an integer, got str"),
         (lambda: SparsityConfig(2, 16, 1), TypeError, r"different_layout_per_head must be True"),
         (lambda: SparsityConfig(2).setup_layout(32.0), TypeError, r"seq_len must be an integer"),
-        (lambda: SparsityConfig(2).setup_layout(-32), ValueError, r"seq_len must be in >= 0"),
+        (lambda: SparsityConfig(2).setup_layout(-32), ValueError, r"seq_len must be >= 0"),
         (lambda: SparsityConfig(2).setup_layout(-33), ValueError, r"Sequence Length, -33,"),
     ],
 )

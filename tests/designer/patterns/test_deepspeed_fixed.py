@@ -157,12 +157,12 @@ ERRORS = [
     (
         {"num_local_blocks": -4, "num_global_blocks": -2},
         ValueError,
-        "num_local_blocks must be in >= 1, got -4",
+        "num_local_blocks must be >= 1, got -4",
     ),
     (
         {"num_different_global_patterns": 0},
         ValueError,
-        "num_different_global_patterns must be in >= 1, got 0",
+        "num_different_global_patterns must be >= 1, got 0",
     ),
     ({"num_local_blocks": 4.0}, TypeError, "num_local_blocks must be an integer, got float 4.0"),
     (

@@ -128,8 +128,8 @@ def test_bigbird_one_block_sequence_fails_on_the_default_window():
             "row, 4!",
         ),
         ({}, 0, ValueError, "Number of random blocks, 1, must be smaller than"),
-        ({"num_global_blocks": -1}, 4, ValueError, "num_global_blocks must be in >= 0, got -1"),
-        ({"num_random_blocks": -1}, 4, ValueError, "num_random_blocks must be in >= 0, got -1"),
+        ({"num_global_blocks": -1}, 4, ValueError, "num_global_blocks must be >= 0, got -1"),
+        ({"num_random_blocks": -1}, 4, ValueError, "num_random_blocks must be >= 0, got -1"),
         ({"num_sliding_window_blocks": 3.0}, 4, TypeError, "num_sliding_window_blocks must be an"),
     ],
 )
@@ -199,9 +199,9 @@ def test_longformer_spans_and_unchecked_attention(attention, expected):
         (
             {"num_sliding_window_blocks": -1},
             ValueError,
-            "num_sliding_window_blocks must be in >= 0",
+            "num_sliding_window_blocks must be >= 0",
         ),
-        ({"global_block_indices": [-2]}, ValueError, "global_block_indices[0] must be in >= 0"),
+        ({"global_block_indices": [-2]}, ValueError, "global_block_indices[0] must be >= 0"),
         ({"global_block_indices": 0}, TypeError, "global_block_indices must be a list of integers"),
     ],
 )
@@ -259,7 +259,7 @@ def test_local_sliding_window_of_four(attention, expected):
         (
             lambda: LocalSlidingWindowSparsityConfig(2, num_sliding_window_blocks=-3),
             ValueError,
-            "num_sliding_window_blocks must be in >= 0, got -3",
+            "num_sliding_window_blocks must be >= 0, got -3",
         ),
         (
             lambda: LocalSlidingWindowSparsityConfig(2, 16, True),

@@ -42,7 +42,7 @@ def test_global_rows_and_columns_are_full(shape, data):
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"global_blocks": []}, ValueError, r"global_blocks must have >= 1 items, got 0"),
+        ({"global_blocks": []}, ValueError, r"global_blocks must have at least 1 item, got 0"),
         ({"global_blocks": [3]}, ValueError, r"global_blocks\[0\] must be in \[0, 2\], got 3"),
         ({"global_blocks": [0, -1]}, ValueError, r"global_blocks\[1\] must be in \[0, 2\]"),
         ({"global_blocks": [5], "rows": False}, ValueError, r"must be in \[0, 4\], got 5"),

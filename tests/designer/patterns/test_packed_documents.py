@@ -62,7 +62,7 @@ def test_one_long_document_is_plain_causal(shape):
 @pytest.mark.parametrize(
     ("kwargs", "error", "message"),
     [
-        ({"doc_blocks": []}, ValueError, r"doc_blocks must have \[1, 65536\] items, got 0"),
+        ({"doc_blocks": []}, ValueError, r"doc_blocks must have 1 to 65536 items, got 0"),
         ({"doc_blocks": [2, 0]}, ValueError, r"doc_blocks\[1\] must be in \[1, 65536\], got 0"),
         ({"doc_blocks": 4}, TypeError, r"doc_blocks must be a list of integers, got int"),
         ({"doc_blocks": [1.5]}, TypeError, r"doc_blocks\[0\] must be an integer, got float"),

@@ -26,10 +26,10 @@ def test_per_head_values_keep_their_form():
     [
         (ParamSpec("n", "int", 1, low=0, high=4), 5, ValueError, r"n must be in \[0, 4\], got 5"),
         (ParamSpec("n", "int", 1), "1", TypeError, r"n must be an integer, got str"),
-        (ParamSpec("p", "float", 0.5, high=1.0), 2.0, ValueError, r"p must be in <= 1.0, got 2.0"),
+        (ParamSpec("p", "float", 0.5, high=1.0), 2.0, ValueError, r"p must be <= 1.0, got 2.0"),
         (ParamSpec("b", "bool", True), 1, TypeError, r"b must be True or False, got int"),
         (ParamSpec("c", "choice", "a", choices=("a",)), "z", ValueError, r"c must be one of 'a'"),
-        (ParamSpec("l", "int_list", (), low=0), [-1], ValueError, r"l\[0\] must be in >= 0"),
+        (ParamSpec("l", "int_list", (), low=0), [-1], ValueError, r"l\[0\] must be >= 0"),
     ],
 )
 def test_param_check_errors(spec, value, error, message):
@@ -44,7 +44,7 @@ def test_param_check_errors(spec, value, error, message):
         ({"kind": "int", "default": 1, "choices": (1,)}, r"choices go with kind 'choice' only"),
         ({"kind": "choice", "default": 1}, r"choices go with kind 'choice' only"),
         ({"kind": "int_list", "default": (), "per_head": True}, r"only single values may be per"),
-        ({"kind": "int", "default": 0, "low": 1}, r"x must be in >= 1, got 0"),
+        ({"kind": "int", "default": 0, "low": 1}, r"x must be >= 1, got 0"),
     ],
 )
 def test_param_spec_checks_itself(kwargs, message):
