@@ -16,58 +16,31 @@ given in block coordinates ``(row, col)`` = ``(query block, key block)``:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Mapping
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
 import torch
 
 from designer.layout import Layout
-from designer.validate import check_choice, check_int, check_int_list
+from designer.validate import (
+    MAX_BLOCKS,
+    MAX_HEADS,
+    check_choice,
+    check_int,
+    check_int_list,
+    check_keys,
+)
 
 #: What an ``EditOp`` does to the blocks of its region.
 ACTIONS = ("set", "clear", "toggle")
 #: Most blocks one ``Cells`` region may list (a painted selection, never a whole layout).
 MAX_EDIT_CELLS = 1 << 20
 #: Largest block coordinate or diagonal offset an edit may name (a grid is at most 2**16 wide).
-MAX_COORD = 1 << 16
-#: Largest head index an edit may name (a layout has at most 1024 heads).
-MAX_HEAD = 1023
+MAX_COORD = MAX_BLOCKS
+#: Largest head index an edit may name.
+MAX_HEAD = MAX_HEADS - 1
 
 Shape = tuple[int, int, int]
-
-
-def check_keys(
-    name: str, data: Any, required: Collection[str], optional: Collection[str] = ()
-) -> Mapping[str, Any]:
-    """Check that ``data`` is a dict with all ``required`` keys and no keys but those listed.
-
-    Dicts read from files users upload pass through here, so a typo is reported, never ignored.
-    """
-    if not isinstance(data, Mapping):
-        raise TypeError(f"{name} must be a dict, got {type(data).__name__}")
-    missing = [key for key in required if key not in data]
-    if missing:
-        raise ValueError(f"{name} is missing {', '.join(map(repr, missing))}")
-    unknown = [key for key in data if key not in required and key not in optional]
-    if unknown:
-        allowed = ", ".join(map(repr, [*required, *sorted(optional)]))
-        raise ValueError(f"{name} has unknown keys {unknown!r}; allowed: {allowed}")
-    return data
-
-
-@contextmanager
-def error_context(prefix: str, *, as_value_error: bool = False) -> Iterator[None]:
-    """Re-raise a ``ValueError`` or ``TypeError`` from inside with ``prefix:`` before its message.
-
-    ``as_value_error`` turns both into ``ValueError``, for loaders that promise only that.
-    """
-    try:
-        yield
-    except (ValueError, TypeError) as error:
-        kind = ValueError if as_value_error else type(error)
-        raise kind(f"{prefix}: {error}") from error
 
 
 def _outside(name: str, value: Any, n_rows: int, n_cols: int) -> ValueError:

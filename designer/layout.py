@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from designer.validate import as_block_tensor, check_int, check_int_list
+from designer.validate import as_block_tensor, check_int, check_int_list, check_layout_shape
 
 #: Block sizes a layout may use (tokens per block side).
 MAX_BLOCK_SIZE = 4096
@@ -68,7 +68,7 @@ class Layout:
     @classmethod
     def zeros(cls, n_heads: int, n_q_blocks: int, n_k_blocks: int, block_size: int) -> Layout:
         """An empty layout of the given shape."""
-        shape = _check_shape(n_heads, n_q_blocks, n_k_blocks)
+        shape = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
         return cls(torch.zeros(shape, dtype=torch.bool), block_size)
 
     # ----------------------------------------------------------------- shape and sizes
@@ -238,11 +238,3 @@ class Layout:
                 f"{what} needs the same [q_blocks, k_blocks], got "
                 f"{list(self.blocks.shape[1:])} and {list(other.blocks.shape[1:])}"
             )
-
-
-def _check_shape(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> tuple[int, int, int]:
-    return (
-        check_int("n_heads", n_heads, low=1, high=1024),
-        check_int("n_q_blocks", n_q_blocks, low=1, high=1 << 16),
-        check_int("n_k_blocks", n_k_blocks, low=1, high=1 << 16),
-    )

@@ -29,15 +29,19 @@ from designer.edit import (
     Transpose,
     apply_edit,
     check_heads,
-    check_keys,
     edit_from_dict,
-    error_context,
     fit_heads,
 )
 from designer.layout import MAX_BLOCK_SIZE, Layout
-from designer.patterns._common import check_shape
 from designer.patterns.registry import PATTERNS, make_pattern
-from designer.validate import check_choice, check_float, check_int
+from designer.validate import (
+    check_choice,
+    check_float,
+    check_int,
+    check_keys,
+    check_layout_shape,
+    error_context,
+)
 
 #: How a step's pattern meets the blocks its heads already have.
 COMBINES = ("replace", "union", "intersect", "subtract")
@@ -171,7 +175,7 @@ class Recipe:
     edits: tuple[Edit, ...] = ()
 
     def __post_init__(self) -> None:
-        shape = check_shape(self.n_heads, self.n_q_blocks, self.n_k_blocks)
+        shape = check_layout_shape(self.n_heads, self.n_q_blocks, self.n_k_blocks)
         for name, value in zip(("n_heads", "n_q_blocks", "n_k_blocks"), shape, strict=True):
             object.__setattr__(self, name, value)
         block_size = check_int("block_size", self.block_size, low=1, high=MAX_BLOCK_SIZE)

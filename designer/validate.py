@@ -8,7 +8,8 @@ knows which widget or argument to fix.
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import numpy as np
@@ -18,6 +19,10 @@ T = TypeVar("T")
 
 #: The largest layout we accept: 2**26 cells is 16 heads x 2048 x 2048 blocks (bool: 64 MiB).
 MAX_LAYOUT_CELLS = 1 << 26
+#: The most heads a layout may have.
+MAX_HEADS = 1024
+#: The most query or key blocks a layout may have.
+MAX_BLOCKS = 1 << 16
 
 
 def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
@@ -78,6 +83,61 @@ def check_int_list(
     if len(values) < min_len or (max_len is not None and len(values) > max_len):
         raise ValueError(f"{name} must have {_count_text(min_len, max_len)}, got {len(values)}")
     return [check_int(f"{name}[{i}]", v, low=low, high=high) for i, v in enumerate(values)]
+
+
+def check_keys(
+    name: str, data: Any, required: Collection[str], optional: Collection[str] = ()
+) -> Mapping[str, Any]:
+    """Check that ``data`` is a dict with all ``required`` keys and no keys but those listed.
+
+    Dicts read from files users upload pass through here, so a typo is reported, never ignored.
+
+    >>> check_keys("edit", {"op": "transpose"}, ("op",))
+    {'op': 'transpose'}
+    """
+    if not isinstance(data, Mapping):
+        raise TypeError(f"{name} must be a dict, got {type(data).__name__}")
+    missing = [key for key in required if key not in data]
+    if missing:
+        raise ValueError(f"{name} is missing {', '.join(map(repr, missing))}")
+    unknown = [key for key in data if key not in required and key not in optional]
+    if unknown:
+        allowed = ", ".join(map(repr, [*required, *sorted(optional)]))
+        raise ValueError(f"{name} has unknown keys {unknown!r}; allowed: {allowed}")
+    return data
+
+
+@contextmanager
+def error_context(prefix: str, *, as_value_error: bool = False) -> Iterator[None]:
+    """Re-raise a ``ValueError`` or ``TypeError`` from inside with ``prefix:`` before its message.
+
+    ``as_value_error`` turns both into ``ValueError``, for loaders that promise only that.
+    """
+    try:
+        yield
+    except (ValueError, TypeError) as error:
+        kind = ValueError if as_value_error else type(error)
+        raise kind(f"{prefix}: {error}") from error
+
+
+def check_layout_shape(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> tuple[int, int, int]:
+    """Check a ``[n_heads, n_q_blocks, n_k_blocks]`` layout shape before anything is allocated.
+
+    >>> check_layout_shape(2, 3, 4)
+    (2, 3, 4)
+    """
+    shape = (
+        check_int("n_heads", n_heads, low=1, high=MAX_HEADS),
+        check_int("n_q_blocks", n_q_blocks, low=1, high=MAX_BLOCKS),
+        check_int("n_k_blocks", n_k_blocks, low=1, high=MAX_BLOCKS),
+    )
+    cells = shape[0] * shape[1] * shape[2]
+    if cells > MAX_LAYOUT_CELLS:
+        raise ValueError(
+            f"n_heads * n_q_blocks * n_k_blocks must be <= {MAX_LAYOUT_CELLS:,}, "
+            f"got {cells:,} {list(shape)}"
+        )
+    return shape
 
 
 def per_head(name: str, value: Any, n_heads: int, check: Callable[[str, Any], T]) -> list[T]:

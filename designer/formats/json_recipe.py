@@ -15,7 +15,6 @@ import json
 from typing import Any
 
 from designer.design import Design
-from designer.edit import check_keys, error_context
 from designer.formats.settings import (
     SETTING_KEYS,
     check_rebuilds,
@@ -24,6 +23,7 @@ from designer.formats.settings import (
     design_settings,
 )
 from designer.recipe import recipe_from_dict
+from designer.validate import check_keys, error_context
 
 FORMAT = "blocksparse-design-recipe"
 VERSION = 1

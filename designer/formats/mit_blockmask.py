@@ -19,9 +19,8 @@ from typing import Any
 
 import torch
 
-from designer.edit import error_context
 from designer.layout import Layout
-from designer.validate import check_int
+from designer.validate import check_int, error_context
 
 #: The block size the library's kernels use (``m_block_dim = n_block_dim = 128``).
 MIT_BLOCK_SIZE = 128

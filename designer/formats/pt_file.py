@@ -30,7 +30,6 @@ from typing import IO, Any
 import torch
 
 from designer.design import Design
-from designer.edit import check_keys, error_context
 from designer.formats.settings import (
     SETTING_KEYS,
     check_rebuilds,
@@ -40,7 +39,7 @@ from designer.formats.settings import (
 )
 from designer.layout import Layout
 from designer.recipe import recipe_from_dict
-from designer.validate import MAX_LAYOUT_CELLS, check_int
+from designer.validate import MAX_LAYOUT_CELLS, check_int, check_keys, error_context
 
 FORMAT = "blocksparse-design"
 VERSION = 1

@@ -1,4 +1,4 @@
-"""Shape checks and index grids shared by the block-level pattern generators.
+"""Parameter checks and index grids shared by the block-level pattern generators.
 
 Every generator returns a ``[n_heads, n_q_blocks, n_k_blocks]`` bool tensor. Query block ``row``
 and key block ``col`` are compared as plain indices: the grid is aligned at its top-left corner,
@@ -13,28 +13,8 @@ from typing import Any
 
 import torch
 
-from designer.validate import MAX_LAYOUT_CELLS, check_int
-
-#: The most query or key blocks a generated layout may have (as ``Layout.zeros`` allows).
-MAX_BLOCKS = 1 << 16
-#: The most heads a generated layout may have (as ``Layout.zeros`` allows).
-MAX_HEADS = 1024
-
-
-def check_shape(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> tuple[int, int, int]:
-    """Check a layout shape and its cell count before anything is allocated."""
-    shape = (
-        check_int("n_heads", n_heads, low=1, high=MAX_HEADS),
-        check_int("n_q_blocks", n_q_blocks, low=1, high=MAX_BLOCKS),
-        check_int("n_k_blocks", n_k_blocks, low=1, high=MAX_BLOCKS),
-    )
-    cells = shape[0] * shape[1] * shape[2]
-    if cells > MAX_LAYOUT_CELLS:
-        raise ValueError(
-            f"n_heads * n_q_blocks * n_k_blocks must be <= {MAX_LAYOUT_CELLS:,}, "
-            f"got {cells:,} {list(shape)}"
-        )
-    return shape
+from designer.validate import MAX_BLOCKS, check_int
+from designer.validate import MAX_HEADS as MAX_HEADS  # designer/ui/setup_ui.py reads it here
 
 
 def blocks_check(low: int) -> Callable[[str, Any], int]:

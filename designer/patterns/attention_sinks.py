@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, check_shape, stack_heads
-from designer.validate import per_head
+from designer.patterns._common import block_grid, blocks_check, stack_heads
+from designer.validate import check_layout_shape, per_head
 
 
 def attention_sinks(
@@ -32,7 +32,7 @@ def attention_sinks(
     >>> attention_sinks(1, 5, 5, sink_blocks=1, window_blocks=2).sum().item()
     12
     """
-    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    n_heads, n_q_blocks, n_k_blocks = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
     sinks = per_head("sink_blocks", sink_blocks, n_heads, blocks_check(0))
     windows = per_head("window_blocks", window_blocks, n_heads, blocks_check(1))
     rows, cols = block_grid(n_q_blocks, n_k_blocks)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, check_shape, stack_heads
-from designer.validate import check_bool, per_head
+from designer.patterns._common import block_grid, blocks_check, stack_heads
+from designer.validate import check_bool, check_layout_shape, per_head
 
 
 def block_diagonal(
@@ -30,7 +30,7 @@ def block_diagonal(
     >>> block_diagonal(1, 4, 4, chunk_blocks=2).sum().item()
     8
     """
-    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    n_heads, n_q_blocks, n_k_blocks = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
     chunks = per_head("chunk_blocks", chunk_blocks, n_heads, blocks_check(1))
     causal = check_bool("causal", causal)
     rows, cols = block_grid(n_q_blocks, n_k_blocks)

@@ -13,7 +13,6 @@ from typing import Any
 
 import torch
 
-from designer.patterns._common import MAX_BLOCKS
 from designer.patterns.catalog_generators import Builder
 from designer.patterns.deepspeed_base import ATTENTIONS, DenseSparsityConfig, SparsityConfig
 from designer.patterns.deepspeed_fixed import FixedSparsityConfig
@@ -25,6 +24,7 @@ from designer.patterns.deepspeed_window import (
 )
 from designer.patterns.random_blocks import MAX_SEED
 from designer.patterns.specs import ParamSpec, PatternSpec
+from designer.validate import MAX_BLOCKS
 
 
 def _makes(config_class: type[SparsityConfig]) -> Builder:

@@ -7,7 +7,6 @@ from typing import Any
 
 import torch
 
-from designer.patterns._common import MAX_BLOCKS
 from designer.patterns.attention_sinks import attention_sinks
 from designer.patterns.block_diagonal import block_diagonal
 from designer.patterns.causal import causal
@@ -20,6 +19,7 @@ from designer.patterns.random_blocks import MAX_SEED, random_blocks
 from designer.patterns.sliding_window import sliding_window
 from designer.patterns.specs import ParamSpec, PatternSpec
 from designer.patterns.vertical_slash import vertical_slash
+from designer.validate import MAX_BLOCKS
 
 #: Makes a pattern: ``(n_heads, n_q_blocks, n_k_blocks, block_size, params) -> [H, M, N]``.
 Builder = Callable[[int, int, int, int, dict[str, Any]], torch.Tensor]

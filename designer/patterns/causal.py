@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, check_shape
+from designer.patterns._common import block_grid
+from designer.validate import check_layout_shape
 
 
 def causal(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> torch.Tensor:
@@ -21,6 +22,6 @@ def causal(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> torch.Tensor:
     >>> causal(2, 4, 4).shape
     torch.Size([2, 4, 4])
     """
-    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    n_heads, n_q_blocks, n_k_blocks = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
     rows, cols = block_grid(n_q_blocks, n_k_blocks)
     return (cols <= rows).expand(n_heads, -1, -1).contiguous()

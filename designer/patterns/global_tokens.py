@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import check_shape
-from designer.validate import check_bool, check_int_list
+from designer.validate import check_bool, check_int_list, check_layout_shape
 
 
 def global_tokens(
@@ -32,7 +31,7 @@ def global_tokens(
     >>> global_tokens(1, 4, 4, global_blocks=[0, 2]).sum().item()
     12
     """
-    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    n_heads, n_q_blocks, n_k_blocks = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
     rows = check_bool("rows", rows)
     columns = check_bool("columns", columns)
     if not (rows or columns):

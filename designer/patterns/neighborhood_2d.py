@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import MAX_BLOCKS, block_grid, blocks_check, check_shape, stack_heads
-from designer.validate import check_int, per_head
+from designer.patterns._common import block_grid, blocks_check, stack_heads
+from designer.validate import MAX_BLOCKS, check_int, check_layout_shape, per_head
 
 
 def neighborhood_2d(
@@ -38,7 +38,7 @@ def neighborhood_2d(
     >>> neighborhood_2d(1, 6, 6, height=2, width=3, radius=1).sum().item()
     28
     """
-    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    n_heads, n_q_blocks, n_k_blocks = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
     height = check_int("height", height, low=1, high=MAX_BLOCKS)
     width = check_int("width", width, low=1, high=MAX_BLOCKS // height)
     radii = per_head("radius", radius, n_heads, blocks_check(0))

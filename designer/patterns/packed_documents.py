@@ -6,8 +6,8 @@ import itertools
 
 import torch
 
-from designer.patterns._common import MAX_BLOCKS, block_grid, check_shape
-from designer.validate import check_bool, check_int_list
+from designer.patterns._common import block_grid
+from designer.validate import MAX_BLOCKS, check_bool, check_int_list, check_layout_shape
 
 
 def packed_documents(
@@ -34,7 +34,7 @@ def packed_documents(
     >>> packed_documents(1, 4, 4, doc_blocks=[1, 3]).sum().item()
     7
     """
-    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    n_heads, n_q_blocks, n_k_blocks = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
     lengths = check_int_list(
         "doc_blocks", doc_blocks, low=1, high=MAX_BLOCKS, min_len=1, max_len=MAX_BLOCKS
     )

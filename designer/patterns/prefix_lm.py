@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, check_shape, stack_heads
-from designer.validate import per_head
+from designer.patterns._common import block_grid, blocks_check, stack_heads
+from designer.validate import check_layout_shape, per_head
 
 
 def prefix_lm(
@@ -25,7 +25,7 @@ def prefix_lm(
     >>> prefix_lm(1, 4, 4, prefix_blocks=2).sum().item()
     11
     """
-    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    n_heads, n_q_blocks, n_k_blocks = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
     prefixes = per_head("prefix_blocks", prefix_blocks, n_heads, blocks_check(0))
     rows, cols = block_grid(n_q_blocks, n_k_blocks)
     return stack_heads(prefixes, lambda prefix: (cols <= rows) | (cols < prefix))

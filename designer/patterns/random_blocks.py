@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, check_shape
-from designer.validate import check_bool, check_float, check_int, per_head
+from designer.patterns._common import block_grid, blocks_check
+from designer.validate import check_bool, check_float, check_int, check_layout_shape, per_head
 
 #: Seeds are non-negative 63-bit integers (what a JSON recipe and numpy both hold exactly).
 MAX_SEED = (1 << 63) - 1
@@ -42,7 +42,7 @@ def random_blocks(
     >>> random_blocks(2, 4, 4, seed=0, blocks_per_row=1).sum().item()
     8
     """
-    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    n_heads, n_q_blocks, n_k_blocks = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
     if (blocks_per_row is None) == (probability is None):
         raise ValueError(
             "give exactly one of blocks_per_row and probability, got "

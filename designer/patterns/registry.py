@@ -14,11 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from designer.layout import MAX_BLOCK_SIZE, Layout
-from designer.patterns._common import check_shape
 from designer.patterns.catalog_deepspeed import DEEPSPEED
 from designer.patterns.catalog_generators import GENERATORS
 from designer.patterns.specs import ParamSpec, PatternSpec
-from designer.validate import check_choice, check_int
+from designer.validate import check_choice, check_int, check_layout_shape
 
 __all__ = ["PATTERNS", "ParamSpec", "PatternSpec", "make_pattern"]
 
@@ -41,7 +40,7 @@ def make_pattern(
     of the wrong type. Python's global ``random`` state is left as it was.
     """
     spec = PATTERNS[check_choice("pattern", name, tuple(PATTERNS))]
-    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    n_heads, n_q_blocks, n_k_blocks = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
     block_size = check_int("block_size", block_size, low=1, high=MAX_BLOCK_SIZE)
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a mapping of names to values, got {type(params).__name__}")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, check_shape, stack_heads
-from designer.validate import check_bool, per_head
+from designer.patterns._common import block_grid, blocks_check, stack_heads
+from designer.validate import check_bool, check_layout_shape, per_head
 
 
 def sliding_window(
@@ -31,7 +31,7 @@ def sliding_window(
     >>> sliding_window(1, 4, 4, window_blocks=2).sum().item()
     7
     """
-    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    n_heads, n_q_blocks, n_k_blocks = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
     windows = per_head("window_blocks", window_blocks, n_heads, blocks_check(1))
     causal = check_bool("causal", causal)
     rows, cols = block_grid(n_q_blocks, n_k_blocks)

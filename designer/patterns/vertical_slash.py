@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, check_shape
-from designer.validate import check_bool, check_int_list
+from designer.patterns._common import block_grid
+from designer.validate import check_bool, check_int_list, check_layout_shape
 
 
 def vertical_slash(
@@ -34,7 +34,7 @@ def vertical_slash(
     >>> vertical_slash(1, 5, 5, vertical_blocks=[0], slash_offsets=[0, 2]).sum().item()
     11
     """
-    n_heads, n_q_blocks, n_k_blocks = check_shape(n_heads, n_q_blocks, n_k_blocks)
+    n_heads, n_q_blocks, n_k_blocks = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
     causal = check_bool("causal", causal)
     columns = check_int_list("vertical_blocks", vertical_blocks, low=0, high=n_k_blocks - 1)
     lowest_offset = 0 if causal else 1 - n_k_blocks

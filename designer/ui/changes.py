@@ -13,9 +13,8 @@ from dataclasses import dataclass, replace
 from designer.design import Design, now_iso
 from designer.edit import Band, Edit, EditOp, apply_edit
 from designer.layout import MAX_BLOCK_SIZE, Layout
-from designer.patterns._common import MAX_HEADS
 from designer.recipe import Recipe, RecipeStep
-from designer.validate import check_bool, check_int
+from designer.validate import MAX_HEADS, check_bool, check_int
 
 #: Most tokens on a side the app accepts (the layout size limit bounds it further).
 MAX_SEQ_LEN = 1 << 20

@@ -16,7 +16,6 @@ from designer.edit import (
     Row,
     Transpose,
     apply_edit,
-    check_keys,
     edit_from_dict,
     region_from_dict,
 )
@@ -221,11 +220,3 @@ def test_bad_edit_dicts_are_refused(data, error, message):
 def test_region_from_dict_reads_every_kind():
     for region in (Cells(((0, 1),)), Rect(0, 1, 2, 3), Row(2), Column(0), Band(-1, 2)):
         assert region_from_dict(region.to_dict()) == region
-
-
-def test_check_keys_names_missing_and_unknown_keys():
-    assert check_keys("x", {"a": 1}, ("a",), ("b",)) == {"a": 1}
-    with pytest.raises(ValueError, match="x is missing 'a', 'c'"):
-        check_keys("x", {"b": 1}, ("a", "c"), ("b",))
-    with pytest.raises(ValueError, match=r"x has unknown keys \['d'\]; allowed: 'a', 'b'"):
-        check_keys("x", {"a": 1, "d": 2}, ("a",), ("b",))

@@ -39,6 +39,20 @@ def test_empty_shape_is_refused():
         Layout(torch.ones(1, 0, 2, dtype=torch.bool), 16)
 
 
+@pytest.mark.parametrize(
+    ("shape", "message"),
+    [
+        ((0, 2, 2), r"n_heads must be in \[1, 1024\], got 0"),
+        ((1, 2, 1 << 17), r"n_k_blocks must be in \[1, 65536\], got 131072"),
+        ((64, 2048, 2048), r"n_heads \* n_q_blocks \* n_k_blocks must be <= 67,108,864"),
+    ],
+)
+def test_zeros_checks_the_shape_before_allocating(shape, message):
+    assert Layout.zeros(2, 3, 4, 16).shape == (2, 3, 4)
+    with pytest.raises(ValueError, match=message):
+        Layout.zeros(*shape, 16)
+
+
 def test_layout_does_not_share_memory_with_input():
     source = torch.zeros(1, 2, 2, dtype=torch.bool)
     layout = Layout(source, 16)

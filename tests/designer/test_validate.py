@@ -9,6 +9,9 @@ from designer.validate import (
     check_float,
     check_int,
     check_int_list,
+    check_keys,
+    check_layout_shape,
+    error_context,
     per_head,
 )
 
@@ -77,6 +80,46 @@ def test_check_int_list_names_the_bad_item():
 def test_check_int_list_count_message(min_len, max_len, values, message):
     with pytest.raises(ValueError, match=message):
         check_int_list("g", values, min_len=min_len, max_len=max_len)
+
+
+def test_check_layout_shape_returns_ints():
+    assert check_layout_shape(2, 3, 4) == (2, 3, 4)
+
+
+@pytest.mark.parametrize(
+    ("shape", "error", "message"),
+    [
+        ((0, 4, 4), ValueError, r"n_heads must be in \[1, 1024\], got 0"),
+        ((1, 0, 4), ValueError, r"n_q_blocks must be in \[1, 65536\], got 0"),
+        ((1, 4, 70000), ValueError, r"n_k_blocks must be in \[1, 65536\], got 70000"),
+        ((1.0, 4, 4), TypeError, r"n_heads must be an integer, got float 1.0"),
+        ((1, "4", 4), TypeError, r"n_q_blocks must be an integer, got str"),
+        ((64, 2048, 2048), ValueError, r"must be <= 67,108,864, got 268,435,456"),
+    ],
+)
+def test_check_layout_shape_errors(shape, error, message):
+    with pytest.raises(error, match=message):
+        check_layout_shape(*shape)
+
+
+def test_check_keys_names_missing_and_unknown_keys():
+    assert check_keys("x", {"a": 1}, ("a",), ("b",)) == {"a": 1}
+    with pytest.raises(ValueError, match="x is missing 'a', 'c'"):
+        check_keys("x", {"b": 1}, ("a", "c"), ("b",))
+    with pytest.raises(ValueError, match=r"x has unknown keys \['d'\]; allowed: 'a', 'b'"):
+        check_keys("x", {"a": 1, "d": 2}, ("a",), ("b",))
+
+
+def test_error_context_prefixes_the_message_and_keeps_the_kind():
+    prefixed = pytest.raises(TypeError, match=r"^steps\[1\]: x must be an integer")
+    with prefixed as caught, error_context("steps[1]"):
+        check_int("x", 1.5)
+    assert isinstance(caught.value.__cause__, TypeError)
+    as_value = pytest.raises(ValueError, match=r"^file: x must be an integer")
+    with as_value, error_context("file", as_value_error=True):
+        check_int("x", 1.5)
+    with pytest.raises(KeyError), error_context("file", as_value_error=True):
+        raise KeyError("other errors pass through unchanged")
 
 
 def test_per_head_broadcasts_or_checks_length():

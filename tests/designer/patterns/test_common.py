@@ -2,7 +2,7 @@ import pytest
 import torch
 
 from designer import patterns
-from designer.patterns._common import block_grid, check_shape, stack_heads
+from designer.patterns._common import block_grid, stack_heads
 
 #: Each generator with the fewest parameters that make it valid.
 MINIMAL_CALLS = {
@@ -18,26 +18,6 @@ MINIMAL_CALLS = {
     patterns.vertical_slash: {"vertical_blocks": [0], "slash_offsets": [0]},
     patterns.neighborhood_2d: {"height": 1, "width": 1, "radius": 1},
 }
-
-
-def test_check_shape_returns_ints():
-    assert check_shape(2, 3, 4) == (2, 3, 4)
-
-
-@pytest.mark.parametrize(
-    ("shape", "error", "message"),
-    [
-        ((0, 4, 4), ValueError, r"n_heads must be in \[1, 1024\], got 0"),
-        ((1, 0, 4), ValueError, r"n_q_blocks must be in \[1, 65536\], got 0"),
-        ((1, 4, 70000), ValueError, r"n_k_blocks must be in \[1, 65536\], got 70000"),
-        ((1.0, 4, 4), TypeError, r"n_heads must be an integer, got float 1.0"),
-        ((1, "4", 4), TypeError, r"n_q_blocks must be an integer, got str"),
-        ((64, 2048, 2048), ValueError, r"must be <= 67,108,864, got 268,435,456"),
-    ],
-)
-def test_check_shape_errors(shape, error, message):
-    with pytest.raises(error, match=message):
-        check_shape(*shape)
 
 
 @pytest.mark.parametrize("generator", MINIMAL_CALLS, ids=lambda g: g.__name__)
