@@ -42,8 +42,8 @@ from designer.ui.gpu_panel_settings import (
 )
 from designer.ui.gpu_panel_store import RunStore
 from designer.ui.gpu_panel_views import case_ui, stored_ui
-from designer.ui.stats_ui import _bytes_text as bytes_text
 from designer.ui.storage import DesignStore
+from designer.ui.units import bytes_text
 from gpu import unavailable_reason
 from gpu.api import CUDA_BLOCK_SIZES, CUDA_HEAD_DIMS
 from gpu.bench import BenchConfig

@@ -18,7 +18,7 @@ from designer.design import Design
 from designer.layout import Layout
 from designer.ui.gpu_panel_data import plain_document
 from gpu import block_sparse_attention
-from gpu.bench import BenchConfig, BenchSession, document, run_benchmark
+from gpu.bench import BenchConfig, BenchSession, document, run_benchmark, seeded_inputs
 from gpu.reference import dense_masked_attention
 
 #: Most query-block rows kept per head in the error map (more are max-pooled together).
@@ -28,16 +28,6 @@ CPU_CHECK_TOKENS = 1024
 CPU_CHECK_HEADS = 16
 #: What ``error_details`` recomputes: the implementations ``block_sparse_attention`` knows.
 DETAIL_IMPLS = ("fused", "sdd", "reference")
-
-
-def seeded_inputs(config: BenchConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The q, k, v that ``run_benchmark`` draws for ``config`` (same generator and order)."""
-    device = torch.device(config.device)
-    gen = torch.Generator(device=device).manual_seed(config.seed)
-    return tuple(  # type: ignore[return-value]
-        torch.randn(shape, generator=gen, device=device, dtype=config.torch_dtype)
-        for shape in (config.shape_q, config.shape_k, config.shape_k)
-    )
 
 
 def head_errors(out: torch.Tensor, ref: torch.Tensor, block_size: int) -> dict[str, Any]:

@@ -11,6 +11,7 @@ from designer.ui import changes, keys, state
 from designer.ui.common import change_design, current_analysis, show_message
 from designer.ui.figures import head_density_figure
 from designer.ui.storage import DesignStore
+from designer.ui.units import bytes_text
 
 _BADGE = {"error": "red", "warning": "orange", "info": "blue"}
 #: Bytes per attention score in the packed ``[B, H·nnz, block, block]`` tensor (fp16/bf16).
@@ -67,7 +68,7 @@ def header_ui(store: DesignStore) -> None:
     )
     figures[4].metric(
         "Packed scores",
-        _bytes_text(packed),
+        bytes_text(packed),
         help="Memory of the block-sparse score tensor per batch element (bf16)",
     )
     show_message(keys.AUTOSAVE_PLACE)
@@ -153,12 +154,3 @@ def analysis_ui() -> None:
         ],
         hide_index=True,
     )
-
-
-def _bytes_text(n_bytes: int) -> str:
-    """``1536`` → ``"1.5 KiB"``."""
-    units = ("B", "KiB", "MiB", "GiB", "TiB")
-    value, power = float(n_bytes), 0
-    while value >= 1024 and power < len(units) - 1:
-        value, power = value / 1024, power + 1
-    return f"{value:,.0f} B" if power == 0 else f"{value:,.1f} {units[power]}"

@@ -9,7 +9,13 @@ or the standard sweep) and writes JSON; ``benchmarks/README.md`` explains the co
 """
 
 from gpu.bench.config import CONTENDERS, DEFAULT_CONTENDERS, BenchConfig
-from gpu.bench.harness import BenchResult, BenchSession, ContenderResult, run_benchmark
+from gpu.bench.harness import (
+    BenchResult,
+    BenchSession,
+    ContenderResult,
+    run_benchmark,
+    seeded_inputs,
+)
 from gpu.bench.report import document, format_table, write_json
 
 __all__ = [
@@ -22,5 +28,6 @@ __all__ = [
     "document",
     "format_table",
     "run_benchmark",
+    "seeded_inputs",
     "write_json",
 ]

@@ -87,6 +87,21 @@ class BenchSession:
         self.dense_times: dict[tuple, ContenderResult] = {}
 
 
+def seeded_inputs(config: BenchConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The fresh random q, k, v of a case: ``randn`` from ``config.seed``, drawn in that order.
+
+    Anyone who wants to look at a contender's output on the benchmark's own inputs (the app's
+    per-head error view) draws them again with this.
+    """
+    device = torch.device(config.device)
+    gen = torch.Generator(device=device).manual_seed(config.seed)
+    q, k, v = (
+        torch.randn(shape, generator=gen, device=device, dtype=config.torch_dtype)
+        for shape in (config.shape_q, config.shape_k, config.shape_k)
+    )
+    return q, k, v
+
+
 def run_benchmark(
     config: BenchConfig,
     layout: Layout,
@@ -102,11 +117,7 @@ def run_benchmark(
     report = progress or (lambda stage, fraction: None)
     steps = 1 + 3 * len(config.contenders)
 
-    gen = torch.Generator(device=device).manual_seed(config.seed)
-    q, k, v = (
-        torch.randn(shape, generator=gen, device=device, dtype=config.torch_dtype)
-        for shape in (config.shape_q, config.shape_k, config.shape_k)
-    )
+    q, k, v = seeded_inputs(config)
     scale = config.head_dim**-0.5
     case = Case(q, k, v, blocks, layout.block_size, config.causal, scale, config.start_width,
                 session.flex)  # fmt: skip

@@ -14,7 +14,14 @@ from hypothesis import strategies as st
 from designer.design import Design
 from designer.formats import save_design
 from designer.layout import Layout
-from gpu.bench import BenchConfig, BenchSession, document, format_table, run_benchmark
+from gpu.bench import (
+    BenchConfig,
+    BenchSession,
+    document,
+    format_table,
+    run_benchmark,
+    seeded_inputs,
+)
 from gpu.bench import harness as harness_module
 from gpu.bench.__main__ import main
 from gpu.bench.cases import FAMILIES, find_case, standard_cases
@@ -244,3 +251,18 @@ def test_command_line_names_a_bad_case(capsys):
     with pytest.raises(SystemExit):
         main(["--case", "dense-b8-d64"])
     assert "case must be a standard case name" in capsys.readouterr().err
+
+
+def test_seeded_inputs_are_the_harness_inputs(monkeypatch):
+    seen = {}
+
+    def prepare(name, case):
+        seen.update(q=case.q, k=case.k, v=case.v)
+        return Prepared(lambda: case.q, False)
+
+    monkeypatch.setattr(harness_module, "prepare", prepare)
+    config = BenchConfig(heads=2, seq_q=64, seq_k=32, head_dim=16, contenders=("fused",),
+                         warmup=0, reps=1, seed=7, device="cpu", check_error=False)  # fmt: skip
+    run_benchmark(config, Layout(torch.ones(1, 4, 2, dtype=torch.bool), 16))
+    q, k, v = seeded_inputs(config)
+    assert torch.equal(q, seen["q"]) and torch.equal(k, seen["k"]) and torch.equal(v, seen["v"])

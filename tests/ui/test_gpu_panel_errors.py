@@ -18,12 +18,9 @@ from designer.ui.gpu_panel_errors import (
     cpu_check,
     error_details,
     head_errors,
-    seeded_inputs,
     small_layout,
 )
 from gpu.bench import BenchConfig, run_benchmark
-from gpu.bench import harness as harness_module
-from gpu.bench.contenders import Prepared
 from tests.factories import random_layout
 
 
@@ -76,21 +73,6 @@ def test_long_heads_are_pooled_and_nan_shows():
     assert got["rows_per_cell"] == 2 and len(got["block_max_abs"][0]) == (MAX_MAP_ROWS + 2) // 2
     assert got["block_max_abs"][0][-1] == 0.25 and math.isnan(got["block_max_abs"][0][0])
     assert math.isnan(got["head_max_abs"][0]) and math.isnan(got["head_rel"][0])
-
-
-def test_seeded_inputs_are_the_harness_inputs(monkeypatch):
-    seen = {}
-
-    def prepare(name, case):
-        seen.update(q=case.q, k=case.k, v=case.v)
-        return Prepared(lambda: case.q, False)
-
-    monkeypatch.setattr(harness_module, "prepare", prepare)
-    config = BenchConfig(heads=2, seq_q=64, seq_k=32, head_dim=16, contenders=("fused",),
-                         warmup=0, reps=1, seed=7, device="cpu", check_error=False)  # fmt: skip
-    run_benchmark(config, Layout(torch.ones(1, 4, 2, dtype=torch.bool), 16))
-    q, k, v = seeded_inputs(config)
-    assert torch.equal(q, seen["q"]) and torch.equal(k, seen["k"]) and torch.equal(v, seen["v"])
 
 
 def test_error_details_agree_with_the_harness_and_report_failures(rng):
