@@ -16,9 +16,11 @@ given in block coordinates ``(row, col)`` = ``(query block, key block)``:
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar
 
+import numpy as np
 import torch
 
 from designer.layout import Layout
@@ -50,14 +52,41 @@ def _outside(name: str, value: Any, n_rows: int, n_cols: int) -> ValueError:
     )
 
 
-def _empty(n_rows: int, n_cols: int) -> torch.Tensor:
-    return torch.zeros(n_rows, n_cols, dtype=torch.bool)
-
-
 # --------------------------------------------------------------------------- regions
+class _Region:
+    """What every region does: check it fits a grid, mark its blocks, write itself as a dict."""
+
+    kind: ClassVar[str]
+
+    def check_fits(self, n_rows: int, n_cols: int) -> None:
+        """Raise naming the coordinate that a grid of ``n_rows x n_cols`` blocks lacks.
+
+        Cheap (no mask is built), so a recipe checks every edit it holds. A band is clipped to
+        the grid, so this default checks nothing.
+        """
+
+    def mask(self, n_rows: int, n_cols: int) -> torch.Tensor:
+        """The ``[n_rows, n_cols]`` bool mask of the region; raises if it does not fit."""
+        self.check_fits(n_rows, n_cols)
+        mask = torch.zeros(n_rows, n_cols, dtype=torch.bool)
+        mask[self._where()] = True
+        return mask
+
+    def _where(self) -> Any:
+        """The index of the region's blocks in a grid it fits."""
+        raise NotImplementedError
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, **asdict(self)}  # type: ignore[call-overload]
+
+
 @dataclass(frozen=True)
-class Cells:
-    """The listed ``(row, col)`` blocks."""
+class Cells(_Region):
+    """The listed ``(row, col)`` blocks.
+
+    A lasso can select tens of thousands of blocks, so the pairs are checked and indexed in one
+    numpy pass (``_index``, int64 ``[n, 2]``) rather than one by one.
+    """
 
     cells: tuple[tuple[int, int], ...]
     kind: ClassVar[str] = "cells"
@@ -68,30 +97,53 @@ class Cells:
                 f"cells must be a list of [row, col] pairs, got {type(self.cells).__name__}"
             )
         if not 1 <= len(self.cells) <= MAX_EDIT_CELLS:
-            raise ValueError(f"cells must list [1, {MAX_EDIT_CELLS}] blocks, got {len(self.cells)}")
-        pairs = tuple(
-            tuple(check_int_list(f"cells[{i}]", cell, low=0, high=MAX_COORD, min_len=2, max_len=2))
-            for i, cell in enumerate(self.cells)
-        )
+            raise ValueError(f"cells must list 1 to {MAX_EDIT_CELLS} blocks, got {len(self.cells)}")
+        pairs, index = _read_cells(self.cells)
+        index.flags.writeable = False
         object.__setattr__(self, "cells", pairs)
+        object.__setattr__(self, "_index", index)
 
-    def mask(self, n_rows: int, n_cols: int) -> torch.Tensor:
-        """The ``[n_rows, n_cols]`` bool mask of the region; raises if a cell is outside."""
-        index = torch.tensor(self.cells, dtype=torch.int64)
-        outside = (index[:, 0] >= n_rows) | (index[:, 1] >= n_cols)
+    def check_fits(self, n_rows: int, n_cols: int) -> None:
+        outside = (self._index[:, 0] >= n_rows) | (self._index[:, 1] >= n_cols)
         if outside.any():
-            k = int(outside.nonzero()[0])
+            k = int(outside.argmax())
             raise _outside(f"cells[{k}]", self.cells[k], n_rows, n_cols)
-        mask = _empty(n_rows, n_cols)
-        mask[index[:, 0], index[:, 1]] = True
-        return mask
+
+    def _where(self) -> Any:
+        return torch.from_numpy(self._index.copy()).unbind(1)  # a copy: torch wants it writable
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "cells": [list(cell) for cell in self.cells]}
 
 
+def _read_cells(cells: list | tuple) -> tuple[tuple[tuple[int, int], ...], np.ndarray]:
+    """``cells`` as a tuple of int pairs and as an int64 ``[n, 2]`` array, checked.
+
+    Pairs of Python ints (what the editor and JSON files give) are checked all at once by numpy;
+    anything else goes pair by pair, so a message always names the first bad coordinate.
+    """
+    try:
+        plain = set(map(type, itertools.chain.from_iterable(cells))) == {int}
+        array = np.array(cells) if plain else None
+    except (TypeError, ValueError, OverflowError):  # a pair that is not a list, ragged, huge
+        array = None
+    if array is None or array.dtype.kind not in "iu" or array.shape != (len(cells), 2):
+        pairs = tuple(
+            tuple(check_int_list(f"cells[{i}]", cell, low=0, high=MAX_COORD, min_len=2, max_len=2))
+            for i, cell in enumerate(cells)
+        )
+        return pairs, np.array(pairs, dtype=np.int64)  # type: ignore[return-value]
+    bad = (array < 0) | (array > MAX_COORD)
+    if bad.any():
+        k, j = np.argwhere(bad)[0]
+        check_int(f"cells[{k}][{j}]", int(array[k, j]), low=0, high=MAX_COORD)  # raises
+    if not isinstance(cells, tuple) or set(map(type, cells)) != {tuple}:
+        cells = tuple(map(tuple, array.tolist()))
+    return cells, array.astype(np.int64, copy=False)
+
+
 @dataclass(frozen=True)
-class Rect:
+class Rect(_Region):
     """The box of blocks from ``(row0, col0)`` to ``(row1, col1)``, both corners included."""
 
     row0: int
@@ -110,19 +162,16 @@ class Rect:
                 f"and cols {self.col0}..{self.col1}"
             )
 
-    def mask(self, n_rows: int, n_cols: int) -> torch.Tensor:
+    def check_fits(self, n_rows: int, n_cols: int) -> None:
         if self.row1 >= n_rows or self.col1 >= n_cols:
             raise _outside("rect corner (row1, col1)", (self.row1, self.col1), n_rows, n_cols)
-        mask = _empty(n_rows, n_cols)
-        mask[self.row0 : self.row1 + 1, self.col0 : self.col1 + 1] = True
-        return mask
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **asdict(self)}
+    def _where(self) -> Any:
+        return slice(self.row0, self.row1 + 1), slice(self.col0, self.col1 + 1)
 
 
 @dataclass(frozen=True)
-class Row:
+class Row(_Region):
     """Every block of query block ``row``."""
 
     row: int
@@ -131,19 +180,16 @@ class Row:
     def __post_init__(self) -> None:
         object.__setattr__(self, "row", check_int("row", self.row, low=0, high=MAX_COORD))
 
-    def mask(self, n_rows: int, n_cols: int) -> torch.Tensor:
+    def check_fits(self, n_rows: int, n_cols: int) -> None:
         if self.row >= n_rows:
             raise _outside("row", self.row, n_rows, n_cols)
-        mask = _empty(n_rows, n_cols)
-        mask[self.row] = True
-        return mask
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **asdict(self)}
+    def _where(self) -> Any:
+        return self.row
 
 
 @dataclass(frozen=True)
-class Column:
+class Column(_Region):
     """Every block of key block ``col``."""
 
     col: int
@@ -152,19 +198,16 @@ class Column:
     def __post_init__(self) -> None:
         object.__setattr__(self, "col", check_int("col", self.col, low=0, high=MAX_COORD))
 
-    def mask(self, n_rows: int, n_cols: int) -> torch.Tensor:
+    def check_fits(self, n_rows: int, n_cols: int) -> None:
         if self.col >= n_cols:
             raise _outside("col", self.col, n_rows, n_cols)
-        mask = _empty(n_rows, n_cols)
-        mask[:, self.col] = True
-        return mask
 
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **asdict(self)}
+    def _where(self) -> Any:
+        return slice(None), self.col
 
 
 @dataclass(frozen=True)
-class Band:
+class Band(_Region):
     """The diagonals ``lo <= col - row <= hi`` (0 is the main diagonal), clipped to the grid."""
 
     lo: int
@@ -182,9 +225,6 @@ class Band:
     def mask(self, n_rows: int, n_cols: int) -> torch.Tensor:
         offset = torch.arange(n_cols)[None, :] - torch.arange(n_rows)[:, None]
         return (offset >= self.lo) & (offset <= self.hi)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"kind": self.kind, **asdict(self)}
 
 
 Region = Cells | Rect | Row | Column | Band
@@ -240,7 +280,7 @@ class EditOp:
     def output_shape(self, shape: Shape) -> Shape:
         """The layout shape after this edit; raises if the edit does not fit ``shape``."""
         fit_heads("heads", self.heads or (), shape[0])
-        self.region.mask(shape[1], shape[2])
+        self.region.check_fits(shape[1], shape[2])
         return shape
 
     def to_dict(self) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import numbers
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ from designer.edit import (
     CopyHead,
     Edit,
     EditOp,
+    Shape,
     Transpose,
     apply_edit,
     check_heads,
@@ -152,6 +153,16 @@ def _check_items(name: str, values: Any, limit: int) -> list | tuple:
     return values
 
 
+def _edited_shape(index: int, op: Any, shape: Shape) -> Shape:
+    """The layout shape after ``edits[index]``, checking that it is an edit that fits ``shape``."""
+    if not isinstance(op, (EditOp, CopyHead, Transpose)):
+        raise TypeError(
+            f"edits[{index}] must be an EditOp, CopyHead or Transpose, got {type(op).__name__}"
+        )
+    with error_context(f"edits[{index}]"):
+        return op.output_shape(shape)
+
+
 def _combine(current: Layout, made: Layout, how: str) -> Layout:
     if how == "union":
         return current.union(made)
@@ -180,21 +191,17 @@ class Recipe:
             object.__setattr__(self, name, value)
         block_size = check_int("block_size", self.block_size, low=1, high=MAX_BLOCK_SIZE)
         object.__setattr__(self, "block_size", block_size)
-        for name, kinds, limit in (
-            ("steps", (RecipeStep,), MAX_STEPS),
-            ("edits", (EditOp, CopyHead, Transpose), MAX_EDITS),
-        ):
-            values = _check_items(name, getattr(self, name), limit)
-            for i, value in enumerate(values):
-                if not isinstance(value, kinds):
-                    expected = " or ".join(kind.__name__ for kind in kinds)
-                    raise TypeError(f"{name}[{i}] must be a {expected}, got {type(value).__name__}")
-            object.__setattr__(self, name, tuple(values))
-        for i, step in enumerate(self.steps):
+        steps = tuple(_check_items("steps", self.steps, MAX_STEPS))
+        for i, step in enumerate(steps):
+            if not isinstance(step, RecipeStep):
+                raise TypeError(f"steps[{i}] must be a RecipeStep, got {type(step).__name__}")
             fit_heads(f"steps[{i}].heads", step.heads or (), self.n_heads)
-        for i, op in enumerate(self.edits):
-            with error_context(f"edits[{i}]"):
-                shape = op.output_shape(shape)
+        edits = tuple(_check_items("edits", self.edits, MAX_EDITS))
+        for i, op in enumerate(edits):
+            shape = _edited_shape(i, op, shape)
+        object.__setattr__(self, "steps", steps)
+        object.__setattr__(self, "edits", edits)
+        self.__dict__["_shape_after_edits"] = shape  # what the next edit must fit
 
     def build(self) -> Layout:
         """The layout this recipe makes (built once, then shared: layouts are immutable)."""
@@ -227,10 +234,18 @@ class Recipe:
     def with_edit(self, op: Edit) -> Recipe:
         """The same recipe with one more edit at the end.
 
-        If this recipe was built, the new one starts from that layout plus ``op`` instead of
-        rebuilding, so painting stays cheap however long the edit list grows.
+        Only ``op`` is checked (against the shape the earlier edits leave), and if this recipe was
+        built, the new one starts from that layout plus ``op`` instead of rebuilding, so painting
+        stays cheap however long the edit list grows.
         """
-        extended = replace(self, edits=(*self.edits, op))
+        edits = tuple(_check_items("edits", (*self.edits, op), MAX_EDITS))
+        shape = _edited_shape(len(self.edits), op, self.__dict__["_shape_after_edits"])
+        extended = object.__new__(Recipe)  # fields already checked: no __post_init__ again
+        extended.__dict__.update(
+            {f.name: getattr(self, f.name) for f in fields(self)},
+            edits=edits,
+            _shape_after_edits=shape,
+        )
         if "_layout" in self.__dict__:
             extended.__dict__["_layout"] = apply_edit(self._layout, op)
         return extended

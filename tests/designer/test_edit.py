@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from designer.edit import (
+    MAX_COORD,
     Band,
     Cells,
     Column,
@@ -20,6 +21,7 @@ from designer.edit import (
     region_from_dict,
 )
 from designer.layout import Layout
+from designer.validate import check_int_list
 from tests.designer.formats.strategies import edits
 from tests.factories import random_layout
 
@@ -43,6 +45,14 @@ def reference_cells(region, n_rows, n_cols):
             if inside:
                 covered.add((r, c))
     return covered
+
+
+def reference_cell_pairs(cells):
+    """Cells checked one coordinate at a time, as ``check_int_list`` reads each pair."""
+    return tuple(
+        tuple(check_int_list(f"cells[{i}]", cell, low=0, high=MAX_COORD, min_len=2, max_len=2))
+        for i, cell in enumerate(cells)
+    )
 
 
 def reference_apply(layout, op):
@@ -118,6 +128,55 @@ def test_copy_head_and_transpose_reuse_layout_operations(rng):
     assert apply_edit(layout, Transpose()).shape == (3, 6, 4)
 
 
+#: Coordinates a painted or uploaded cell list may hold, good and bad, each kind of them.
+COORDINATES = st.one_of(
+    st.integers(0, 8),
+    st.sampled_from([-1, MAX_COORD, MAX_COORD + 1, 2**63, 2**64, -(2**63) - 1]),
+    st.sampled_from([True, False, 1.0, 2.5, "3", None, np.int64(2), np.uint8(1), np.bool_(True)]),
+)
+CELL_ITEMS = st.one_of(
+    st.tuples(st.integers(0, 8), st.integers(0, 8)),
+    st.lists(COORDINATES, min_size=2, max_size=2).map(tuple),
+    st.lists(COORDINATES, min_size=0, max_size=3),
+    st.sampled_from([5, "ab", b"\x01\x02", None, {0: 1, 1: 2}, np.array([1, 2])]),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(CELL_ITEMS, min_size=1, max_size=6), st.booleans())
+def test_cells_are_checked_as_the_pair_by_pair_reference_checks_them(cells, as_tuple):
+    cells = tuple(cells) if as_tuple else cells
+    try:
+        expected = reference_cell_pairs(cells)
+    except (TypeError, ValueError) as error:
+        with pytest.raises(type(error)) as caught:
+            Cells(cells)
+        assert str(caught.value) == str(error)
+        return
+    region = Cells(cells)
+    assert region.cells == expected
+    assert all(type(v) is int for pair in region.cells for v in pair)
+    mask = region.mask(max(r for r, _ in expected) + 1, max(c for _, c in expected) + 1)
+    assert set(map(tuple, mask.nonzero().tolist())) == set(expected)
+
+
+def test_a_lasso_of_31k_cells_names_the_first_bad_coordinate():
+    rng = np.random.default_rng(0)
+    flat = rng.choice(256 * 256, 31_000, replace=False)
+    cells = list(zip((flat // 256).tolist(), (flat % 256).tolist(), strict=True))
+    region = Cells(tuple(cells))
+    assert region.cells == tuple(cells) and int(region.mask(256, 256).sum()) == 31_000
+    first = next(k for k, (_, col) in enumerate(cells) if col >= 128)
+    with pytest.raises(ValueError, match=rf"^cells\[{first}\] = \({cells[first][0]}, \d+\) is out"):
+        region.mask(256, 128)
+    bad = [*cells[:20_000], (cells[20_000][0], -5), *cells[20_001:]]
+    with pytest.raises(ValueError, match=r"^cells\[20000\]\[1\] must be in \[0, 65536\], got -5$"):
+        Cells(bad)
+    bad = [*cells[:30_000], (1.5, 0), *cells[30_001:]]
+    with pytest.raises(TypeError, match=r"^cells\[30000\]\[0\] must be an integer, got float"):
+        Cells(bad)
+
+
 def test_values_are_normalised_and_hashable():
     op = EditOp("set", Cells([[1, 2], (np.int64(3), 4)]), heads=[np.int64(1), 0])
     assert op.region.cells == ((1, 2), (3, 4)) and op.heads == (1, 0)
@@ -164,7 +223,7 @@ def test_heads_outside_the_layout_are_refused(rng):
         (lambda: EditOp("set", Row(0), heads=(1, 1)), ValueError, "must not repeat a head"),
         (lambda: EditOp("set", Row(0), heads=(-1,)), ValueError, r"heads\[0\] must be in \[0, 10"),
         (lambda: EditOp("set", Row(0), heads=1), TypeError, "heads must be a list of integers"),
-        (lambda: Cells(()), ValueError, r"cells must list \[1, 1048576\] blocks, got 0"),
+        (lambda: Cells(()), ValueError, r"cells must list 1 to 1048576 blocks, got 0"),
         (lambda: Cells("ab"), TypeError, "cells must be a list of .row, col. pairs, got str"),
         (lambda: Cells(((1, 2, 3),)), ValueError, r"cells\[0\] must have 2 items, got 3"),
         (lambda: Cells(((1, 2.5),)), TypeError, r"cells\[0\]\[1\] must be an integer"),

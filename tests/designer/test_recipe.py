@@ -1,6 +1,7 @@
 import copy
 import dataclasses
 import json
+import time
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from designer.edit import Band, EditOp, Rect, Row, Transpose
+from designer.edit import Band, Cells, EditOp, Rect, Row, Transpose
 from designer.layout import Layout
 from designer.patterns.registry import make_pattern
 from designer.recipe import MAX_PARAM_ITEMS, Params, Recipe, RecipeStep, recipe_from_dict
@@ -69,7 +70,7 @@ def test_with_edit_on_a_built_recipe_equals_a_fresh_build(case):
         recipe = recipe.with_edit(op)
     fresh = dataclasses.replace(recipe)
     assert "_layout" not in fresh.__dict__
-    assert recipe.build() == fresh.build()
+    assert recipe == fresh and recipe.build() == fresh.build()
 
 
 def test_sizes_are_normalised_to_ints():
@@ -113,6 +114,45 @@ def test_edits_see_the_shape_after_a_transpose():
     assert recipe.build().shape == (1, 5, 2) and recipe.build().nnz == 2
     with pytest.raises(ValueError, match=r"edits\[0\]: row = 4 is outside the grid of 2 q_blocks"):
         Recipe(1, 2, 5, 16, edits=(EditOp("set", Row(4)),))
+
+
+def test_with_edit_checks_only_the_new_edit(monkeypatch):
+    recipe = Recipe(2, 3, 5, 16, edits=(Transpose(), *[EditOp("set", Row(i)) for i in range(4)]))
+    checked = []
+    real = EditOp.output_shape
+
+    def counted(op, shape):
+        checked.append(op)
+        return real(op, shape)
+
+    monkeypatch.setattr(EditOp, "output_shape", counted)
+    new = EditOp("set", Rect(0, 0, 4, 2))
+    extended = recipe.with_edit(new)
+    assert checked == [new] and extended.edits == (*recipe.edits, new)
+    with pytest.raises(ValueError, match=r"^edits\[5\]: rect corner \(row1, col1\) = \(4, 3\)"):
+        recipe.with_edit(EditOp("set", Rect(0, 0, 4, 3)))  # after the transpose: 5 x 3 blocks
+    with pytest.raises(TypeError, match=r"^edits\[5\] must be an EditOp, CopyHead or .*got Row"):
+        recipe.with_edit(Row(0))
+    full = Recipe(1, 2, 2, 16, edits=(Transpose(),) * 10_000)
+    with pytest.raises(ValueError, match="edits must have at most 10000 items, got 10001"):
+        full.with_edit(Transpose())
+
+
+def test_a_31k_cell_lasso_applies_quickly():
+    """A lasso over 16 heads x 256 x 256 blocks must keep the editor responsive (~10 ms here)."""
+    recipe = Recipe(16, 256, 256, 64, steps=(RecipeStep("causal"),))
+    recipe.build()
+    flat = np.random.default_rng(0).choice(256 * 256, 31_000, replace=False)
+    cells = tuple(zip((flat // 256).tolist(), (flat % 256).tolist(), strict=True))
+    seconds = []
+    for _ in range(3):
+        start = time.perf_counter()
+        painted = recipe.with_edit(EditOp("set", Cells(cells), heads=(3,))).build()
+        seconds.append(time.perf_counter() - start)
+    expected = recipe.build().blocks.clone()
+    expected[3, flat // 256, flat % 256] = True
+    assert torch.equal(painted.blocks, expected)
+    assert min(seconds) < 0.2, f"a 31k-cell edit took {min(seconds) * 1e3:.0f} ms"
 
 
 def test_params_are_immutable_plain_and_hashable():
@@ -190,7 +230,7 @@ def test_bad_params_are_refused(params, error, message):
         (
             lambda: Recipe(2, 4, 4, 16, edits=(RecipeStep("causal"),)),
             TypeError,
-            r"edits\[0\] must be a EditOp or CopyHead or Transpose, got RecipeStep",
+            r"edits\[0\] must be an EditOp, CopyHead or Transpose, got RecipeStep",
         ),
         (
             lambda: Recipe(2, 4, 4, 16, steps=RecipeStep("causal")),
