@@ -1,6 +1,7 @@
 """Reading and writing layouts and designs in our files and other libraries' formats.
 
 - ``.pt`` design files: ``save_design`` / ``load_design`` (also bare DeepSpeed-style tensors);
+  ``read_design_file`` says whether a file was a bare tensor (``LoadedDesign``);
 - FlexAttention: ``to_block_mask`` / ``from_block_mask``;
 - CSR: ``to_csr`` / ``from_csr``;
 - MIT Block-Sparse-Attention: ``to_base_blockmask`` / ``from_base_blockmask``;
@@ -12,17 +13,19 @@ from designer.formats.block_mask import from_block_mask, to_block_mask
 from designer.formats.csr import from_csr, to_csr
 from designer.formats.json_recipe import design_from_json, recipe_to_json
 from designer.formats.mit_blockmask import MIT_BLOCK_SIZE, from_base_blockmask, to_base_blockmask
-from designer.formats.pt_file import load_design, save_design
+from designer.formats.pt_file import LoadedDesign, load_design, read_design_file, save_design
 from designer.formats.snippet import python_snippet
 
 __all__ = [
     "MIT_BLOCK_SIZE",
+    "LoadedDesign",
     "design_from_json",
     "from_base_blockmask",
     "from_block_mask",
     "from_csr",
     "load_design",
     "python_snippet",
+    "read_design_file",
     "recipe_to_json",
     "save_design",
     "to_base_blockmask",

@@ -16,6 +16,8 @@ lengths and the recipe (it must rebuild the stored layout exactly).
 
 A bare ``[H, M, N]`` or ``[M, N]`` 0/1 tensor (DeepSpeed's ``make_layout`` output) loads too. It
 carries no block size: pass ``block_size=`` (default 16, DeepSpeed's default block).
+``read_design_file`` says which of the two a file was (``LoadedDesign.bare``) and takes the block
+size for a bare tensor only, so an upload that may be either is read once, whatever its blocks.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import os
 import re
 import zipfile
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import IO, Any
 
 import torch
@@ -37,7 +40,7 @@ from designer.formats.settings import (
     design_from_settings,
     design_settings,
 )
-from designer.layout import Layout
+from designer.layout import MAX_BLOCK_SIZE, Layout
 from designer.recipe import recipe_from_dict
 from designer.validate import MAX_LAYOUT_CELLS, check_int, check_keys, error_context
 
@@ -49,6 +52,17 @@ BARE_BLOCK_SIZE = 16
 MAX_FILE_BYTES = 8 * MAX_LAYOUT_CELLS + (1 << 20)
 
 PathOrFile = str | os.PathLike | bytes | bytearray | IO[bytes]
+
+
+@dataclass(frozen=True)
+class LoadedDesign:
+    """What a ``.pt`` file held: the design, and whether it was a bare layout tensor.
+
+    A bare tensor's design has no recipe and takes its block size from the reader.
+    """
+
+    design: Design
+    bare: bool
 
 
 def save_design(design: Design, path_or_file: str | os.PathLike | IO[bytes]) -> None:
@@ -90,25 +104,50 @@ def load_design(
     """
     if block_size is not None:
         check_int("block_size", block_size, low=1)
+    loaded = _load(path_or_file, block_size or BARE_BLOCK_SIZE, max_bytes)
+    found = loaded.design.layout.block_size
+    if block_size is not None and not loaded.bare and block_size != found:
+        raise ValueError(
+            f"block_size={block_size} was given, but the design file says block_size={found}"
+        )
+    return loaded.design
+
+
+def read_design_file(
+    path_or_file: PathOrFile,
+    *,
+    bare_block_size: int = BARE_BLOCK_SIZE,
+    max_bytes: int = MAX_FILE_BYTES,
+) -> LoadedDesign:
+    """Read a file that may be a design file or a bare tensor, and say which it was.
+
+    ``bare_block_size`` is used for a bare tensor only; a design file keeps its own block size.
+    Raises as ``load_design`` does.
+
+    >>> buffer = io.BytesIO()
+    >>> torch.save(torch.eye(2, dtype=torch.int64), buffer)
+    >>> loaded = read_design_file(buffer.getvalue(), bare_block_size=64)
+    >>> loaded.bare, loaded.design.layout.shape, loaded.design.layout.block_size
+    (True, (1, 2, 2), 64)
+    """
+    bare_block_size = check_int("bare_block_size", bare_block_size, low=1, high=MAX_BLOCK_SIZE)
+    return _load(path_or_file, bare_block_size, max_bytes)
+
+
+def _load(path_or_file: PathOrFile, bare_block_size: int, max_bytes: int) -> LoadedDesign:
     max_bytes = check_int("max_bytes", max_bytes, low=1)
     data = _read_bytes(path_or_file, max_bytes)
     _check_archive(data, max_bytes)
     content = _unpickle(data)
     if isinstance(content, torch.Tensor):
         with error_context("bare layout tensor", as_value_error=True):
-            return Design(Layout.from_array(content, block_size or BARE_BLOCK_SIZE))
+            return LoadedDesign(Design(Layout.from_array(content, bare_block_size)), bare=True)
     if not isinstance(content, Mapping):
         raise ValueError(
             f"design file must hold a design dict or a layout tensor, got {type(content).__name__}"
         )
     with error_context("design file", as_value_error=True):
-        design = _design_from_content(content)
-    if block_size is not None and block_size != design.layout.block_size:
-        raise ValueError(
-            f"block_size={block_size} was given, but the design file says "
-            f"block_size={design.layout.block_size}"
-        )
-    return design
+        return LoadedDesign(_design_from_content(content), bare=False)
 
 
 def _read_bytes(path_or_file: PathOrFile, max_bytes: int) -> bytes:

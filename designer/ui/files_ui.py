@@ -8,7 +8,7 @@ from __future__ import annotations
 import streamlit as st
 
 from designer.design import Design
-from designer.formats import design_from_json, load_design
+from designer.formats import design_from_json, read_design_file
 from designer.formats.pt_file import BARE_BLOCK_SIZE
 from designer.layout import MAX_BLOCK_SIZE
 from designer.ui import keys, state
@@ -39,13 +39,7 @@ def read_upload(file_name: str, data: bytes, bare_block_size: int) -> Design:
     """
     if file_name.lower().endswith(".json"):
         return design_from_json(data)
-    try:
-        return load_design(data, block_size=bare_block_size)
-    except ValueError as error:
-        try:  # only a design file can fail because of the block size: it carries its own
-            return load_design(data)
-        except ValueError:
-            raise error from None
+    return read_design_file(data, bare_block_size=bare_block_size).design
 
 
 def _downloads_ui() -> None:

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 
 from designer.design import Design
 from designer.edit import EditOp, Row
-from designer.formats import load_design, save_design
+from designer.formats import LoadedDesign, load_design, read_design_file, save_design
 from designer.layout import Layout
 from designer.recipe import Recipe, RecipeStep
 from tests.designer.formats.strategies import designs
@@ -79,6 +79,40 @@ def test_bare_tensors_load_deepspeed_style(rng, dtype):
     assert three.layout == Layout(layout.blocks, 16) and three.recipe is None
     two = load_design(saved(layout.blocks[1].to(dtype)), block_size=64)
     assert two.layout == Layout(layout.blocks[1:2], 64)
+
+
+def test_read_design_file_says_whether_the_file_was_bare(rng, recipe_design):
+    layout = random_layout(rng, n_heads=2, n_q_blocks=3, n_k_blocks=5)
+    bare = read_design_file(saved(layout.to_int64()), bare_block_size=128)
+    assert bare == LoadedDesign(bare.design, bare=True)
+    assert bare.design.layout == Layout(layout.blocks, 128) and bare.design.recipe is None
+    assert read_design_file(saved(layout.to_int64())).design.layout.block_size == 16
+    for block in (16, 64):  # a design file keeps its own block size, whatever the bare one
+        loaded = read_design_file(design_bytes(recipe_design), bare_block_size=block)
+        assert loaded == LoadedDesign(recipe_design, bare=False)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"bare_block_size": 0}, ValueError, r"bare_block_size must be in \[1, 4096\], got 0"),
+        ({"bare_block_size": 8192}, ValueError, r"bare_block_size must be .*, got 8192"),
+        ({"bare_block_size": 16.0}, TypeError, r"bare_block_size must be an integer, got float"),
+        ({"max_bytes": 0}, ValueError, r"max_bytes must be >= 1, got 0"),
+    ],
+)
+def test_read_design_file_checks_its_arguments(recipe_design, kwargs, error, message):
+    with pytest.raises(error, match=message):
+        read_design_file(design_bytes(recipe_design), **kwargs)
+
+
+def test_read_design_file_refuses_as_load_design_does(content):
+    del content["seq_len_k"]
+    data = saved(content)
+    with pytest.raises(ValueError, match=r"^design file: design file is missing 'seq_len_k'$"):
+        read_design_file(data)
+    with pytest.raises(ValueError, match=r"^design file: design file is missing 'seq_len_k'$"):
+        load_design(data, block_size=64)
 
 
 # --------------------------------------------------------------------------- hostile files
