@@ -2,14 +2,14 @@
 
 - ``.pt`` design files: ``save_design`` / ``load_design`` (also bare DeepSpeed-style tensors);
   ``read_design_file`` says whether a file was a bare tensor (``LoadedDesign``);
-- FlexAttention: ``to_block_mask`` / ``from_block_mask``;
+- FlexAttention: ``to_block_mask`` / ``from_block_mask``; ``block_mask_tensors`` for a file;
 - CSR: ``to_csr`` / ``from_csr``;
 - MIT Block-Sparse-Attention: ``to_base_blockmask`` / ``from_base_blockmask``;
 - JSON recipe: ``recipe_to_json`` / ``design_from_json``;
 - ``python_snippet``: code that loads a saved design, for the app's download.
 """
 
-from designer.formats.block_mask import from_block_mask, to_block_mask
+from designer.formats.block_mask import block_mask_tensors, from_block_mask, to_block_mask
 from designer.formats.csr import from_csr, to_csr
 from designer.formats.json_recipe import design_from_json, recipe_to_json
 from designer.formats.mit_blockmask import MIT_BLOCK_SIZE, from_base_blockmask, to_base_blockmask
@@ -19,6 +19,7 @@ from designer.formats.snippet import python_snippet
 __all__ = [
     "MIT_BLOCK_SIZE",
     "LoadedDesign",
+    "block_mask_tensors",
     "design_from_json",
     "from_base_blockmask",
     "from_block_mask",

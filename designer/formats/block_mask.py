@@ -18,12 +18,18 @@ smaller blocks pass ``kernel_options={"BLOCK_M": block, "BLOCK_N": block}`` to `
 (checked on an H200 with torch 2.11 for blocks of 16, 32 and 64). The batch dimension is 1 (it
 broadcasts); a one-head layout broadcasts over heads.
 
+``block_mask_tensors`` gives the block lists alone, as ``BlockMask.from_kv_blocks`` arguments, for
+a file: tensors and plain values that ``torch.load(..., weights_only=True)`` reads back. A function
+cannot travel that way, so a causal mask rebuilt from a file needs its ``mask_mod`` again.
+
 >>> bm = to_block_mask(Layout(torch.eye(2, dtype=torch.int64)[None], 128))
 >>> bm.BLOCK_SIZE, from_block_mask(bm)[0].nnz
 ((128, 128), 2)
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import torch
 from torch.nn.attention.flex_attention import BlockMask
@@ -50,14 +56,29 @@ def to_block_mask(
 
     ``block_size`` defaults to the layout's and, when given, must equal it.
     """
-    if not isinstance(layout, Layout):
-        raise TypeError(f"layout must be a Layout, got {type(layout).__name__}")
+    _check_layout(layout)
     block = layout.block_size
     if block_size is not None and check_int("block_size", block_size, low=1) != block:
         raise ValueError(
             f"block_size must be the layout's block size {block}, got {block_size}; the BlockMask "
             f"uses the layout's blocks as they are"
         )
+    arguments = block_mask_tensors(layout, causal=causal)
+    for key, value in arguments.items():
+        if isinstance(value, torch.Tensor):
+            arguments[key] = value.to(device)
+    mask_mod = _layout_mask_mod(layout.blocks.to(device), block, causal)
+    return BlockMask.from_kv_blocks(**arguments, mask_mod=mask_mod)
+
+
+def block_mask_tensors(layout: Layout, *, causal: bool = False) -> dict[str, Any]:
+    """The block lists of ``to_block_mask(layout, causal=causal)`` as ``from_kv_blocks`` arguments.
+
+    >>> arguments = block_mask_tensors(Layout(torch.ones(1, 2, 2, dtype=torch.int64), 16))
+    >>> arguments["full_kv_num_blocks"].tolist(), arguments["seq_lengths"]
+    ([[[2, 2]]], (32, 32))
+    """
+    _check_layout(layout)
     causal = check_bool("causal", causal)
     blocks = layout.blocks
     if causal:
@@ -68,15 +89,19 @@ def to_block_mask(
         full, partial = blocks, torch.zeros_like(blocks)
     kv_num, kv_indices = _ordered(partial)
     full_num, full_indices = _ordered(full)
-    return BlockMask.from_kv_blocks(
-        kv_num.to(device),
-        kv_indices.to(device),
-        full_num.to(device),
-        full_indices.to(device),
-        BLOCK_SIZE=block,
-        mask_mod=_layout_mask_mod(blocks.to(device), block, causal),
-        seq_lengths=(layout.seq_len_q, layout.seq_len_k),
-    )
+    return {
+        "kv_num_blocks": kv_num,
+        "kv_indices": kv_indices,
+        "full_kv_num_blocks": full_num,
+        "full_kv_indices": full_indices,
+        "BLOCK_SIZE": layout.block_size,
+        "seq_lengths": (layout.seq_len_q, layout.seq_len_k),
+    }
+
+
+def _check_layout(layout: Any) -> None:
+    if not isinstance(layout, Layout):
+        raise TypeError(f"layout must be a Layout, got {type(layout).__name__}")
 
 
 def _layout_mask_mod(blocks: torch.Tensor, block_size: int, causal: bool):

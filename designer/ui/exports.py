@@ -19,10 +19,10 @@ import torch
 from designer.design import Design
 from designer.formats import (
     MIT_BLOCK_SIZE,
+    block_mask_tensors,
     python_snippet,
     recipe_to_json,
     to_base_blockmask,
-    to_block_mask,
     to_csr,
 )
 from designer.ui.storage import design_bytes
@@ -72,7 +72,7 @@ def exports(design: Design) -> list[Export]:
             "application/octet-stream",
             "BlockMask.from_kv_blocks(**torch.load(f, weights_only=True)) rebuilds it "
             "(add mask_mod for causal designs).",
-            lambda: _torch_bytes(block_mask_tensors(design)),
+            lambda: _torch_bytes(block_mask_tensors(layout, causal=design.causal)),
         ),
         Export(
             "CSR (row_ptr, col_idx)",
@@ -107,19 +107,6 @@ def exports(design: Design) -> list[Export]:
             lambda: python_snippet(f"{stem}.pt").encode("utf-8"),
         ),
     ]
-
-
-def block_mask_tensors(design: Design) -> dict[str, Any]:
-    """The FlexAttention ``BlockMask`` of ``design`` as ``BlockMask.from_kv_blocks`` arguments."""
-    mask = to_block_mask(design.layout, causal=design.causal)
-    return {
-        "kv_num_blocks": mask.kv_num_blocks,
-        "kv_indices": mask.kv_indices,
-        "full_kv_num_blocks": mask.full_kv_num_blocks,
-        "full_kv_indices": mask.full_kv_indices,
-        "BLOCK_SIZE": design.layout.block_size,
-        "seq_lengths": (design.layout.seq_len_q, design.layout.seq_len_k),
-    }
 
 
 def csr_tensors(design: Design) -> dict[str, Any]:

@@ -1,3 +1,4 @@
+import io
 import warnings
 
 import numpy as np
@@ -12,7 +13,7 @@ from torch.nn.attention.flex_attention import (
     flex_attention,
 )
 
-from designer.formats import from_block_mask, to_block_mask
+from designer.formats import block_mask_tensors, from_block_mask, to_block_mask
 from designer.layout import Layout
 from tests.factories import random_layout
 
@@ -65,6 +66,27 @@ def test_block_lists_match_reference_and_round_trip(layout, causal):
         assert listed(mask.full_kv_num_blocks, mask.full_kv_indices, h, r) == expected
         assert listed(mask.kv_num_blocks, mask.kv_indices, h, r) == partial[h, r]
     back, block_size = from_block_mask(mask)
+    assert block_size == layout.block_size
+    assert back == (layout.causal_clip() if causal else layout)
+
+
+@settings(max_examples=50, deadline=None)
+@given(layouts(), st.booleans())
+def test_block_mask_tensors_travel_through_a_file(layout, causal):
+    buffer = io.BytesIO()
+    torch.save(block_mask_tensors(layout, causal=causal), buffer)
+    arguments = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
+    assert arguments["BLOCK_SIZE"] == layout.block_size
+    assert tuple(arguments["seq_lengths"]) == (layout.seq_len_q, layout.seq_len_k)
+    direct = to_block_mask(layout, causal=causal)
+    rebuilt = BlockMask.from_kv_blocks(**arguments, mask_mod=direct.mask_mod)
+    full, partial = reference_lists(layout, causal)
+    for (h, r), expected in full.items():
+        assert listed(rebuilt.full_kv_num_blocks, rebuilt.full_kv_indices, h, r) == expected
+        assert listed(rebuilt.kv_num_blocks, rebuilt.kv_indices, h, r) == partial[h, r]
+    for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
+        assert torch.equal(getattr(rebuilt, name), getattr(direct, name)), name
+    back, block_size = from_block_mask(rebuilt)
     assert block_size == layout.block_size
     assert back == (layout.causal_clip() if causal else layout)
 
@@ -123,6 +145,10 @@ def test_bad_arguments_are_refused(rng):
         to_block_mask(layout, causal="yes")
     with pytest.raises(TypeError, match="block_mask must be a BlockMask, got Layout"):
         from_block_mask(layout)
+    with pytest.raises(TypeError, match="layout must be a Layout, got ndarray"):
+        block_mask_tensors(layout.to_numpy())
+    with pytest.raises(TypeError, match="causal must be True or False, got int 1"):
+        block_mask_tensors(layout, causal=1)
 
 
 def test_unrepresentable_block_masks_are_refused():
