@@ -34,6 +34,10 @@ def _blocks(name: str, default: int, low: int, help: str, per_head: bool = True)
     return ParamSpec(name, "int", default, low=low, high=MAX_BLOCKS, per_head=per_head, help=help)
 
 
+def _block_indices(name: str, help: str) -> ParamSpec:
+    return ParamSpec(name, "int_list", (0,), low=0, high=MAX_BLOCKS - 1, help=help)
+
+
 def _causal(default: bool, help: str = "keep only col <= row") -> ParamSpec:
     return ParamSpec("causal", "bool", default, help=help)
 
@@ -87,14 +91,7 @@ GENERATORS: tuple[tuple[PatternSpec, Builder], ...] = (
             "generator",
             "row in global_blocks (rows) or col in global_blocks (columns)",
             (
-                ParamSpec(
-                    "global_blocks",
-                    "int_list",
-                    (0,),
-                    low=0,
-                    high=MAX_BLOCKS - 1,
-                    help="indices of the global blocks",
-                ),
+                _block_indices("global_blocks", "indices of the global blocks"),
                 ParamSpec("rows", "bool", True, help="global blocks attend to everything"),
                 ParamSpec("columns", "bool", True, help="everything attends to global blocks"),
             ),
@@ -211,14 +208,7 @@ GENERATORS: tuple[tuple[PatternSpec, Builder], ...] = (
             "generator",
             "col in vertical_blocks or row - col in slash_offsets",
             (
-                ParamSpec(
-                    "vertical_blocks",
-                    "int_list",
-                    (0,),
-                    low=0,
-                    high=MAX_BLOCKS - 1,
-                    help="key blocks every query attends to",
-                ),
+                _block_indices("vertical_blocks", "key blocks every query attends to"),
                 ParamSpec(
                     "slash_offsets",
                     "int_list",

@@ -138,14 +138,15 @@ def set_random_rows(head: torch.Tensor, count: int, causal: bool) -> None:
     head[rows, cols] = 1
 
 
-def window_band(num_blocks: int, window_blocks: int, causal: bool) -> torch.Tensor:
-    """DeepSpeed's sliding window: ``|row - col| <= W // 2``, or ``0 <= row - col <= W // 2``.
+def set_window(head: torch.Tensor, window_blocks: int, causal: bool) -> None:
+    """Set DeepSpeed's sliding window in one ``[nb, nb]`` head, after its size check.
 
-    So an even ``W`` reaches as far as ``W + 1``.
+    The window is ``|row - col| <= W // 2``, or ``0 <= row - col <= W // 2`` when ``causal``, so
+    an even ``W`` reaches as far as ``W + 1``.
     """
+    num_blocks = head.shape[0]
+    check_fits("sliding window blocks", window_blocks, num_blocks)
     index = torch.arange(num_blocks)
     distance = index.unsqueeze(1) - index.unsqueeze(0)
     reach = window_blocks // 2
-    if causal:
-        return (distance >= 0) & (distance <= reach)
-    return distance.abs() <= reach
+    head[(distance >= 0) & (distance <= reach) if causal else distance.abs() <= reach] = 1

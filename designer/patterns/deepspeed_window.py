@@ -19,7 +19,7 @@ from designer.patterns.deepspeed_base import (
     check_global_spans,
     global_spans,
     set_random_rows,
-    window_band,
+    set_window,
 )
 from designer.validate import check_int, check_int_list
 
@@ -73,9 +73,7 @@ class BigBirdSparsityConfig(SparsityConfig):
 
     def set_sliding_window_layout(self, h: int, layout: torch.Tensor) -> torch.Tensor:
         """Head ``h``'s symmetric window."""
-        num_blocks = layout.shape[1]
-        check_fits("sliding window blocks", self.num_sliding_window_blocks, num_blocks)
-        layout[h][window_band(num_blocks, self.num_sliding_window_blocks, causal=False)] = 1
+        set_window(layout[h], self.num_sliding_window_blocks, causal=False)
         return layout
 
     def set_global_layout_itc(self, h: int, layout: torch.Tensor) -> torch.Tensor:
@@ -133,9 +131,7 @@ class BSLongformerSparsityConfig(SparsityConfig):
 
     def set_sliding_window_layout(self, h: int, layout: torch.Tensor) -> torch.Tensor:
         """Head ``h``'s symmetric window."""
-        num_blocks = layout.shape[1]
-        check_fits("sliding window blocks", self.num_sliding_window_blocks, num_blocks)
-        layout[h][window_band(num_blocks, self.num_sliding_window_blocks, causal=False)] = 1
+        set_window(layout[h], self.num_sliding_window_blocks, causal=False)
         return layout
 
     def set_global_layout(self, h: int, layout: torch.Tensor) -> torch.Tensor:
@@ -188,10 +184,8 @@ class LocalSlidingWindowSparsityConfig(SparsityConfig):
 
     def set_sliding_window_layout(self, h: int, layout: torch.Tensor) -> torch.Tensor:
         """Head ``h``'s window, causal unless ``attention == 'bidirectional'``."""
-        num_blocks = layout.shape[1]
-        check_fits("sliding window blocks", self.num_sliding_window_blocks, num_blocks)
         causal = self.attention != "bidirectional"
-        layout[h][window_band(num_blocks, self.num_sliding_window_blocks, causal=causal)] = 1
+        set_window(layout[h], self.num_sliding_window_blocks, causal=causal)
         return layout
 
     def make_layout(self, seq_len: int) -> torch.Tensor:
