@@ -116,5 +116,5 @@ def test_random_points_have_no_recipe():
     assert all(r.design.recipe is None for r in randoms)
     assert randoms[0].design.name == f"random {points[0].label}"
     assert randoms[0].design.layout != points[0].design.layout
-    with pytest.raises(ValueError, match="seed must be in"):
+    with pytest.raises(ValueError, match="seed must be >= 0, got -1"):
         random_like(points[0].design.layout, seed=-1)
