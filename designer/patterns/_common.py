@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from designer.validate import MAX_BLOCKS, check_int
-from designer.validate import MAX_HEADS as MAX_HEADS  # designer/ui/setup_ui.py reads it here
 
 
 def blocks_check(low: int) -> Callable[[str, Any], int]:

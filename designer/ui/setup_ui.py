@@ -5,10 +5,10 @@ from __future__ import annotations
 import streamlit as st
 
 from designer.design import DEFAULT_TILE_TOKENS
-from designer.patterns._common import MAX_HEADS
 from designer.ui import changes, keys, state
 from designer.ui.common import change_design, show_message
 from designer.ui.storage import DesignStore
+from designer.validate import MAX_HEADS
 
 #: Block sizes offered (the current design's own is added when it is another one).
 BLOCK_SIZES = (16, 32, 64, 128, 256)

@@ -82,7 +82,11 @@ def test_refusal_names_every_part_and_the_free_memory():
     [
         (lambda: estimate_memory("config", 1, 16), TypeError, "config must be a BenchConfig"),
         (lambda: estimate_memory(config(), -1, 16), ValueError, r"nnz must be >= 0, got -1"),
-        (lambda: estimate_memory(config(), 1, 0), ValueError, r"block_size must be (>= 1|in \[1, \d+\]), got 0"),
+        (
+            lambda: estimate_memory(config(), 1, 0),
+            ValueError,
+            r"block_size must be (>= 1|in \[1, \d+\]), got 0",
+        ),
         (lambda: refusal(MemoryEstimate(1, 0, 0, 0, 0, 0, 0), -1, 1.0), ValueError, "free_bytes"),
         (lambda: refusal(MemoryEstimate(1, 0, 0, 0, 0, 0, 0), 1, 11.0), ValueError, "margin"),
         (lambda: refusal(MemoryEstimate(1, 0, 0, 0, 0, 0, 0), 1, "1"), TypeError, "margin"),
