@@ -58,7 +58,8 @@ def block_sparse_attention(
             ``M·block_size == Sq`` and ``N·block_size == Sk``; one head broadcasts to all.
         block_size: tokens per block side (16, 32, 64 or 128 for the CUDA implementations).
         causal: also mask ``q_idx < k_idx`` inside blocks (top-left aligned).
-        scale: multiplies QKᵀ; default ``D ** -0.5``.
+        scale: multiplies QKᵀ, > 0 (the fused kernel takes row maxima before scaling); default
+            ``D ** -0.5``.
         impl: ``"fused"`` (one flash-style kernel), ``"sdd"`` (SDD → softmax → DSD pipeline) or
             ``"reference"`` (dense masked attention in plain torch, fp32).
         start_width: segmentation start width for ``"sdd"`` (default: 128-token tiles).
@@ -81,6 +82,8 @@ def block_sparse_attention(
     blocks = _layout_blocks(layout, block_size, n_heads, seq_q, k.shape[2])
     causal = check_bool("causal", causal)
     scale = head_dim**-0.5 if scale is None else check_float("scale", scale)
+    if scale <= 0:
+        raise ValueError(f"scale must be > 0, got {scale}")
     if start_width is not None:
         start_width = check_int("start_width", start_width, low=1, high=1 << 16)
     if impl != "reference":

@@ -153,6 +153,8 @@ def _call(**changes):
         ),
         ({"causal": 1}, TypeError, "causal must be True or False"),
         ({"scale": float("nan")}, ValueError, "scale must be finite"),
+        ({"scale": -0.5}, ValueError, r"scale must be > 0, got -0.5"),
+        ({"scale": 0.0}, ValueError, r"scale must be > 0, got 0.0"),
         ({"start_width": 0}, ValueError, "start_width must be in"),
         ({"out": torch.zeros(1, 2, 64, 8)}, ValueError, r"out must be a \[1, 2, 64, 16\]"),
         ({"out": torch.zeros(1, 2, 16, 64).transpose(2, 3)}, ValueError, "out must be contiguous"),
