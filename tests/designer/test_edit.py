@@ -7,7 +7,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from designer.edit import (
-    MAX_COORD,
     Band,
     Cells,
     Column,
@@ -21,6 +20,7 @@ from designer.edit import (
     region_from_dict,
 )
 from designer.layout import Layout
+from designer.regions import MAX_COORD
 from designer.validate import check_int_list
 from tests.designer.formats.strategies import edits
 from tests.factories import random_layout
