@@ -11,7 +11,11 @@ saying which layout blocks inside the tile are active:
   ``r * cells_per_row + c`` is cell (r, c). With block 16 and 128 x 128 tiles that is 8 x 8 = 64.
 - ``FLAG_PARTIAL`` is set when some cell is off (the kernel then masks); a full tile costs
   nothing extra. ``FLAG_DIAGONAL`` is set, when causal, for tiles holding a kept cell with some
-  ``q_idx < k_idx`` (top-left aligned); cells wholly above the diagonal are dropped first.
+  ``k_idx > q_idx + causal_offset`` (0: top-left aligned, ``seq_k - seq_q``: bottom-right);
+  cells wholly past the diagonal are dropped first.
+- Lengths that are not whole blocks: cells starting at or past ``seq_q`` / ``seq_k`` are dropped,
+  and ``FLAG_KEY_BOUND`` marks the tile whose cell straddles ``seq_k`` (the kernel then masks
+  ``k_idx >= seq_k``).
 - Work items ``(head, q_tile, first_entry, n_entries)`` are sorted by descending ``n_entries``
   (stable, so head-major then query order among equals): long rows start first and short ones
   fill the tail. Query tiles with no entry are kept, so the kernel writes their zeros.
@@ -33,8 +37,10 @@ from designer.validate import as_block_tensor, check_bool, check_choice
 
 #: Entry flag: some cells of the tile are inactive, apply the mask bits.
 FLAG_PARTIAL = 1
-#: Entry flag: the tile crosses the causal diagonal, apply ``q_idx >= k_idx``.
+#: Entry flag: the tile crosses the causal diagonal, apply ``k_idx <= q_idx + causal_offset``.
 FLAG_DIAGONAL = 2
+#: Entry flag: a cell of the tile straddles ``seq_k``, apply ``k_idx < seq_k``.
+FLAG_KEY_BOUND = 4
 
 BLOCK_SIZES = (16, 32, 64, 128)
 TILE_SIZES = (16, 32, 64, 128)
@@ -51,11 +57,7 @@ class FusedLut:
     n_k_tiles: int
     sub_rows: int  # query tokens per mask cell
     sub_cols: int  # key tokens per mask cell
-
-    @property
-    def n_tiles(self) -> int:
-        """Key tiles computed per batch element (the kernel's work, in BLOCK_M x BLOCK_N tiles)."""
-        return int(self.items[:, 3].sum())
+    n_tiles: int  # key tiles computed per batch element (the work, in BLOCK_M x BLOCK_N tiles)
 
 
 def cell_sizes(block_size: int, block_m: int, block_n: int) -> tuple[int, int]:
@@ -64,11 +66,20 @@ def cell_sizes(block_size: int, block_m: int, block_n: int) -> tuple[int, int]:
 
 
 def tile_masks(
-    blocks: torch.Tensor, block_size: int, *, block_m: int, block_n: int, causal: bool
+    blocks: torch.Tensor,
+    block_size: int,
+    *,
+    block_m: int,
+    block_n: int,
+    causal: bool,
+    causal_offset: int = 0,
+    seq_q: int | None = None,
+    seq_k: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per (head, q_tile, k_tile): the uint64 mask word and the int32 flags (0 where no cell).
 
     ``blocks`` is a ``[H, M, N]`` 0/1 layout; see the module docstring for the bit order.
+    ``seq_q`` / ``seq_k`` default to whole blocks (``M · block_size``, ``N · block_size``).
     """
     blocks = as_block_tensor("blocks", blocks)
     block_size = check_choice("block_size", block_size, BLOCK_SIZES)
@@ -83,23 +94,28 @@ def tile_masks(
             f"cells of block_size {block_size}; the mask word allows at most {MAX_MASK_BITS}"
         )
     n_heads, n_q_blocks, n_k_blocks = blocks.shape
-    seq_q, seq_k = n_q_blocks * block_size, n_k_blocks * block_size
+    seq_q = n_q_blocks * block_size if seq_q is None else seq_q
+    seq_k = n_k_blocks * block_size if seq_k is None else seq_k
     n_q_tiles, n_k_tiles = -(-seq_q // block_m), -(-seq_k // block_n)
 
     cells = blocks.numpy()
     cells = np.repeat(np.repeat(cells, block_size // sub_rows, 1), block_size // sub_cols, 2)
+    q_first = np.arange(cells.shape[1])[:, None] * sub_rows
+    k_first = np.arange(cells.shape[2])[None, :] * sub_cols
+    q_last = np.minimum(q_first + sub_rows, seq_q) - 1
+    k_last = np.minimum(k_first + sub_cols, seq_k) - 1
+    cells = cells & (q_first < seq_q) & (k_first < seq_k)
     diagonal = np.zeros_like(cells)
     if causal:
-        q_first = np.arange(cells.shape[1])[:, None] * sub_rows
-        k_first = np.arange(cells.shape[2])[None, :] * sub_cols
-        cells = cells & (q_first + sub_rows - 1 >= k_first)  # some q_idx >= k_idx
-        diagonal = cells & (q_first < k_first + sub_cols - 1)  # some q_idx < k_idx
+        cells = cells & (k_first <= q_last + causal_offset)  # some key within the limit
+        diagonal = cells & (k_last > q_first + causal_offset)  # some key past it
 
     def per_tile(grid: np.ndarray) -> np.ndarray:  # [H, rows, cols] -> [H, qt, kt, cell]
         padded = np.zeros(
             (n_heads, n_q_tiles * rows_per_tile, n_k_tiles * cols_per_tile), dtype=bool
         )
-        padded[:, : grid.shape[1], : grid.shape[2]] = grid
+        rows, cols = min(grid.shape[1], padded.shape[1]), min(grid.shape[2], padded.shape[2])
+        padded[:, :rows, :cols] = grid[:, :rows, :cols]  # cut cells lie past seq_q / seq_k
         tiles = padded.reshape(n_heads, n_q_tiles, rows_per_tile, n_k_tiles, cols_per_tile)
         return tiles.transpose(0, 1, 3, 2, 4).reshape(n_heads, n_q_tiles, n_k_tiles, -1)
 
@@ -112,14 +128,35 @@ def tile_masks(
     active = words != 0
     flags = np.where(active & (words != full), FLAG_PARTIAL, 0)
     flags |= np.where(active & per_tile(diagonal).any(-1), FLAG_DIAGONAL, 0)
+    if seq_k % sub_cols:  # a column of cells straddles seq_k (cells past it were dropped)
+        straddling = np.zeros_like(cells)
+        straddling[:, :, seq_k // sub_cols] = cells[:, :, seq_k // sub_cols]
+        flags |= np.where(per_tile(straddling).any(-1), FLAG_KEY_BOUND, 0)
     return words, flags.astype(np.int32)
 
 
 def build_fused_lut(
-    blocks: torch.Tensor, block_size: int, *, block_m: int, block_n: int, causal: bool
+    blocks: torch.Tensor,
+    block_size: int,
+    *,
+    block_m: int,
+    block_n: int,
+    causal: bool,
+    causal_offset: int = 0,
+    seq_q: int | None = None,
+    seq_k: int | None = None,
 ) -> FusedLut:
     """The CSR work list of the fused kernel for a ``[H, M, N]`` layout (see the module doc)."""
-    words, flags = tile_masks(blocks, block_size, block_m=block_m, block_n=block_n, causal=causal)
+    words, flags = tile_masks(
+        blocks,
+        block_size,
+        block_m=block_m,
+        block_n=block_n,
+        causal=causal,
+        causal_offset=causal_offset,
+        seq_q=seq_q,
+        seq_k=seq_k,
+    )
     _, n_q_tiles, n_k_tiles = words.shape
     active = words != 0
     counts = active.sum(-1).reshape(-1)  # per (head, q_tile), head-major
@@ -147,4 +184,5 @@ def build_fused_lut(
         n_k_tiles=n_k_tiles,
         sub_rows=sub_rows,
         sub_cols=sub_cols,
+        n_tiles=int(counts.sum()),
     )

@@ -9,19 +9,28 @@
 //     l  = l·2^((m - m')·c) + rowsum P;  O = O·2^((m - m')·c) + P V_j;  m = m'
 // then O / l is written (rows with no active key: l = 0, so exact zeros, never NaN).
 //
-// Inputs (all contiguous, 16-bit floats handled as raw `unsigned short` bits):
-//   q [B, H, seq_q, HEAD_DIM], k and v [B, H, seq_k, HEAD_DIM], out [B, H, seq_q, HEAD_DIM].
-//   items   int4 [n_items]:   (head, q_tile, first entry, entry count), heaviest rows first.
+// Inputs (16-bit floats handled as raw `unsigned short` bits), any strides whose head-dim
+// stride is 1 and whose other strides are multiples of 8 elements (16-byte rows; the caller
+// checks alignment):
+//   q [B, Hq, seq_q, HEAD_DIM], k and v [B, Hkv, seq_k, HEAD_DIM], out [B, Hq, seq_q, HEAD_DIM];
+//   query head h reads kv head h / kv_group (GQA / MQA; kv_group = Hq / Hkv).
+//   lse: fp32 [B, Hq, seq_q] contiguous, or null: the natural-log logsumexp of each row's scaled
+//   scores (-inf for a row with no active key).
+//   items   int4 [n_items]:   (layout head, q_tile, first entry, entry count), heaviest first.
+//     A layout of one head serves every query head: heads_per_item = Hq, else 1.
 //   entries int4 [n_entries]: (k_tile, flags, mask bits 0-31, mask bits 32-63).
 //     flags bit 0: some layout blocks inside the tile are inactive, apply the mask bits;
-//     flags bit 1: the tile crosses the causal diagonal, apply q_idx >= k_idx.
+//     flags bit 1: the tile crosses the causal diagonal, apply k_idx <= q_idx + causal_offset
+//       (0: top-left aligned; seq_k - seq_q: bottom-right aligned);
+//     flags bit 2: the tile reaches past seq_k (a partial last block), apply k_idx < seq_k.
 //     Mask bit (r·n_sub_cols + c) covers tile rows [r·2^sub_rows_log2, ...) and tile columns
 //     [c·2^sub_cols_log2, ...): a layout block, or the part of one that lies in the tile. The
 //     layout block size only enters through these two shifts, so one compiled module serves
 //     layout blocks 16 to 128 alike.
 //
-// Work split. Grid = n_items · B CTAs; CTA x runs item x / B of batch x % B, so the grid walks
-// the items heaviest first. Q is loaded once (cp.async), K/V tiles are double-buffered: the copy
+// Work split. Grid = n_items · B · heads_per_item CTAs; CTA x runs item x / (B · heads_per_item)
+// for batch x % B and head item.head · heads_per_item + (x / B) % heads_per_item, so the grid
+// walks the items heaviest first. Q is loaded once (cp.async), K/V tiles are double-buffered: the copy
 // of tile n + 1 is in flight while tile n is computed. S accumulators turn into the A operand of
 // P V in registers (the accumulator and A fragment layouts line up). Two instruction paths:
 //
@@ -65,6 +74,7 @@ constexpr int kQBytes = kBlockM * kRowBytes;
 constexpr int kKVBytes = kBlockN * kRowBytes;
 constexpr unsigned kFlagPartial = 1u;
 constexpr unsigned kFlagDiagonal = 2u;
+constexpr unsigned kFlagKeyBound = 4u;
 
 static_assert(kHeadDim == 64 || kHeadDim == 128, "HEAD_DIM must be 64 or 128");
 static_assert(kBlockM == kWarpRows * N_WARPS, "each warp owns 32 (wgmma: 16) query rows");
@@ -157,35 +167,37 @@ __device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
 }
 
 // ------------------------------------------------------------------ tile steps
-// Copy rows [row0, row0 + Rows) of a [seq, HEAD_DIM] slice into shared tile `tile`; rows past
-// `seq` are zero-filled.
+// Copy rows [row0, row0 + Rows) of a [seq, HEAD_DIM] slice (rows `row_stride` elements apart)
+// into shared tile `tile`; rows past `seq` are zero-filled.
 template <int Rows>
-__device__ __forceinline__ void load_tile(unsigned tile, const unsigned short* slice, int row0,
-                                          int seq) {
+__device__ __forceinline__ void load_tile(unsigned tile, const unsigned short* slice,
+                                          long long row_stride, int row0, int seq) {
   constexpr int kRowsPerPass = kThreads / kChunks;
   const int tid = fresh_thread();
   const int row = tid / kChunks;
   const int chunk = tid % kChunks;
   const unsigned dst = tile + tile_offset<Rows>(row, chunk);
-  const unsigned short* src = slice + static_cast<long long>(row0 + row) * kHeadDim + chunk * 8;
+  const unsigned short* src = slice + (row0 + row) * row_stride + chunk * 8;
 #pragma unroll
   for (int i = 0; i < Rows / kRowsPerPass; ++i) {
     const bool inside = row0 + row + i * kRowsPerPass < seq;
     copy_async_16(dst + i * kRowsPerPass * kRowPitch,
-                  inside ? src + i * kRowsPerPass * kHeadDim : slice, inside ? 16 : 0);
+                  inside ? src + i * kRowsPerPass * row_stride : slice, inside ? 16 : 0);
   }
 }
 
-// Set masked scores to -inf: inactive layout blocks (flag bit 0), keys after the query (bit 1).
+// Set masked scores to -inf: inactive layout blocks (flag bit 0), keys after the query's causal
+// limit (bit 1), keys at or past seq_k (bit 2).
 __device__ __forceinline__ void apply_mask(float (&s)[kMAtoms][kSAtoms][4], const Int4& entry,
                                            int warp_row0, int q_row0, int sub_rows_log2,
-                                           int sub_cols_log2) {
+                                           int sub_cols_log2, int causal_offset, int seq_k) {
   const int lane = fresh_lane();
   const unsigned long long word =
       (static_cast<unsigned long long>(static_cast<unsigned>(entry.w)) << 32) |
       static_cast<unsigned>(entry.z);
   const bool use_bits = entry.y & kFlagPartial;
   const bool causal = entry.y & kFlagDiagonal;
+  const int key_end = (entry.y & kFlagKeyBound) ? seq_k : 0x7fffffff;
   const int sub_cols = kBlockN >> sub_cols_log2;
   unsigned row_bits[kMAtoms][2];
   int q_index[kMAtoms][2];
@@ -196,7 +208,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[kMAtoms][kSAtoms][4], cons
       const int row = warp_row0 + mi * 16 + half * 8 + (lane >> 2);
       row_bits[mi][half] =
           use_bits ? static_cast<unsigned>(word >> ((row >> sub_rows_log2) * sub_cols)) : ~0u;
-      q_index[mi][half] = q_row0 + row;
+      q_index[mi][half] = causal ? q_row0 + row + causal_offset : 0x7fffffff;
     }
   }
   const int k_col0 = entry.x * kBlockN + 2 * (lane & 3);
@@ -210,7 +222,8 @@ __device__ __forceinline__ void apply_mask(float (&s)[kMAtoms][kSAtoms][4], cons
         const bool block_on = (row_bits[mi][half] >> bit) & 1u;
 #pragma unroll
         for (int e = 0; e < 2; ++e) {
-          const bool keep = block_on && !(causal && k_col0 + nj * 8 + e > q_index[mi][half]);
+          const int key = k_col0 + nj * 8 + e;
+          const bool keep = block_on && key <= q_index[mi][half] && key < key_end;
           if (!keep) s[mi][nj][2 * half + e] = negative_infinity();
         }
       }
@@ -531,23 +544,34 @@ __device__ __forceinline__ void pv_product(unsigned v_base,
 extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     fused_attention_fwd(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
                         const unsigned short* __restrict__ v, unsigned short* __restrict__ out,
-                        const Int4* __restrict__ items, const Int4* __restrict__ entries,
-                        int batch, int heads, int seq_q, int seq_k, int sub_rows_log2,
-                        int sub_cols_log2, float scale_log2) {
+                        float* __restrict__ lse, const Int4* __restrict__ items,
+                        const Int4* __restrict__ entries,
+                        // strides in elements: q, k, v, out
+                        long long q_sb, long long q_sh, long long q_ss, long long k_sb,
+                        long long k_sh, long long k_ss, long long v_sb, long long v_sh,
+                        long long v_ss, long long o_sb, long long o_sh, long long o_ss,
+                        // shapes
+                        int batch, int q_heads, int heads_per_item, int kv_group, int seq_q,
+                        int seq_k,
+                        // masking and scaling
+                        int causal_offset, int sub_rows_log2, int sub_cols_log2,
+                        float scale_log2) {
   extern __shared__ __align__(1024) Bits128 shared_raw[];
   const int warp_row0 = (threadIdx.x >> 5) * kWarpRows;
 
-  // ---- which work item
-  const Int4 item = items[blockIdx.x / batch];
-  const int b = blockIdx.x % batch;
+  // ---- which work item, batch element and heads
+  const int per_item = batch * heads_per_item;
+  const Int4 item = items[blockIdx.x / per_item];
+  const int b = (blockIdx.x % per_item) % batch;
+  const int head = item.x * heads_per_item + (blockIdx.x % per_item) / batch;
+  const int kv_head = head / kv_group;
   const int q_row0 = item.y * kBlockM;
   const int first = item.z;
   const int count = item.w;
-  const long long slice = static_cast<long long>(b) * heads + item.x;
-  const unsigned short* q_slice = q + slice * seq_q * kHeadDim;
-  const unsigned short* k_slice = k + slice * seq_k * kHeadDim;
-  const unsigned short* v_slice = v + slice * seq_k * kHeadDim;
-  unsigned short* out_slice = out + slice * seq_q * kHeadDim;
+  const unsigned short* q_slice = q + b * q_sb + head * q_sh;
+  const unsigned short* k_slice = k + b * k_sb + kv_head * k_sh;
+  const unsigned short* v_slice = v + b * v_sb + kv_head * v_sh;
+  unsigned short* out_slice = out + b * o_sb + head * o_sh;
 
   // ---- shared memory: Q | K0 | K1 | V0 | V1
   const unsigned q_tile = shared_address(shared_raw);
@@ -555,10 +579,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   const unsigned v_tiles = k_tiles + 2 * kKVBytes;
 
   if (count > 0) {
-    load_tile<kBlockM>(q_tile, q_slice, q_row0, seq_q);
+    load_tile<kBlockM>(q_tile, q_slice, q_ss, q_row0, seq_q);
     const int k_row0 = entries[first].x * kBlockN;
-    load_tile<kBlockN>(k_tiles, k_slice, k_row0, seq_k);
-    load_tile<kBlockN>(v_tiles, v_slice, k_row0, seq_k);
+    load_tile<kBlockN>(k_tiles, k_slice, k_ss, k_row0, seq_k);
+    load_tile<kBlockN>(v_tiles, v_slice, v_ss, k_row0, seq_k);
   }
   copy_async_commit();
 
@@ -586,8 +610,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     if (n + 1 < count) {  // prefetch tile n + 1 into the other buffer
       const int k_row0 = entries[first + n + 1].x * kBlockN;
       const unsigned buffer = ((n + 1) & 1) * kKVBytes;
-      load_tile<kBlockN>(k_tiles + buffer, k_slice, k_row0, seq_k);
-      load_tile<kBlockN>(v_tiles + buffer, v_slice, k_row0, seq_k);
+      load_tile<kBlockN>(k_tiles + buffer, k_slice, k_ss, k_row0, seq_k);
+      load_tile<kBlockN>(v_tiles + buffer, v_slice, v_ss, k_row0, seq_k);
     }
     copy_async_commit();
     copy_async_wait<1>();  // everything but the prefetch has landed
@@ -624,7 +648,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
       }, s);
     }
 #endif
-    if (entry.y != 0) apply_mask(s, entry, warp_row0, q_row0, sub_rows_log2, sub_cols_log2);
+    if (entry.y != 0) {
+      apply_mask(s, entry, warp_row0, q_row0, sub_rows_log2, sub_cols_log2, causal_offset, seq_k);
+    }
     softmax_step(s, o, row_max, row_sum, scale_log2);
     unsigned p[kMAtoms][kBlockN / 16][4];
     pack_probabilities(s, p);
@@ -648,6 +674,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
       const float inverse = sum > 0.f ? 1.f / sum : 0.f;  // no active key: zeros
       const int row = warp_row0 + mi * 16 + half * 8 + (lane >> 2);
+      if (lse != nullptr && (lane & 3) == 0 && q_row0 + row < seq_q) {
+        // ln Σ e^(scale·s) = (max·scale·log2 e + log2 Σ 2^((s - max)·scale·log2 e)) · ln 2
+        constexpr float kLn2 = 0.6931471805599453f;
+        lse[(static_cast<long long>(b) * q_heads + head) * seq_q + q_row0 + row] =
+            sum > 0.f ? (row_max[mi][half] * scale_log2 + __log2f(sum)) * kLn2
+                      : negative_infinity();
+      }
 #pragma unroll
       for (int dn = 0; dn < kOAtoms; ++dn) {
         const unsigned packed =
@@ -666,8 +699,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     const Bits128 value =
         *reinterpret_cast<const Bits128*>(staging + tile_offset<kBlockM>(row, chunk));
     if (q_row0 + row < seq_q) {
-      *reinterpret_cast<Bits128*>(out_slice + static_cast<long long>(q_row0 + row) * kHeadDim +
-                                  chunk * 8) = value;
+      *reinterpret_cast<Bits128*>(out_slice + (q_row0 + row) * o_ss + chunk * 8) = value;
     }
   }
 }

@@ -10,23 +10,33 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpu.fused_lut import FLAG_DIAGONAL, FLAG_PARTIAL, build_fused_lut, tile_masks
+from gpu.fused_lut import (
+    FLAG_DIAGONAL,
+    FLAG_KEY_BOUND,
+    FLAG_PARTIAL,
+    build_fused_lut,
+    tile_masks,
+)
 
 TILES = [(128, 64), (128, 128), (64, 64), (32, 16)]
 
 
-def token_mask(blocks: np.ndarray, block_size: int, causal: bool) -> np.ndarray:
+def token_mask(
+    blocks: np.ndarray, block_size: int, causal: bool, offset: int = 0, seq=None
+) -> np.ndarray:
     """``[H, Sq, Sk]`` bool: the attention each query may pay to each key."""
     mask = blocks.repeat(block_size, 1).repeat(block_size, 2)
+    if seq is not None:
+        mask = mask[:, : seq[0], : seq[1]]
     if causal:
-        mask &= np.tri(mask.shape[1], mask.shape[2], dtype=bool)  # q_idx >= k_idx
+        mask &= np.tri(mask.shape[1], mask.shape[2], k=offset, dtype=bool)  # k <= q + offset
     return mask
 
 
-def slow_lut(blocks: np.ndarray, block_size: int, block_m: int, block_n: int, causal: bool):
+def slow_lut(blocks, block_size, block_m, block_n, causal, offset=0, seq=None):
     """Per listed tile: (mask word, flags), built cell by cell from the token masks."""
-    allowed = token_mask(blocks, block_size, causal)
-    layout = token_mask(blocks, block_size, False)
+    allowed = token_mask(blocks, block_size, causal, offset, seq)
+    layout = token_mask(blocks, block_size, False, 0, seq)
     n_heads, seq_q, seq_k = allowed.shape
     sub_r, sub_c = min(block_size, block_m), min(block_size, block_n)
     per_row, per_col = block_n // sub_c, block_m // sub_r
@@ -34,7 +44,7 @@ def slow_lut(blocks: np.ndarray, block_size: int, block_m: int, block_n: int, ca
     for h in range(n_heads):
         for qt in range(-(-seq_q // block_m)):
             for kt in range(-(-seq_k // block_n)):
-                word, n_cells, diagonal = 0, 0, False
+                word, n_cells, diagonal, bound = 0, 0, False, False
                 for r in range(per_col):
                     for c in range(per_row):
                         q0, k0 = qt * block_m + r * sub_r, kt * block_n + c * sub_c
@@ -45,14 +55,16 @@ def slow_lut(blocks: np.ndarray, block_size: int, block_m: int, block_n: int, ca
                         cell = layout[h, q0 : q0 + sub_r, k0 : k0 + sub_c]
                         rows = np.arange(q0, q0 + cell.shape[0])[:, None]
                         cols = np.arange(k0, k0 + cell.shape[1])[None, :]
-                        diagonal |= causal and bool((cell & (rows < cols)).any())
+                        diagonal |= causal and bool((cell & (rows + offset < cols)).any())
+                        bound |= k0 < seq_k < k0 + sub_c
                 if word:
                     flags = FLAG_PARTIAL * (n_cells < per_col * per_row) + FLAG_DIAGONAL * diagonal
+                    flags += FLAG_KEY_BOUND * bound
                     tiles[h, qt, kt] = (word, flags)
     return tiles
 
 
-def decode(lut, n_heads: int, seq_q: int, seq_k: int, block_m: int, block_n: int) -> np.ndarray:
+def decode(lut, n_heads, seq_q, seq_k, block_m, block_n, offset=0) -> np.ndarray:
     """The token mask the kernel applies, read back from the table as the kernel reads it."""
     mask = np.zeros((n_heads, -(-seq_q // block_m) * block_m, -(-seq_k // block_n) * block_n), bool)
     per_row = block_n // lut.sub_cols
@@ -66,7 +78,9 @@ def decode(lut, n_heads: int, seq_q: int, seq_k: int, block_m: int, block_n: int
             bits = (np.uint64(word) >> bit.astype(np.uint64)) & np.uint64(1)
             on = bits == 1 if flags & FLAG_PARTIAL else np.ones_like(bit, bool)
             if flags & FLAG_DIAGONAL:
-                on &= q0 + rows >= k0 + cols
+                on &= q0 + rows + offset >= k0 + cols
+            if flags & FLAG_KEY_BOUND:
+                on &= k0 + cols < seq_k
             mask[head, q0 : q0 + block_m, k0 : k0 + block_n] = on
     return mask[:, :seq_q, :seq_k]
 
@@ -86,14 +100,26 @@ def layouts(draw):
     return blocks, block_size, draw(st.sampled_from(TILES)), draw(st.booleans())
 
 
+@st.composite
+def partial_layouts(draw):
+    """A layout, tiles, causal, lengths with partial last blocks, and a causal offset."""
+    blocks, block_size, tiles, causal = draw(layouts())
+    _, n_q, n_k = blocks.shape
+    seq_q = draw(st.integers((n_q - 1) * block_size + 1, n_q * block_size))
+    seq_k = draw(st.integers((n_k - 1) * block_size + 1, n_k * block_size))
+    offset = draw(st.sampled_from([0, seq_k - seq_q]))
+    return blocks, block_size, tiles, causal, (seq_q, seq_k), offset
+
+
 @settings(max_examples=60, deadline=None)
-@given(layouts())
+@given(partial_layouts())
 def test_table_matches_slow_construction(case):
-    blocks, block_size, (block_m, block_n), causal = case
+    blocks, block_size, (block_m, block_n), causal, seq, offset = case
     words, flags = tile_masks(
-        torch.from_numpy(blocks), block_size, block_m=block_m, block_n=block_n, causal=causal
-    )
-    expected = slow_lut(blocks, block_size, block_m, block_n, causal)
+        torch.from_numpy(blocks), block_size, block_m=block_m, block_n=block_n, causal=causal,
+        causal_offset=offset, seq_q=seq[0], seq_k=seq[1],
+    )  # fmt: skip
+    expected = slow_lut(blocks, block_size, block_m, block_n, causal, offset, seq)
     got = {
         tuple(int(i) for i in index): (int(words[index]), int(flags[index]))
         for index in zip(*np.nonzero(words), strict=True)
@@ -101,17 +127,17 @@ def test_table_matches_slow_construction(case):
     assert got == expected
 
 
-@settings(max_examples=60, deadline=None)
-@given(layouts())
+@settings(max_examples=80, deadline=None)
+@given(partial_layouts())
 def test_kernel_view_of_table_is_the_token_mask(case):
-    blocks, block_size, (block_m, block_n), causal = case
+    blocks, block_size, (block_m, block_n), causal, (seq_q, seq_k), offset = case
     lut = build_fused_lut(
-        torch.from_numpy(blocks), block_size, block_m=block_m, block_n=block_n, causal=causal
-    )
-    n_heads, n_q, n_k = blocks.shape
-    seq_q, seq_k = n_q * block_size, n_k * block_size
-    got = decode(lut, n_heads, seq_q, seq_k, block_m, block_n)
-    np.testing.assert_array_equal(got, token_mask(blocks, block_size, causal))
+        torch.from_numpy(blocks), block_size, block_m=block_m, block_n=block_n, causal=causal,
+        causal_offset=offset, seq_q=seq_q, seq_k=seq_k,
+    )  # fmt: skip
+    got = decode(lut, blocks.shape[0], seq_q, seq_k, block_m, block_n, offset)
+    expected = token_mask(blocks, block_size, causal, offset, (seq_q, seq_k))
+    np.testing.assert_array_equal(got, expected)
 
 
 @settings(max_examples=40, deadline=None)
