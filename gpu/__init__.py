@@ -5,6 +5,13 @@ this machine (None when it works).
 """
 
 from gpu.api import block_sparse_attention
+from gpu.plans import BlockSparsePlan, plan
 from gpu.runtime import GpuUnavailableError, unavailable_reason
 
-__all__ = ["GpuUnavailableError", "block_sparse_attention", "unavailable_reason"]
+__all__ = [
+    "BlockSparsePlan",
+    "GpuUnavailableError",
+    "block_sparse_attention",
+    "plan",
+    "unavailable_reason",
+]

@@ -5,23 +5,29 @@ dispatch; the implementations trust their inputs and never import each other. An
 implementation never falls back to another one: without a usable GPU it raises
 ``GpuUnavailableError`` with the reason.
 
-Plans (look-up tables uploaded to the GPU, compiled kernels) are cached in a small LRU keyed by the
-layout's bytes, block size, causal flag, head dim, dtype, device and start width, so calling again
-with the same layout only launches.
+Two forms. With a ``gpu.plan`` (build it once, call it every step) a call checks shapes and
+launches: no device synchronisation, no copy of the layout, no hashing. With a layout and a block
+size, the plan comes from a small cache keyed, for a torch layout, on the tensor's identity,
+``_version``, shape and device (a live tensor changed in place gets a new plan; no sync, no copy);
+for a numpy or CuPy layout on a hash of its bytes; for a ``designer.Layout`` (immutable) on its
+identity.
 """
 
 from __future__ import annotations
 
 import hashlib
 import threading
+import weakref
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import torch
 
 from designer.layout import Layout
-from designer.validate import as_block_tensor, check_bool, check_choice, check_float, check_int
+from designer.validate import check_bool, check_choice, check_float, check_int
+from gpu.operands import check_attention_operands, check_out
+from gpu.plans import BlockSparsePlan, plan
 from gpu.reference import dense_masked_attention
 from gpu.runtime import GpuUnavailableError, unavailable_reason
 
@@ -40,30 +46,36 @@ def block_sparse_attention(
     k: Any,
     v: Any,
     layout: Any,
-    block_size: int,
+    block_size: int | None = None,
     *,
-    causal: bool = False,
+    causal: bool | None = None,
+    causal_alignment: str | None = None,
     scale: float | None = None,
     impl: str = "fused",
-    start_width: int | None = None,
+    return_lse: bool = False,
     out: Any = None,
+    start_width: int | None = None,
 ) -> Any:
     """Softmax attention restricted to a block layout: ``softmax(scale·QKᵀ | layout) V``.
 
     Args:
-        q: ``[B, H, Sq, D]`` queries; k, v: ``[B, H, Sk, D]``. fp16 or bf16 torch CUDA tensors or
-            CuPy arrays (shared zero-copy through DLPack; the result comes back as the same kind).
-            ``impl="reference"`` also takes CPU tensors and float32/float64.
-        layout: a ``designer.Layout`` or a ``[H, M, N]`` / ``[1, M, N]`` 0/1 tensor or array with
-            ``M·block_size == Sq`` and ``N·block_size == Sk``; one head broadcasts to all.
-        block_size: tokens per block side (16, 32, 64 or 128 for the CUDA implementations).
-        causal: also mask ``q_idx < k_idx`` inside blocks (top-left aligned).
-        scale: multiplies QKᵀ, > 0 (the fused kernel takes row maxima before scaling); default
-            ``D ** -0.5``.
-        impl: ``"fused"`` (one flash-style kernel), ``"sdd"`` (SDD → softmax → DSD pipeline) or
-            ``"reference"`` (dense masked attention in plain torch, fp32).
-        start_width: segmentation start width for ``"sdd"`` (default: 128-token tiles).
+        q: ``[B, Hq, Sq, D]`` queries; k, v: ``[B, Hkv, Sk, D]`` with ``Hkv`` dividing ``Hq``
+            (query head h reads kv head ``h // (Hq / Hkv)``). fp16 or bf16 torch CUDA tensors or
+            CuPy arrays (shared zero-copy through DLPack; the result comes back as the same
+            kind), as any views ``gpu.operands`` describes (``[B, S, H, D]`` memory through
+            ``transpose(1, 2)`` is read in place). ``impl="reference"`` also takes CPU tensors
+            and float32/float64.
+        layout: a ``gpu.plan(...)`` (the fast form), or a ``designer.Layout`` or ``[H or 1, M,
+            N]`` 0/1 tensor or array with ``block_size`` (then ``causal`` and
+            ``causal_alignment`` apply, and Sq, Sk come from q and k; the plan is cached).
+        scale: multiplies QKᵀ, > 0; default ``D ** -0.5``.
+        impl: ``"fused"`` (one flash-style kernel), ``"sdd"`` (SDD → softmax → DSD pipeline:
+            contiguous inputs, no GQA, no partial blocks, no logsumexp) or ``"reference"``
+            (dense masked attention in plain torch, fp32).
+        return_lse: also return the fp32 ``[B, Hq, Sq]`` natural-log logsumexp of each row's
+            kept scaled scores (``-inf`` for a row with no active key).
         out: optional output of q's shape, dtype and device, written in place.
+        start_width: segmentation start width for ``"sdd"`` (default: 128-token tiles).
 
     A query row with no active key gives zeros. Example:
 
@@ -71,44 +83,64 @@ def block_sparse_attention(
     >>> block_sparse_attention(q, k, v, torch.eye(4).bool()[None], 16, impl="reference").shape
     torch.Size([1, 2, 64, 64])
     """
-    impl = check_choice("impl", impl, IMPLS)
-    if impl != "reference" and (reason := unavailable_reason()) is not None:
+    check_choice("impl", impl, IMPLS)
+    compiling = torch.compiler.is_compiling()
+    if impl != "reference" and not compiling and (reason := unavailable_reason()) is not None:
         raise GpuUnavailableError(f'impl="{impl}" needs a CUDA GPU: {reason}')
     from_cupy = _is_cupy(q)
-    q, k, v = (_as_torch(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
-    _check_qkv(q, k, v, impl)
-    _, n_heads, seq_q, head_dim = q.shape
-    block_size = check_int("block_size", block_size, low=1)
-    blocks = _layout_blocks(layout, block_size, n_heads, seq_q, k.shape[2])
-    causal = check_bool("causal", causal)
-    scale = head_dim**-0.5 if scale is None else check_float("scale", scale)
-    if scale <= 0:
-        raise ValueError(f"scale must be > 0, got {scale}")
-    if start_width is not None:
-        start_width = check_int("start_width", start_width, low=1, high=1 << 16)
-    if impl != "reference":
-        check_choice("block_size", block_size, CUDA_BLOCK_SIZES)
-        check_choice("head dim D (q.shape[3])", head_dim, CUDA_HEAD_DIMS)
-    out_tensor = None if out is None else _check_out(_as_torch("out", out), q)
-    q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
-
-    if impl == "reference":
-        result = _run_reference(q, k, v, blocks, block_size, causal, scale, out_tensor)
-    else:
-        blocks = blocks.expand(n_heads, -1, -1).contiguous()
-        plan, run = _plan(
-            impl, blocks, block_size, causal, head_dim, q.dtype, q.device, start_width
+    if from_cupy or not isinstance(q, torch.Tensor):
+        q, k, v = (_as_torch(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
+        out = None if out is None else _as_torch("out", out)
+    check_attention_operands(
+        q, k, v, dtypes=REFERENCE_DTYPES if impl == "reference" else CUDA_DTYPES
+    )
+    if type(layout) is BlockSparsePlan:
+        if block_size is not None or causal is not None or causal_alignment is not None:
+            raise TypeError(
+                "block_size, causal and causal_alignment come from the plan; pass them to "
+                "gpu.plan instead"
+            )
+        the_plan = layout
+    elif compiling:
+        raise TypeError(
+            "under torch.compile pass a gpu.plan(...) as the layout: the layout form's plan "
+            "cache cannot be consulted from compiled code"
         )
-        result = run(plan, q, k, v, scale=scale, out=out_tensor)
+    else:
+        causal = False if causal is None else check_bool("causal", causal)
+        the_plan = _cached_plan(layout, block_size, causal, causal_alignment, q, k.shape[2])
+    _check_against_plan(the_plan, q, k, impl)
+    scale = q.shape[3] ** -0.5 if scale is None else _check_scale(scale)
+    if out is not None:
+        check_out("out", out, q)
+    if start_width is not None:
+        check_int("start_width", start_width, low=1, high=1 << 16)
+    if (
+        impl != "reference"
+        and torch.is_grad_enabled()
+        and (q.requires_grad or k.requires_grad or v.requires_grad)
+    ):
+        raise RuntimeError(
+            f'impl="{impl}" has no backward pass yet, and an input requires a gradient; use '
+            'impl="reference" to train, or call under torch.no_grad() for inference'
+        )
+
+    if impl == "fused":
+        result, lse = _run_fused(the_plan, q, k, v, scale, out, return_lse)
+    elif impl == "sdd":
+        result, lse = _run_sdd(the_plan, q, k, v, scale, out, return_lse, start_width), None
+    else:
+        result, lse = _run_reference(the_plan, q, k, v, scale, out, return_lse)
     if from_cupy:
         import cupy
 
-        return cupy.from_dlpack(result)
-    return result
+        result = cupy.from_dlpack(result)
+        lse = None if lse is None else cupy.from_dlpack(lse)
+    return (result, lse) if return_lse else result
 
 
 def clear_plan_cache() -> None:
-    """Forget every cached plan (frees their GPU look-up tables)."""
+    """Forget every plan the layout form cached (frees their GPU look-up tables)."""
     with _PLANS_LOCK:
         _PLANS.clear()
 
@@ -126,120 +158,143 @@ def _as_torch(name: str, array: Any) -> torch.Tensor:
     raise TypeError(f"{name} must be a torch tensor or CuPy array, got {type(array).__name__}")
 
 
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, impl: str) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        if x.dim() != 4 or 0 in x.shape:
-            raise ValueError(f"{name} must be a non-empty [B, H, S, D] tensor, got {list(x.shape)}")
-    if k.shape != v.shape:
+def _check_scale(scale: Any) -> float:
+    scale = check_float("scale", scale)
+    if scale <= 0:
+        raise ValueError(f"scale must be > 0, got {scale}")
+    return scale
+
+
+def _check_against_plan(the_plan: BlockSparsePlan, q: torch.Tensor, k: torch.Tensor, impl: str):
+    q_heads, seq_q, head_dim = q.shape[1:]
+    if the_plan.n_heads not in (1, q_heads):
+        raise ValueError(f"q must have the plan's {the_plan.n_heads} heads, got Hq = {q_heads}")
+    if (seq_q, k.shape[2]) != (the_plan.seq_q, the_plan.seq_k):
         raise ValueError(
-            f"k and v must have the same shape, got {list(k.shape)} and {list(v.shape)}"
+            f"q and k must have the plan's lengths Sq x Sk = {the_plan.seq_q} x "
+            f"{the_plan.seq_k} ({the_plan.n_q_blocks} x {the_plan.n_k_blocks} blocks of "
+            f"{the_plan.block_size}), got {seq_q} x {k.shape[2]}"
         )
-    if k.shape[:2] != q.shape[:2] or k.shape[3] != q.shape[3]:
-        raise ValueError(
-            f"k must be [B, H, Sk, D] with q's B, H and D {list(q.shape)}, got {list(k.shape)}"
-        )
-    allowed = REFERENCE_DTYPES if impl == "reference" else CUDA_DTYPES
-    if q.dtype not in allowed:
-        names = ", ".join(str(d).removeprefix("torch.") for d in allowed)
-        raise TypeError(f'q dtype must be one of {names} for impl="{impl}", got {q.dtype}')
-    for name, x in (("k", k), ("v", v)):
-        if x.dtype != q.dtype or x.device != q.device:
-            raise ValueError(
-                f"{name} must match q's dtype and device ({q.dtype}, {q.device}), "
-                f"got {x.dtype}, {x.device}"
-            )
-    if impl != "reference" and q.device.type != "cuda":
+    if impl == "reference":
+        return
+    if q.device.type != "cuda":
         raise ValueError(f'impl="{impl}" needs CUDA tensors, got device {q.device}')
+    if q.device != the_plan.device:
+        raise ValueError(
+            f"q must be on the plan's device {the_plan.device}, got {q.device}; build the plan "
+            "with device=q.device"
+        )
+    if head_dim not in CUDA_HEAD_DIMS:
+        raise ValueError(f"head dim D (q.shape[3]) must be one of 64, 128, got {head_dim}")
 
 
-def _layout_blocks(
-    layout: Any, block_size: int, n_heads: int, seq_q: int, seq_k: int
-) -> torch.Tensor:
-    """The layout as a CPU bool ``[1 or H, M, N]`` tensor, checked against q and k."""
-    if isinstance(layout, Layout):
-        if layout.block_size != block_size:
-            raise ValueError(
-                f"block_size ({block_size}) must equal the layout's block_size "
-                f"({layout.block_size})"
-            )
-        blocks = layout.blocks
+def _cached_plan(
+    layout: Any, block_size: Any, causal: bool, alignment: Any, q: torch.Tensor, seq_k: int
+) -> BlockSparsePlan:
+    """The plan of the layout form, from the cache when the same layout comes again."""
+    if isinstance(layout, torch.Tensor):
+        identity: tuple = (id(layout), layout._version, layout.shape, layout.device)
+        alive = weakref.ref(layout)
+    elif isinstance(layout, Layout):
+        identity, alive = (id(layout),), weakref.ref(layout)
+    elif isinstance(layout, np.ndarray) or _is_cupy(layout):
+        array = torch.from_dlpack(layout).cpu().numpy() if _is_cupy(layout) else layout
+        digest = hashlib.sha1(np.ascontiguousarray(array).tobytes()).hexdigest()
+        identity, alive = (digest, array.shape, str(array.dtype)), None
     else:
-        if _is_cupy(layout):
-            layout = torch.from_dlpack(layout)
-        blocks = as_block_tensor("layout", layout)
-    heads, n_q_blocks, n_k_blocks = blocks.shape
-    if heads not in (1, n_heads):
-        raise ValueError(f"layout must have 1 head or q's {n_heads} heads, got {heads}")
-    if n_q_blocks * block_size != seq_q or n_k_blocks * block_size != seq_k:
-        raise ValueError(
-            f"layout [{heads}, {n_q_blocks}, {n_k_blocks}] with block_size {block_size} covers "
-            f"{n_q_blocks * block_size} x {n_k_blocks * block_size} tokens, but Sq x Sk is "
-            f"{seq_q} x {seq_k}"
+        raise TypeError(
+            f"layout must be a gpu.plan, designer.Layout, torch tensor, numpy or CuPy array, "
+            f"got {type(layout).__name__}"
         )
-    return blocks
+    key = (identity, block_size, causal, alignment, q.shape[2], seq_k, q.device)
+    with _PLANS_LOCK:
+        entry = _PLANS.get(key)
+        if entry is not None and (entry[0] is None or entry[0]() is layout):
+            _PLANS.move_to_end(key)
+            return entry[1]
+    built = plan(
+        layout, block_size, causal=causal, causal_alignment=alignment or "top_left",
+        seq_q=_layout_length("Sq", q.shape[2], layout, block_size, 1),
+        seq_k=_layout_length("Sk", seq_k, layout, block_size, 2),
+        device=q.device,
+    )  # fmt: skip
+    with _PLANS_LOCK:
+        _PLANS[key] = (alive, built)
+        while len(_PLANS) > PLAN_CACHE_SIZE:
+            _PLANS.popitem(last=False)
+    return built
 
 
-def _check_out(out: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
-    if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+def _layout_length(name: str, length: int, layout: Any, block_size: Any, dim: int) -> int:
+    """``length`` if the layout's blocks cover it with a partial last block at most."""
+    shape = layout.shape
+    size = layout.block_size if isinstance(layout, Layout) else block_size
+    if len(shape) != 3 or not isinstance(size, int) or isinstance(size, bool) or size < 1:
+        return length  # gpu.plan names what is wrong
+    n_blocks = shape[dim]
+    if not (n_blocks - 1) * size < length <= n_blocks * size:
         raise ValueError(
-            f"out must be a {list(q.shape)} {q.dtype} tensor on {q.device}, "
-            f"got {list(out.shape)} {out.dtype} on {out.device}"
+            f"layout {list(shape)} with block_size {size} covers {n_blocks * size} tokens along "
+            f"{name}, so {name} must be in [{(n_blocks - 1) * size + 1}, {n_blocks * size}], "
+            f"got {length}"
         )
-    if not out.is_contiguous():
-        raise ValueError("out must be contiguous")
-    return out
+    return length
 
 
 # --------------------------------------------------------------------------- dispatch
-def _run_reference(q, k, v, blocks, block_size, causal, scale, out) -> torch.Tensor:
+def _run_fused(the_plan, q, k, v, scale, out, return_lse):
+    if torch.compiler.is_compiling():
+        from gpu.ops import fused_attention_op
+
+        result, lse = fused_attention_op(q, k, v, the_plan._id, scale)
+        if out is not None:
+            out.copy_(result)
+            result = out
+        return result, lse
+    from gpu.ops import fused_forward
+
+    lse = q.new_empty(q.shape[:3], dtype=torch.float32) if return_lse else None
+    return fused_forward(the_plan, q, k, v, scale, out, lse), lse
+
+
+def _run_sdd(the_plan, q, k, v, scale, out, return_lse, start_width):
+    from gpu.sdd import run_sdd
+
+    problems = []
+    if return_lse:
+        problems.append("return_lse")
+    if k.shape[1] != q.shape[1]:
+        problems.append(f"GQA (Hkv = {k.shape[1]} < Hq = {q.shape[1]})")
+    if (the_plan.seq_q, the_plan.seq_k) != (
+        the_plan.n_q_blocks * the_plan.block_size,
+        the_plan.n_k_blocks * the_plan.block_size,
+    ):
+        problems.append("partial last blocks")
+    if the_plan.causal and the_plan.causal_offset:
+        problems.append("bottom_right causal alignment with Sq != Sk")
+    problems += [f"non-contiguous {name}" for name, x in (("q", q), ("k", k), ("v", v))
+                 if not x.is_contiguous()]  # fmt: skip
+    if out is not None and not out.is_contiguous():
+        problems.append("non-contiguous out")
+    if problems:
+        raise ValueError(f'impl="sdd" does not support {", ".join(problems)}; use impl="fused"')
+    sdd_plan = the_plan.sdd(q.dtype, q.shape[3], start_width, q.shape[1])
+    return run_sdd(sdd_plan, q, k, v, scale=scale, out=out)
+
+
+def _run_reference(the_plan, q, k, v, scale, out, return_lse):
     compute = torch.float64 if q.dtype == torch.float64 else torch.float32
-    result = dense_masked_attention(
-        q, k, v, blocks, block_size, causal=causal, scale=scale, compute_dtype=compute
-    )
+    result, lse = dense_masked_attention(
+        q, k, v, the_plan.blocks, the_plan.block_size, causal=the_plan.causal,
+        causal_alignment=the_plan.causal_alignment, scale=scale, compute_dtype=compute,
+        return_lse=True,
+    )  # fmt: skip
+    lse = lse.float() if return_lse else None
     if out is None:
-        return result.to(q.dtype)
+        return result.to(q.dtype), lse
     out.copy_(result)
-    return out
+    return out, lse
 
 
-_PLANS: OrderedDict[tuple, tuple[Any, Callable[..., torch.Tensor]]] = OrderedDict()
+_PLANS: OrderedDict[tuple, tuple[Any, BlockSparsePlan]] = OrderedDict()
 _PLANS_LOCK = threading.Lock()
-
-
-def _plan(impl, blocks, block_size, causal, head_dim, dtype, device, start_width):
-    digest = hashlib.sha1(blocks.numpy().tobytes()).hexdigest()
-    key = (impl, digest, tuple(blocks.shape), block_size, causal, head_dim, dtype, device)
-    key += (start_width if impl == "sdd" else None,)
-    with _PLANS_LOCK:
-        if key in _PLANS:
-            _PLANS.move_to_end(key)
-            return _PLANS[key]
-    if impl == "fused":
-        from gpu.fused import plan_fused, run_fused
-
-        entry = (
-            plan_fused(
-                blocks, block_size, causal=causal, head_dim=head_dim, dtype=dtype, device=device
-            ),
-            run_fused,
-        )
-    else:
-        from gpu.sdd import plan_sdd, run_sdd
-
-        entry = (
-            plan_sdd(
-                blocks,
-                block_size,
-                causal=causal,
-                head_dim=head_dim,
-                dtype=dtype,
-                device=device,
-                start_width=start_width,
-            ),
-            run_sdd,
-        )
-    with _PLANS_LOCK:
-        _PLANS[key] = entry
-        while len(_PLANS) > PLAN_CACHE_SIZE:
-            _PLANS.popitem(last=False)
-    return entry

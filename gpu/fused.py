@@ -3,6 +3,8 @@
 ``plan_fused`` does all host work once per layout (look-up table, upload, compilation);
 ``run_fused`` only checks its tensors and launches ``gpu/kernels/fused_attention.cu`` on the
 caller's torch stream, so a benchmark that times ``run_fused`` times the kernel alone.
+``launch_fused`` is the launch without the checks, for callers that validated already
+(``gpu.block_sparse_attention`` with a ``gpu.plan``).
 
 Work and traffic of one call, with ``T`` the key tiles visited per batch element
 (``plan.n_tiles``: active ``block_m x block_n`` tiles summed over heads and query tiles):
@@ -21,15 +23,16 @@ Work and traffic of one call, with ``T`` the key tiles visited per batch element
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import torch
 
 from designer.validate import as_block_tensor, check_bool, check_choice, check_float, check_int
-from gpu.fused_lut import BLOCK_SIZES, TILE_SIZES, build_fused_lut
-from gpu.runtime import compile_kernel, cupy_stream_for
+from gpu.fused_lut import BLOCK_SIZES, TILE_SIZES, FusedLut, build_fused_lut
+from gpu.operands import check_attention_operands, check_lse, check_out, check_strides
+from gpu.runtime import compile_kernel, launch_context
 
 KERNEL_SOURCE = "fused_attention.cu"
 KERNEL_FUNCTION = "fused_attention_fwd"
@@ -37,6 +40,7 @@ KERNEL_FUNCTION = "fused_attention_fwd"
 SHARED_MEMORY_LIMIT = 227 * 1024
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 HEAD_DIMS = (64, 128)
+LOG2_E = math.log2(math.e)
 
 # (block_m, block_n, n_warps, min_blocks) per (wgmma, head dim); registers from ptxas 13.0.
 # Measured alternatives (H200, bf16, B=1, H=16, S=16384, 2026-11-29; band 6.9 % / dense / band
@@ -131,26 +135,31 @@ def choose_config(*, head_dim: int, dtype: torch.dtype, wgmma: bool) -> KernelCo
 
 @dataclass(frozen=True)
 class FusedPlan:
-    """Everything ``run_fused`` needs: the uploaded tables, the compiled kernel and the shapes."""
+    """Everything a launch needs: the uploaded tables, the compiled kernel and the shapes.
+
+    ``n_heads`` is the layout's: 1 serves any number of query heads.
+    """
 
     config: KernelConfig
     block_size: int
     causal: bool
+    causal_offset: int  # keys k_idx <= q_idx + causal_offset are kept when causal
     n_heads: int
     seq_q: int
     seq_k: int
     device: torch.device
     items: torch.Tensor  # int32 [n_items, 4] on device
     entries: torch.Tensor  # int32 [max(n_entries, 1), 4] on device
-    n_tiles: int  # key tiles visited per batch element
+    n_tiles: int  # key tiles visited per batch element and layout head set
     sub_rows_log2: int
     sub_cols_log2: int
     kernel: Any  # cupy.RawKernel
 
-    def flops(self, batch: int) -> int:
+    def flops(self, batch: int, q_heads: int | None = None) -> int:
         """FLOPs the kernel executes for ``batch`` elements (full tiles, both matmuls)."""
         cfg = self.config
-        return 4 * batch * self.n_tiles * cfg.block_m * cfg.block_n * cfg.head_dim
+        repeats = (q_heads or 1) if self.n_heads == 1 else 1
+        return 4 * batch * repeats * self.n_tiles * cfg.block_m * cfg.block_n * cfg.head_dim
 
 
 def plan_fused(
@@ -161,15 +170,26 @@ def plan_fused(
     head_dim: int,
     dtype: torch.dtype,
     device: torch.device,
+    causal_offset: int = 0,
+    seq_q: int | None = None,
+    seq_k: int | None = None,
 ) -> FusedPlan:
     """Build the look-up table for a ``[H, M, N]`` layout, upload it and compile the kernel.
 
-    Uses ``wgmma`` on Hopper (compute capability 9.0) and ``mma.sync`` elsewhere.
+    Uses ``wgmma`` on Hopper (compute capability 9.0) and ``mma.sync`` elsewhere. ``seq_q`` /
+    ``seq_k`` default to whole blocks.
     """
     device = _cuda_device(device)
-    hopper = torch.cuda.get_device_capability(device) == (9, 0)
-    config = choose_config(head_dim=head_dim, dtype=dtype, wgmma=hopper)
-    return plan_fused_with(blocks, block_size, config, causal=causal, device=device)
+    config = choose_config(head_dim=head_dim, dtype=dtype, wgmma=is_hopper(device))
+    return plan_fused_with(
+        blocks, block_size, config, causal=causal, device=device,
+        causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
+    )  # fmt: skip
+
+
+def is_hopper(device: torch.device) -> bool:
+    """Compute capability 9.0: the ``wgmma`` path."""
+    return torch.cuda.get_device_capability(device) == (9, 0)
 
 
 def plan_fused_with(
@@ -179,36 +199,56 @@ def plan_fused_with(
     *,
     causal: bool,
     device: torch.device,
+    causal_offset: int = 0,
+    seq_q: int | None = None,
+    seq_k: int | None = None,
+    lut: FusedLut | None = None,
 ) -> FusedPlan:
-    """``plan_fused`` with explicit tiles (to measure alternatives)."""
+    """``plan_fused`` with explicit tiles (to measure alternatives).
+
+    ``lut``: a table already built for these tiles (``gpu.plan`` shares one between dtypes).
+    """
     blocks = as_block_tensor("blocks", blocks)
     block_size = check_choice("block_size", block_size, BLOCK_SIZES)
     causal = check_bool("causal", causal)
     if not isinstance(config, KernelConfig):
         raise TypeError(f"config must be a KernelConfig, got {type(config).__name__}")
     device = _cuda_device(device)
-    lut = build_fused_lut(
-        blocks, block_size, block_m=config.block_m, block_n=config.block_n, causal=causal
-    )
-    entries = lut.entries if len(lut.entries) else torch.zeros(1, 4, dtype=torch.int32)
+    n_heads, n_q_blocks, n_k_blocks = blocks.shape
+    seq_q = n_q_blocks * block_size if seq_q is None else seq_q
+    seq_k = n_k_blocks * block_size if seq_k is None else seq_k
+    if lut is None:
+        lut = upload_lut(
+            build_fused_lut(
+                blocks, block_size, block_m=config.block_m, block_n=config.block_n,
+                causal=causal, causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
+            ),
+            device,
+        )  # fmt: skip
     kernel = compile_kernel(KERNEL_SOURCE, KERNEL_FUNCTION, config.defines(), device=device.index)
     kernel.max_dynamic_shared_size_bytes = config.shared_bytes
-    n_heads, n_q_blocks, n_k_blocks = blocks.shape
     return FusedPlan(
         config=config,
         block_size=block_size,
         causal=causal,
+        causal_offset=causal_offset,
         n_heads=n_heads,
-        seq_q=n_q_blocks * block_size,
-        seq_k=n_k_blocks * block_size,
+        seq_q=seq_q,
+        seq_k=seq_k,
         device=device,
-        items=lut.items.to(device),
-        entries=entries.to(device),
+        items=lut.items,
+        entries=lut.entries,
         n_tiles=lut.n_tiles,
         sub_rows_log2=int(math.log2(lut.sub_rows)),
         sub_cols_log2=int(math.log2(lut.sub_cols)),
         kernel=kernel,
     )
+
+
+def upload_lut(lut: FusedLut, device: torch.device) -> FusedLut:
+    """The table with its tensors on ``device`` (one dummy entry when empty: no null pointer)."""
+    entries = lut.entries if len(lut.entries) else torch.zeros(1, 4, dtype=torch.int32)
+    return replace(lut, items=lut.items.to(device), entries=entries.to(device))
 
 
 def run_fused(
@@ -219,37 +259,82 @@ def run_fused(
     *,
     scale: float,
     out: torch.Tensor | None = None,
+    lse: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Launch the fused kernel on ``q [B,H,Sq,D]``, ``k, v [B,H,Sk,D]``; return ``out``.
+    """Check the operands against the plan, then launch; return ``out``.
 
-    Inputs must be contiguous CUDA tensors of the plan's dtype, device and shapes; ``scale``
-    multiplies ``QK^T`` and must be positive. Runs on the torch current stream of ``q``'s device.
+    q ``[B, Hq, Sq, D]``, k and v ``[B, Hkv, Sk, D]`` (``Hkv`` divides ``Hq``) of the plan's
+    dtype, device and lengths, as any views that ``check_strides`` accepts; ``lse``, when given,
+    a contiguous fp32 ``[B, Hq, Sq]`` that receives each row's logsumexp. ``scale`` multiplies
+    ``QK^T`` and must be positive. Runs on the torch current stream of ``q``'s device.
     """
     cfg = plan.config
     dtype = next(t for t, name in DTYPE_NAMES.items() if name == cfg.dtype)
-    batch = _check_tensor("q", q, plan, dtype, None, plan.seq_q)
-    _check_tensor("k", k, plan, dtype, batch, plan.seq_k)
-    _check_tensor("v", v, plan, dtype, batch, plan.seq_k)
+    check_attention_operands(q, k, v, dtypes=(dtype,))
+    _check_against_plan(plan, q, k)
     scale = check_float("scale", scale)
     if scale <= 0:
         raise ValueError(f"scale must be positive, got {scale}")
-    if out is None:
-        out = torch.empty_like(q)
-    else:
-        _check_tensor("out", out, plan, dtype, batch, plan.seq_q)
-    n_ctas = len(plan.items) * batch
+    out = torch.empty_like(q) if out is None else check_out("out", out, q)
+    if lse is not None:
+        check_lse(lse, q)
+    launch_fused(plan, q, k, v, out, lse, scale)
+    return out
+
+
+def launch_fused(
+    plan: FusedPlan,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor | None,
+    scale: float,
+) -> None:
+    """Enqueue the kernel on q's device and current stream; operands already checked.
+
+    Checks only what a fault would otherwise report: strides and 16-byte alignment.
+    """
+    for name, tensor in (("q", q), ("k", k), ("v", v), ("out", out)):
+        check_strides(name, tensor)
+    batch, q_heads, seq_q, _ = q.shape
+    heads_per_item = q_heads if plan.n_heads == 1 else 1
+    n_ctas = len(plan.items) * batch * heads_per_item
     if n_ctas == 0:
-        return out
+        return
+    cfg = plan.config
     args = (
-        *(np.uint64(t.data_ptr()) for t in (q, k, v, out, plan.items, plan.entries)),
-        *(np.int32(x) for x in (batch, plan.n_heads, plan.seq_q, plan.seq_k)),
+        *(np.uint64(t.data_ptr()) for t in (q, k, v, out)),
+        np.uint64(0 if lse is None else lse.data_ptr()),
+        np.uint64(plan.items.data_ptr()),
+        np.uint64(plan.entries.data_ptr()),
+        *(np.int64(s) for t in (q, k, v, out) for s in t.stride()[:3]),
+        *(np.int32(x) for x in (batch, q_heads, heads_per_item, q_heads // k.shape[1])),
+        np.int32(seq_q),
+        np.int32(k.shape[2]),
+        np.int32(plan.causal_offset),
         np.int32(plan.sub_rows_log2),
         np.int32(plan.sub_cols_log2),
-        np.float32(scale * math.log2(math.e)),
+        np.float32(scale * LOG2_E),
     )
-    with cupy_stream_for(q):
+    with launch_context(q):
         plan.kernel((n_ctas,), (cfg.threads,), args, shared_mem=cfg.shared_bytes)
-    return out
+
+
+def _check_against_plan(plan: FusedPlan, q: torch.Tensor, k: torch.Tensor) -> None:
+    if plan.n_heads not in (1, q.shape[1]):
+        raise ValueError(f"q must have the plan's {plan.n_heads} heads, got {q.shape[1]}")
+    if (q.shape[2], k.shape[2]) != (plan.seq_q, plan.seq_k):
+        raise ValueError(
+            f"q and k must have the plan's lengths Sq x Sk = {plan.seq_q} x {plan.seq_k}, got "
+            f"{q.shape[2]} x {k.shape[2]}"
+        )
+    if q.shape[3] != plan.config.head_dim:
+        raise ValueError(
+            f"q must have the plan's head dim {plan.config.head_dim}, got {q.shape[3]}"
+        )
+    if q.device != plan.device:
+        raise ValueError(f"q must be on {plan.device} (the plan's), got {q.device}")
 
 
 def _cuda_device(device: torch.device | str) -> torch.device:
@@ -266,30 +351,3 @@ def _dtype_name(dtype: torch.dtype) -> str:
         allowed = ", ".join(str(t) for t in DTYPE_NAMES)
         raise ValueError(f"dtype must be one of {allowed}, got {dtype}")
     return DTYPE_NAMES[dtype]
-
-
-def _check_tensor(
-    name: str,
-    tensor: Any,
-    plan: FusedPlan,
-    dtype: torch.dtype,
-    batch: int | None,
-    seq: int,
-) -> int:
-    """Check one operand against the plan; return its batch size."""
-    if not isinstance(tensor, torch.Tensor):
-        raise TypeError(f"{name} must be a torch tensor, got {type(tensor).__name__}")
-    expected = [batch if batch is not None else "B", plan.n_heads, seq, plan.config.head_dim]
-    if (
-        tensor.dim() != 4
-        or list(tensor.shape[1:]) != expected[1:]
-        or (batch is not None and tensor.shape[0] != batch)
-    ):
-        raise ValueError(f"{name} must have shape {expected}, got {list(tensor.shape)}")
-    if tensor.dtype != dtype:
-        raise ValueError(f"{name} must have dtype {dtype} (the plan's), got {tensor.dtype}")
-    if tensor.device != plan.device:
-        raise ValueError(f"{name} must be on {plan.device} (the plan's), got {tensor.device}")
-    if not tensor.is_contiguous():
-        raise ValueError(f"{name} must be contiguous")
-    return tensor.shape[0]

@@ -1,9 +1,10 @@
 """Dense masked attention in plain torch: the oracle every fast path is checked against.
 
 It computes exactly what ``block_sparse_attention`` means, the slow and obvious way: the full
-``scale·QKᵀ`` of a chunk of query rows, a token mask built from the block layout (and
-``q_idx >= k_idx`` when causal, top-left aligned), softmax over the kept keys, times V. A query row
-with no kept key gives exact zeros. It runs on the CPU or the GPU, in any compute dtype (float64
+``scale·QKᵀ`` of a chunk of query rows, a token mask built from the block layout (and the causal
+limit, top-left or bottom-right aligned), softmax over the kept keys, times V; the kv head of a
+query head by GQA grouping. A query row with no kept key gives exact zeros (and logsumexp
+``-inf``). It runs on the CPU or the GPU, in any compute dtype (float64
 for checks, float32 for ``impl="reference"``), and walks heads and chunks of query blocks so that
 S = 16384 with 16 heads never materialises a ``[B, H, S, S]`` tensor: peak extra memory is about
 ``chunk_bytes`` (default 512 MiB).
@@ -25,16 +26,22 @@ def dense_masked_attention(
     block_size: int,
     *,
     causal: bool = False,
+    causal_alignment: str = "top_left",
     scale: float | None = None,
     compute_dtype: torch.dtype = torch.float64,
     out: torch.Tensor | None = None,
+    return_lse: bool = False,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-) -> torch.Tensor:
-    """Block-masked softmax attention of ``q [B,H,Sq,D]`` over ``k, v [B,H,Sk,D]``.
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Block-masked softmax attention of ``q [B,Hq,Sq,D]`` over ``k, v [B,Hkv,Sk,D]``.
 
-    ``blocks`` is a bool ``[H or 1, Sq/block, Sk/block]`` layout (one head broadcasts). The
-    arguments are trusted (the public API validates them). The result is written into ``out``
-    when given, else returned in ``compute_dtype``.
+    ``blocks`` is a bool ``[Hq or 1, M, N]`` layout (one head broadcasts) with
+    ``(M - 1)·block < Sq <= M·block`` and likewise for Sk (the last block may be partial). Query
+    head h reads kv head ``h // (Hq // Hkv)``. ``causal`` keeps keys ``k_idx <= q_idx`` when
+    ``causal_alignment`` is ``"top_left"``, ``k_idx <= q_idx + Sk - Sq`` when ``"bottom_right"``.
+    The arguments are trusted (the public API validates them). The result is written into
+    ``out`` when given, else returned in ``compute_dtype``; with ``return_lse`` the natural-log
+    logsumexp ``[B, Hq, Sq]`` of the kept scaled scores comes too (``-inf`` for empty rows).
 
     >>> q = k = v = torch.randn(1, 1, 4, 8)
     >>> dense_masked_attention(q, k, v, torch.ones(1, 2, 2, dtype=torch.bool), 2).shape
@@ -42,27 +49,33 @@ def dense_masked_attention(
     """
     batch, n_heads, seq_q, head_dim = q.shape
     seq_k = k.shape[2]
+    group = n_heads // k.shape[1]
     scale = head_dim**-0.5 if scale is None else scale
+    offset = seq_k - seq_q if causal_alignment == "bottom_right" else 0
     if out is None:
         out = torch.empty(q.shape, dtype=compute_dtype, device=q.device)
+    lse = torch.empty((batch, n_heads, seq_q), dtype=compute_dtype, device=q.device)
     bytes_per_row = batch * seq_k * torch.finfo(compute_dtype).bits // 8
     rows_per_chunk = max(1, chunk_bytes // max(1, bytes_per_row * block_size)) * block_size
     blocks = blocks.to(q.device)
     key_idx = torch.arange(seq_k, device=q.device)
     for h in range(n_heads):
         head_blocks = blocks[h if blocks.shape[0] > 1 else 0]
-        k_h = k[:, h].to(compute_dtype)
-        v_h = v[:, h].to(compute_dtype)
+        k_h = k[:, h // group].to(compute_dtype)
+        v_h = v[:, h // group].to(compute_dtype)
         for row0 in range(0, seq_q, rows_per_chunk):
             row1 = min(seq_q, row0 + rows_per_chunk)
-            mask = _token_mask(head_blocks, block_size, row0, row1)
+            mask = _token_mask(head_blocks, block_size, row0, row1)[:, :seq_k]
             if causal:
                 query_idx = torch.arange(row0, row1, device=q.device)
-                mask &= key_idx[None, :] <= query_idx[:, None]
+                mask &= key_idx[None, :] <= query_idx[:, None] + offset
             q_chunk = q[:, h, row0:row1].to(compute_dtype)
             scores = torch.matmul(q_chunk, k_h.transpose(-1, -2)) * scale
-            out[:, h, row0:row1] = _masked_softmax_times(scores, mask, v_h)
-    return out
+            scores = scores.masked_fill(~mask, float("-inf"))
+            out[:, h, row0:row1] = _masked_softmax_times(scores, v_h)
+            if return_lse:
+                lse[:, h, row0:row1] = torch.logsumexp(scores, dim=-1)
+    return (out, lse) if return_lse else out
 
 
 def _token_mask(head_blocks: torch.Tensor, block_size: int, row0: int, row1: int) -> torch.Tensor:
@@ -73,11 +86,8 @@ def _token_mask(head_blocks: torch.Tensor, block_size: int, row0: int, row1: int
     return rows.repeat_interleave(block_size, 1)
 
 
-def _masked_softmax_times(
-    scores: torch.Tensor, mask: torch.Tensor, values: torch.Tensor
-) -> torch.Tensor:
-    """``softmax(scores | mask) @ values`` per row; rows without a kept key give zeros."""
-    scores = scores.masked_fill(~mask, float("-inf"))
+def _masked_softmax_times(scores: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``softmax(scores) @ values`` per row, masked scores at ``-inf``; empty rows give zeros."""
     row_max = scores.amax(dim=-1, keepdim=True)
     row_max = torch.where(torch.isinf(row_max), torch.zeros_like(row_max), row_max)
     weights = torch.exp(scores - row_max)  # exp(-inf) = 0 for masked keys

@@ -14,13 +14,14 @@ disk per the same key plus the NVRTC version, so a second process skips compilat
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 import re
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -140,6 +141,14 @@ def cupy_stream_for(tensor: torch.Tensor) -> Any:
         with cupy.cuda.Device(tensor.device.index):
             return cupy.cuda.Stream.from_external(stream)
     return cupy.cuda.ExternalStream(stream.cuda_stream, tensor.device.index)
+
+
+@contextlib.contextmanager
+def launch_context(tensor: torch.Tensor) -> Iterator[None]:
+    """Launch on ``tensor``'s device (whatever the current one is) and its current torch stream."""
+    cupy = require_cupy()
+    with cupy.cuda.Device(tensor.device.index), cupy_stream_for(tensor):
+        yield
 
 
 # --------------------------------------------------------------------------- internals

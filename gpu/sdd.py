@@ -17,15 +17,13 @@ memory-bound, and the segmentation's job is to keep the SDD's tensor-core tiles 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
-from gpu.runtime import compile_kernel, cupy_stream_for, require_cupy
+from gpu.runtime import compile_kernel, launch_context
 from gpu.sdd_lut import PIECE_SIZES, SddTables, build_tables
 
 SOURCE = "sdd_pipeline.cu"
@@ -138,7 +136,7 @@ def run_sdd(
     out: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """``O = softmax(scale·QKᵀ | layout) V`` through the three kernels (inputs pre-validated)."""
-    with _launch_context(q):
+    with launch_context(q):
         scores = _launch_sdd(plan, q, k, scale)
         probs = _launch_softmax(plan, scores, q)
         return _launch_dsd(plan, probs, v, q, out)
@@ -146,7 +144,7 @@ def run_sdd(
 
 def sdd_scores(plan: SddPlan, q: torch.Tensor, k: torch.Tensor, *, scale: float) -> torch.Tensor:
     """The SDD stage alone: packed fp32 ``[B, nnz, b, b]`` scores, one launch per width."""
-    with _launch_context(q):
+    with launch_context(q):
         return _launch_sdd(plan, q, k, scale)
 
 
@@ -228,14 +226,6 @@ def _compile(config: KernelConfig, pieces: list[int], device: torch.device) -> d
             kernel.max_dynamic_shared_size_bytes = shared
         kernels[name] = kernel
     return kernels
-
-
-@contextmanager
-def _launch_context(tensor: torch.Tensor) -> Iterator[None]:
-    """Launch on ``tensor``'s device and its current torch stream."""
-    cupy = require_cupy()
-    with cupy.cuda.Device(tensor.device.index), cupy_stream_for(tensor):
-        yield
 
 
 def _ptr(tensor: torch.Tensor) -> np.uint64:

@@ -1,0 +1,106 @@
+"""Checks of the tensors an attention call takes, shared by the public API and the launchers.
+
+Every message names the argument, what is allowed and what it got. The checks read only shapes,
+strides, dtypes and devices (no device synchronisation), so they cost microseconds per call.
+
+Zero-copy views: our kernels read q, k, v and out through their strides. Any view whose head dim
+is contiguous (stride 1) and whose other strides are multiples of 8 elements, starting at a
+16-byte aligned address, is read in place: contiguous ``[B, H, S, D]``, the ``transpose(1, 2)``
+of ``[B, S, H, D]`` memory (``x.view(B, S, H, D).transpose(1, 2)``), and slices of a fused
+``[B, S, 3, H, D]`` projection.
+"""
+
+from __future__ import annotations
+
+import torch
+
+#: Bytes every row start must be aligned to (16-byte vector loads and stores).
+ALIGNMENT_BYTES = 16
+
+
+def check_attention_operands(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, dtypes: tuple[torch.dtype, ...]
+) -> None:
+    """q ``[B, Hq, Sq, D]``, k and v ``[B, Hkv, Sk, D]`` with ``Hkv`` dividing ``Hq``."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name} must be a torch tensor, got {type(x).__name__}")
+        if x.dim() != 4 or 0 in x.shape:
+            raise ValueError(f"{name} must be a non-empty [B, H, S, D] tensor, got {list(x.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(
+            f"k and v must have the same shape, got {list(k.shape)} and {list(v.shape)}"
+        )
+    batch, q_heads, _, head_dim = q.shape
+    kv_heads = k.shape[1]
+    if k.shape[0] != batch or k.shape[3] != head_dim:
+        raise ValueError(
+            f"k must be [B, Hkv, Sk, D] with q's B and D {list(q.shape)}, got {list(k.shape)}"
+        )
+    if q_heads % kv_heads:
+        raise ValueError(
+            f"k's heads Hkv must divide q's heads Hq = {q_heads} (GQA/MQA), got Hkv = {kv_heads}"
+        )
+    if q.dtype not in dtypes:
+        names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
+        raise TypeError(f"q dtype must be one of {names}, got {q.dtype}")
+    for name, x in (("k", k), ("v", v)):
+        if x.dtype != q.dtype or x.device != q.device:
+            raise ValueError(
+                f"{name} must match q's dtype and device ({q.dtype}, {q.device}), "
+                f"got {x.dtype}, {x.device}"
+            )
+
+
+def check_strides(name: str, x: torch.Tensor) -> None:
+    """Head dim contiguous, other strides multiples of 8 elements, 16-byte aligned start."""
+    strides = x.stride()
+    if strides[3] != 1 and x.shape[3] > 1:
+        raise ValueError(
+            f"{name} must have a contiguous head dim (stride 1 in dim 3), got strides "
+            f"{list(strides)}; pass {name}.contiguous()"
+        )
+    per_row = ALIGNMENT_BYTES // x.element_size()
+    if any(s % per_row for s, n in zip(strides[:3], x.shape[:3], strict=True) if n > 1):
+        raise ValueError(
+            f"{name}'s strides of dims 0-2 must be multiples of {per_row} elements "
+            f"({ALIGNMENT_BYTES} bytes), got {list(strides)}; pass {name}.contiguous()"
+        )
+    if x.data_ptr() % ALIGNMENT_BYTES:
+        raise ValueError(
+            f"{name} must start at a {ALIGNMENT_BYTES}-byte aligned address, got one "
+            f"{x.data_ptr() % ALIGNMENT_BYTES} bytes past; pass {name}.clone()"
+        )
+
+
+def check_out(name: str, out: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """``out`` has q's shape, dtype and device (any strides ``check_strides`` accepts)."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"{name} must be a torch tensor, got {type(out).__name__}")
+    if out.shape != q.shape or out.dtype != q.dtype or out.device != q.device:
+        raise ValueError(
+            f"{name} must be a {list(q.shape)} {q.dtype} tensor on {q.device}, "
+            f"got {list(out.shape)} {out.dtype} on {out.device}"
+        )
+    return out
+
+
+def check_lse(lse: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """The logsumexp buffer: contiguous fp32 ``[B, Hq, Sq]`` on q's device."""
+    expected = list(q.shape[:3])
+    if (
+        not isinstance(lse, torch.Tensor)
+        or list(lse.shape) != expected
+        or lse.dtype != torch.float32
+        or lse.device != q.device
+        or not lse.is_contiguous()
+    ):
+        got = (
+            f"{list(lse.shape)} {lse.dtype} on {lse.device}"
+            if isinstance(lse, torch.Tensor)
+            else type(lse).__name__
+        )
+        raise ValueError(
+            f"lse must be a contiguous float32 {expected} tensor on {q.device}, got {got}"
+        )
+    return lse

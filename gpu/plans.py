@@ -1,0 +1,241 @@
+"""``gpu.plan``: all host work of a block-sparse layout done once, like FlexAttention's BlockMask.
+
+A plan holds the checked layout, its lengths and causal rule, and, for a CUDA device, the fused
+kernel's look-up tables already uploaded. Kernels compile on first use per (dtype, head dim) and
+are cached. A call with a plan (``gpu.block_sparse_attention(q, k, v, plan)``) then only checks
+shapes and launches: no device synchronisation, no copy of the layout, no hashing.
+
+Plans are immutable and safe to share between threads; they are registered by a small integer id
+so that the ``torch.library`` op (which cannot take Python objects) can find them.
+
+Causal alignment, for Sq = 3 queries and Sk = 5 keys (``█`` kept, ``·`` masked)::
+
+    top_left (SDPA is_causal)      bottom_right (FlashAttention >= 2.1, KV-cache prefill)
+    q0  █ · · · ·                  q0  █ █ █ · ·
+    q1  █ █ · · ·                  q1  █ █ █ █ ·
+    q2  █ █ █ · ·                  q2  █ █ █ █ █
+
+``top_left`` keeps ``k_idx <= q_idx``; ``bottom_right`` keeps ``k_idx <= q_idx + Sk - Sq`` (with
+Sq > Sk its first rows keep no key: zeros, logsumexp -inf).
+
+>>> p = plan(torch.ones(1, 4, 4, dtype=torch.bool), 64, causal=True, device="cpu")
+>>> p.n_heads, p.seq_q, p.seq_k, p.causal_alignment
+(1, 256, 256, 'top_left')
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import weakref
+from typing import Any
+
+import torch
+
+from designer.layout import Layout
+from designer.validate import as_block_tensor, check_bool, check_choice, check_int
+
+CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
+
+_IDS = itertools.count(1)
+_BY_ID: weakref.WeakValueDictionary[int, BlockSparsePlan] = weakref.WeakValueDictionary()
+
+
+class BlockSparsePlan:
+    """A checked layout ready to launch; build it with ``gpu.plan``.
+
+    Read-only attributes: ``block_size``, ``causal``, ``causal_alignment``, ``causal_offset``
+    (keys ``k_idx <= q_idx + causal_offset`` are kept when causal), ``seq_q``, ``seq_k``,
+    ``n_heads`` (1 serves any number of query heads), ``n_q_blocks``, ``n_k_blocks``, ``device``,
+    ``density`` and ``blocks`` (a copy of the CPU bool layout).
+    """
+
+    def __init__(self, blocks, block_size, causal, causal_alignment, seq_q, seq_k, device):
+        set_ = object.__setattr__
+        set_(self, "_blocks", blocks)
+        set_(self, "block_size", block_size)
+        set_(self, "causal", causal)
+        set_(self, "causal_alignment", causal_alignment)
+        set_(self, "seq_q", seq_q)
+        set_(self, "seq_k", seq_k)
+        set_(self, "device", device)
+        set_(self, "density", float(blocks.float().mean()))
+        set_(self, "n_heads", blocks.shape[0])  # plain ints: compiled code reads them
+        set_(self, "n_q_blocks", blocks.shape[1])
+        set_(self, "n_k_blocks", blocks.shape[2])
+        set_(self, "causal_offset", seq_k - seq_q if causal_alignment == "bottom_right" else 0)
+        set_(self, "_lock", threading.Lock())
+        set_(self, "_fused", {})
+        set_(self, "_sdd", {})
+        set_(self, "_luts", {})
+        set_(self, "_id", next(_IDS))
+        _BY_ID[self._id] = self
+        if device.type == "cuda":
+            from gpu.fused import HEAD_DIMS, choose_config, is_hopper
+
+            hopper = is_hopper(device)
+            for head_dim in HEAD_DIMS:  # every table a launch may need, built and uploaded now
+                config = choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=hopper)
+                self._lut(config.block_m, config.block_n)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"BlockSparsePlan is immutable ({name}); build another with gpu.plan")
+
+    # ----------------------------------------------------------------- description
+    @property
+    def blocks(self) -> torch.Tensor:
+        """A copy of the ``[H or 1, M, N]`` CPU bool layout."""
+        return self._blocks.clone()
+
+    def tiles(self) -> dict[tuple[int, int], int]:
+        """Key tiles the fused kernel visits per batch element, per (BLOCK_M, BLOCK_N) tiling."""
+        return {shape: lut.n_tiles for shape, lut in self._luts.items()}
+
+    def __repr__(self) -> str:
+        causal = f", causal={self.causal_alignment}" if self.causal else ""
+        tiles = ", ".join(f"{m}x{n}: {count}" for (m, n), count in self.tiles().items())
+        return (
+            f"BlockSparsePlan(heads={self.n_heads}, blocks={self.n_q_blocks}x{self.n_k_blocks} "
+            f"of {self.block_size}, seq={self.seq_q}x{self.seq_k}, density={self.density:.2%}"
+            f"{causal}, device={self.device}" + (f", kernel tiles {{{tiles}}})" if tiles else ")")
+        )
+
+    # ----------------------------------------------------------------- what launches read
+    def fused(self, dtype: torch.dtype, head_dim: int) -> Any:
+        """The ``gpu.fused.FusedPlan`` for this dtype and head dim (compiled on first use)."""
+        found = self._fused.get((dtype, head_dim))
+        if found is not None:
+            return found
+        from gpu.fused import choose_config, is_hopper, plan_fused_with
+
+        with self._lock:
+            if (dtype, head_dim) not in self._fused:
+                config = choose_config(head_dim=head_dim, dtype=dtype, wgmma=is_hopper(self.device))
+                self._fused[dtype, head_dim] = plan_fused_with(
+                    self._blocks, self.block_size, config, causal=self.causal,
+                    device=self.device, causal_offset=self.causal_offset, seq_q=self.seq_q,
+                    seq_k=self.seq_k, lut=self._lut(config.block_m, config.block_n),
+                )  # fmt: skip
+            return self._fused[dtype, head_dim]
+
+    def sdd(self, dtype: torch.dtype, head_dim: int, start_width: int | None, n_heads: int) -> Any:
+        """The ``gpu.sdd.SddPlan`` for these settings (segmented and compiled on first use)."""
+        key = (dtype, head_dim, start_width, n_heads)
+        found = self._sdd.get(key)
+        if found is not None:
+            return found
+        from gpu.sdd import plan_sdd
+
+        with self._lock:
+            if key not in self._sdd:
+                self._sdd[key] = plan_sdd(
+                    self._blocks.expand(n_heads, -1, -1).contiguous(), self.block_size,
+                    causal=self.causal, head_dim=head_dim, dtype=dtype, device=self.device,
+                    start_width=start_width,
+                )  # fmt: skip
+            return self._sdd[key]
+
+    def _lut(self, block_m: int, block_n: int) -> Any:
+        from gpu.fused import upload_lut
+        from gpu.fused_lut import build_fused_lut
+
+        found = self._luts.get((block_m, block_n))
+        if found is None:
+            found = upload_lut(
+                build_fused_lut(
+                    self._blocks, self.block_size, block_m=block_m, block_n=block_n,
+                    causal=self.causal, causal_offset=self.causal_offset, seq_q=self.seq_q,
+                    seq_k=self.seq_k,
+                ),
+                self.device,
+            )  # fmt: skip
+            self._luts[block_m, block_n] = found
+        return found
+
+
+def plan(
+    layout: Any,
+    block_size: int | None = None,
+    *,
+    causal: bool = False,
+    causal_alignment: str = "top_left",
+    seq_q: int | None = None,
+    seq_k: int | None = None,
+    device: Any = None,
+) -> BlockSparsePlan:
+    """Check a layout and do every piece of host work for it once.
+
+    Args:
+        layout: a ``designer.Layout`` or a ``[H or 1, M, N]`` 0/1 torch tensor, numpy or CuPy
+            array (one head serves every query head).
+        block_size: tokens per block side; taken from a ``Layout`` (must agree if given).
+        causal: also mask keys past each query inside blocks, aligned by ``causal_alignment``
+            (``"top_left"``: ``k <= q``; ``"bottom_right"``: ``k <= q + Sk - Sq``).
+        seq_q, seq_k: the token lengths, when the last block row or column is partial:
+            ``(M - 1)·block < seq_q <= M·block``. Default: whole blocks.
+        device: where the look-up tables live and the kernels run. Default: a CUDA layout's
+            device, else the current CUDA device, else the CPU (a CPU plan serves only
+            ``impl="reference"``).
+
+    >>> plan(torch.ones(2, 16, 16, dtype=torch.bool), 64, seq_q=1000, device="cpu").seq_q
+    1000
+    """
+    if isinstance(layout, Layout):
+        if block_size is not None and block_size != layout.block_size:
+            raise ValueError(
+                f"block_size ({block_size}) must equal the layout's block_size "
+                f"({layout.block_size})"
+            )
+        blocks, block_size = layout.blocks, layout.block_size
+    else:
+        if block_size is None:
+            raise TypeError("block_size is required unless layout is a designer.Layout")
+        if type(layout).__module__.split(".")[0] == "cupy":
+            layout = torch.from_dlpack(layout)
+        blocks = as_block_tensor("layout", layout)
+        block_size = check_int("block_size", block_size, low=1)
+    if 0 in blocks.shape:
+        raise ValueError(f"layout must have at least one head and block, got {list(blocks.shape)}")
+    causal = check_bool("causal", causal)
+    causal_alignment = check_choice("causal_alignment", causal_alignment, CAUSAL_ALIGNMENTS)
+    _, n_q_blocks, n_k_blocks = blocks.shape
+    seq_q = _length("seq_q", seq_q, n_q_blocks, block_size)
+    seq_k = _length("seq_k", seq_k, n_k_blocks, block_size)
+    device = _device(device, layout)
+    if device.type == "cuda":
+        from gpu.fused_lut import BLOCK_SIZES
+
+        check_choice("block_size", block_size, BLOCK_SIZES)
+    return BlockSparsePlan(blocks, block_size, causal, causal_alignment, seq_q, seq_k, device)
+
+
+def plan_by_id(plan_id: int) -> BlockSparsePlan:
+    """The live plan with this id (the ``torch.library`` op's way back to it)."""
+    found = _BY_ID.get(plan_id)
+    if found is None:
+        raise ValueError(f"no live BlockSparsePlan has id {plan_id}; keep the plan referenced")
+    return found
+
+
+def _length(name: str, value: int | None, n_blocks: int, block_size: int) -> int:
+    whole = n_blocks * block_size
+    if value is None:
+        return whole
+    return check_int(f"{name} (the layout's {n_blocks} blocks of {block_size})", value,
+                     low=whole - block_size + 1, high=whole)  # fmt: skip
+
+
+def _device(device: Any, layout: Any) -> torch.device:
+    if device is not None:
+        device = torch.device(device)
+    elif isinstance(layout, torch.Tensor) and layout.device.type == "cuda":
+        device = layout.device
+    elif torch.cuda.is_available():
+        device = torch.device("cuda")
+    else:
+        device = torch.device("cpu")
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if device.type not in ("cuda", "cpu"):
+        raise ValueError(f"device must be a CUDA device or the CPU, got {device}")
+    return device
