@@ -10,23 +10,33 @@ import torch
 from designer.layout import Layout
 
 
-def naive_attention(q, k, v, blocks, block_size, *, causal=False, scale=None) -> torch.Tensor:
-    """``softmax(scale·QKᵀ masked) V`` per (batch, head) with a full ``[Sq, Sk]`` mask."""
+def naive_attention(
+    q, k, v, blocks, block_size, *, causal=False, scale=None, bottom_right=False, lse=False
+):
+    """``softmax(scale·QKᵀ masked) V`` per (batch, head) with a full ``[Sq, Sk]`` mask.
+
+    k and v may have fewer heads (GQA); Sq and Sk may end inside a block. With ``lse`` also the
+    fp64 logsumexp ``[B, Hq, Sq]`` of the kept scaled scores.
+    """
     batch, n_heads, seq_q, head_dim = q.shape
     seq_k = k.shape[2]
+    group = n_heads // k.shape[1]
     scale = head_dim**-0.5 if scale is None else scale
     layout = Layout(blocks.expand(n_heads, -1, -1), block_size)
     out = torch.zeros(q.shape, dtype=torch.float64)
+    logsumexp = torch.zeros(q.shape[:3], dtype=torch.float64)
     for h in range(n_heads):
-        mask = layout.token_mask(h)
+        mask = layout.token_mask(h)[:seq_q, :seq_k]
         if causal:
-            mask = mask & torch.ones(seq_q, seq_k, dtype=torch.bool).tril()
+            diagonal = seq_k - seq_q if bottom_right else 0
+            mask = mask & torch.ones(seq_q, seq_k, dtype=torch.bool).tril(diagonal)
         for b in range(batch):
-            scores = q[b, h].double().cpu() @ k[b, h].double().cpu().T * scale
+            scores = q[b, h].double().cpu() @ k[b, h // group].double().cpu().T * scale
             scores[~mask] = float("-inf")
             weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)  # empty rows: 0/0
-            out[b, h] = weights @ v[b, h].double().cpu()
-    return out
+            out[b, h] = weights @ v[b, h // group].double().cpu()
+            logsumexp[b, h] = torch.logsumexp(scores, dim=-1)
+    return (out, logsumexp) if lse else out
 
 
 def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:

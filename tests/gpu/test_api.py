@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from designer.layout import Layout
 from gpu import GpuUnavailableError, block_sparse_attention, unavailable_reason
+from gpu import plan as gpu_plan
 from gpu.reference import dense_masked_attention
 from tests.factories import random_layout
 from tests.gpu.oracle import naive_attention, relative_error
@@ -136,15 +137,35 @@ def _call(**changes):
         (
             {"k": torch.zeros(1, 3, 64, 16), "v": torch.zeros(1, 3, 64, 16)},
             ValueError,
-            r"k must be \[B, H, Sk, D\] with q's B, H and D",
+            r"k's heads Hkv must divide q's heads Hq = 2 \(GQA/MQA\), got Hkv = 3",
+        ),
+        (
+            {"k": torch.zeros(1, 2, 64, 8), "v": torch.zeros(1, 2, 64, 8)},
+            ValueError,
+            r"k must be \[B, Hkv, Sk, D\] with q's B and D",
         ),
         ({"q": torch.zeros(1, 2, 64, 16, dtype=torch.int32)}, TypeError, "q dtype must be"),
         ({"v": torch.zeros(1, 2, 64, 16, dtype=torch.float64)}, ValueError, "v must match q"),
         ({"block_size": 0}, ValueError, r"block_size must be >= 1, got 0"),
         ({"block_size": 16.0}, TypeError, "block_size must be an integer"),
         ({"layout": torch.ones(3, 4, 4)}, TypeError, "layout must hold integers or bools"),
-        ({"layout": torch.ones(3, 4, 4, dtype=torch.bool)}, ValueError, "1 head or q's 2 heads"),
-        ({"layout": torch.ones(1, 4, 5, dtype=torch.bool)}, ValueError, r"Sq x Sk is 64 x 64"),
+        ({"layout": torch.ones(3, 4, 4, dtype=torch.bool)}, ValueError, "plan's 3 heads, got Hq"),
+        (
+            {"layout": torch.ones(1, 4, 5, dtype=torch.bool)},
+            ValueError,
+            r"covers 80 tokens along Sk, so Sk must be in \[65, 80\], got 64",
+        ),
+        (
+            {"layout": torch.ones(1, 4, 4, dtype=torch.bool), "causal_alignment": "middle"},
+            ValueError,
+            "causal_alignment must be one of 'top_left', 'bottom_right'",
+        ),
+        (
+            {"layout": gpu_plan(torch.ones(1, 4, 4, dtype=torch.bool), 16, device="cpu")},
+            TypeError,
+            "block_size, causal and causal_alignment come from the plan",
+        ),
+        ({"return_lse": True, "out": torch.zeros(1, 2, 64, 8)}, ValueError, "out must be a"),
         ({"layout": torch.full((1, 4, 4), 2)}, ValueError, "only 0 and 1"),
         (
             {"layout": Layout(torch.ones(1, 2, 2, dtype=torch.bool), 32)},
@@ -157,7 +178,6 @@ def _call(**changes):
         ({"scale": 0.0}, ValueError, r"scale must be > 0, got 0.0"),
         ({"start_width": 0}, ValueError, "start_width must be in"),
         ({"out": torch.zeros(1, 2, 64, 8)}, ValueError, r"out must be a \[1, 2, 64, 16\]"),
-        ({"out": torch.zeros(1, 2, 16, 64).transpose(2, 3)}, ValueError, "out must be contiguous"),
     ],
 )
 def test_bad_arguments_are_named(changes, error, match):
@@ -191,26 +211,37 @@ def test_cuda_impls_refuse_other_head_dims():
         block_sparse_attention(q, k, v, torch.ones(1, 4, 4, dtype=torch.bool), 16, impl="sdd")
 
 
-def test_plans_are_cached_per_layout_and_evicted_oldest_first(monkeypatch):
+def test_layout_form_caches_plans_by_identity_version_and_content(monkeypatch):
     import gpu.api as api
-    import gpu.sdd
 
     built = []
+    real_plan = api.plan
 
-    def fake_plan(blocks, block_size, **kwargs):
-        built.append(blocks.clone())
-        return object()
+    def counting_plan(*args, **kwargs):
+        built.append(args[0])
+        return real_plan(*args, **kwargs)
 
-    monkeypatch.setattr(gpu.sdd, "plan_sdd", fake_plan)
-    monkeypatch.setattr(api, "PLAN_CACHE_SIZE", 2)
+    monkeypatch.setattr(api, "plan", counting_plan)
+    monkeypatch.setattr(api, "PLAN_CACHE_SIZE", 3)
     api.clear_plan_cache()
-    args = dict(causal=False, head_dim=64, dtype=torch.bfloat16, device=torch.device("cuda", 0))
-    one, two, three = (torch.eye(4, dtype=torch.bool)[None].roll(s, 2) for s in range(3))
-    first = api._plan("sdd", one, 16, start_width=None, **args)
-    assert api._plan("sdd", one.clone(), 16, start_width=None, **args) is first
-    assert api._plan("sdd", one, 16, start_width=2, **args) is not first  # start width is a key
-    api._plan("sdd", two, 16, start_width=None, **args)
-    api._plan("sdd", three, 16, start_width=None, **args)
-    assert api._plan("sdd", one, 16, start_width=None, **args) is not first  # evicted
+    blocks = torch.ones(1, 4, 4, dtype=torch.bool)
+    call = lambda layout, **kw: _call(layout=layout, **kw)  # noqa: E731
+    call(blocks)
+    call(blocks)
+    assert len(built) == 1  # same tensor, same version: cached
+    call(blocks, causal=True)
+    assert len(built) == 2  # causal is part of the key
+    blocks[0, 0, 3] = False  # in place: a new version
+    out = call(blocks)
+    assert len(built) == 3
+    torch.testing.assert_close(out, _call(layout=blocks.clone()))  # the new content is used
+    array = np.ones((1, 4, 4), dtype=np.int64)
+    call(array)
+    call(array.copy())  # numpy: keyed by content
     assert len(built) == 5
+    layout = Layout(torch.ones(1, 4, 4, dtype=torch.bool), 16)
+    call(layout)
+    call(layout)
+    assert len(built) == 6
+    assert len(api._PLANS) == 3  # bounded, oldest evicted first
     api.clear_plan_cache()

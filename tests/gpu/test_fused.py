@@ -236,14 +236,17 @@ def test_run_checks_its_tensors():
     q = torch.randn(1, 2, 128, 64, device="cuda").half()
     plan = plan_fused(blocks, 64, causal=False, head_dim=64, dtype=torch.float16, device=q.device)
     cases = [
-        ((q[:, :1], q, q), {}, ValueError, r"q must have shape \['B', 2, 128, 64\]"),
-        ((q, q[:, :, :64], q), {}, ValueError, r"k must have shape \[1, 2, 128, 64\]"),
-        ((q, q, q.bfloat16()), {}, ValueError, "v must have dtype torch.float16"),
-        ((q, q, q.transpose(2, 3).contiguous().transpose(2, 3)), {}, ValueError, "contiguous"),
+        ((q[:, :1], q, q), {}, ValueError, "q must have the plan's 2 heads, got 1"),
+        ((q, q[:, :, :64], q), {}, ValueError, "k and v must have the same shape"),
+        ((q, q[:, :, :64], q[:, :, :64]), {}, ValueError, "plan's lengths Sq x Sk = 128 x 128"),
+        ((q, q, q.bfloat16()), {}, ValueError, "v must match q's dtype"),
+        ((q, q, q.transpose(2, 3).contiguous().transpose(2, 3)), {}, ValueError,
+         "v must have a contiguous head dim"),
         ((q, q, q), {"scale": -1.0}, ValueError, "scale must be positive"),
-        ((q, q, q), {"out": q.cpu()}, ValueError, "out must be on cuda"),
+        ((q, q, q), {"out": q.cpu()}, ValueError, "out must be a .* tensor on cuda"),
+        ((q, q, q), {"lse": q[..., 0].float()}, ValueError, "lse must be a contiguous float32"),
         ((q, q, [1]), {}, TypeError, "v must be a torch tensor"),
-    ]
+    ]  # fmt: skip
     for args, kwargs, error, match in cases:
         with pytest.raises(error, match=match):
             run_fused(plan, *args, **{"scale": 0.125, **kwargs})
