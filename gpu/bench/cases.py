@@ -38,6 +38,8 @@ FAMILIES = (*BAND_HALF_WIDTHS, "bigbird_10pct", "causal", "dense")
 GLOBAL_TOKENS = 128
 RANDOM_PROBABILITY = 1 / 16
 STUDY_CONTENDERS = ("sdd_w1", "sdd_qk", "sdd_qk_w1")
+#: The sweep also times the public call with a plan beside the kernel alone.
+STANDARD_CONTENDERS = ("fused", "fused_api", *DEFAULT_CONTENDERS[1:])
 
 
 @dataclass(frozen=True)
@@ -59,7 +61,7 @@ class StandardCase:
         return self.family in BAND_HALF_WIDTHS and self.block_size == 16
 
     def config(self, *, quick: bool = False) -> BenchConfig:
-        contenders = DEFAULT_CONTENDERS
+        contenders = STANDARD_CONTENDERS
         if self.in_segmentation_study:
             contenders = (*contenders, *STUDY_CONTENDERS)
         return BenchConfig(

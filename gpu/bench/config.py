@@ -11,6 +11,7 @@ from designer.validate import check_bool, check_choice, check_int
 #: Every contender the harness knows, in table order (see ``contenders.py``).
 CONTENDERS = (
     "fused",
+    "fused_api",
     "sdd",
     "sdd_w1",
     "sdd_qk",

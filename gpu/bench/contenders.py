@@ -5,6 +5,8 @@ proves the backend supports the shape) and returns a ``Prepared``: a zero-argume
 only launches, and whether its output is the layout's attention (then its error is checked).
 
 - ``fused``: our flash-style kernel (``gpu.fused``), plan outside, ``run_fused`` timed.
+- ``fused_api``: the same kernel through the public call a model makes,
+  ``gpu.block_sparse_attention(q, k, v, plan)`` with a ``gpu.plan`` built outside.
 - ``sdd`` / ``sdd_w1``: our SDD → softmax → DSD pipeline, segment-driven (128-token tiles) or
   with start width 1 (one block per SDD tile: the segmentation study's baseline).
 - ``sdd_qk`` / ``sdd_qk_w1``: the SDD kernel alone (QKᵀ on active blocks) for the same study.
@@ -66,6 +68,7 @@ def prepare(name: str, case: Case) -> Prepared:
     """Do ``name``'s host work for ``case`` and return its launcher."""
     makers: dict[str, Callable[[Case], Prepared]] = {
         "fused": _fused,
+        "fused_api": _fused_api,
         "sdd": lambda c: _sdd(c, c.start_width),
         "sdd_w1": lambda c: _sdd(c, 1),
         "sdd_qk": lambda c: _sdd_qk(c, c.start_width),
@@ -99,6 +102,18 @@ def _fused(case: Case) -> Prepared:
     return Prepared(
         lambda: run_fused(plan, case.q, case.k, case.v, scale=case.scale, out=out), True
     )
+
+
+def _fused_api(case: Case) -> Prepared:
+    from gpu import block_sparse_attention, plan
+
+    the_plan = plan(case.blocks, case.block_size, causal=case.causal, device=case.q.device)
+    out = torch.empty_like(case.q)
+
+    def run() -> torch.Tensor:
+        return block_sparse_attention(case.q, case.k, case.v, the_plan, scale=case.scale, out=out)
+
+    return Prepared(run, True)
 
 
 def _sdd(case: Case, start_width: int | None) -> Prepared:
