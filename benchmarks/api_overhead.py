@@ -72,7 +72,9 @@ def host_costs() -> dict[str, float]:
                             device=q.device)  # fmt: skip
     out = torch.empty_like(q)
     scale = 0.125
+    generic = _generic_cupy_call(fused_plan, q, k, v, out, scale)
     calls = {
+        "the kernel through CuPy's generic RawKernel call": generic,
         "run_fused (checks + launch)": lambda: run_fused(fused_plan, q, k, v, scale=scale, out=out),
         "plan, out given": lambda: block_sparse_attention(q, k, v, the_plan, scale=scale, out=out),
         "plan": lambda: block_sparse_attention(q, k, v, the_plan),
@@ -94,6 +96,34 @@ def host_costs() -> dict[str, float]:
         ),
     }
     return {name: host_microseconds(call) for name, call in calls.items()}
+
+
+def _generic_cupy_call(fused_plan, q, k, v, out, scale):
+    """The same launch through ``cupy.RawKernel.__call__`` with numpy scalars (the alternative)."""
+    import cupy
+    import numpy as np
+
+    from gpu.fused import KERNEL_FUNCTION, KERNEL_SOURCE
+    from gpu.runtime import compile_kernel, cupy_stream_for
+
+    config = fused_plan.config
+    kernel = compile_kernel(KERNEL_SOURCE, KERNEL_FUNCTION, config.defines(), device=0)
+    items, entries = fused_plan.items, fused_plan.entries
+    pointers = [np.uint64(t.data_ptr()) for t in (q, k, v, out)]
+    grid = len(items) * q.shape[0]
+
+    def call():
+        args = (
+            *pointers, np.uint64(0), np.uint64(items.data_ptr()), np.uint64(entries.data_ptr()),
+            *(np.int64(s) for t in (q, k, v, out) for s in t.stride()[:3]),
+            *(np.int32(x) for x in (1, 1, 1, 1, q.shape[2], k.shape[2], 0,
+                                    fused_plan.sub_rows_log2, fused_plan.sub_cols_log2)),
+            np.float32(scale * 1.4426950408889634),
+        )  # fmt: skip
+        with cupy.cuda.Device(0), cupy_stream_for(q):
+            kernel((grid,), (config.threads,), args, shared_mem=config.shared_bytes)
+
+    return call
 
 
 def public_call_row(name: str, flex: FlexSession) -> dict:

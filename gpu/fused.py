@@ -24,18 +24,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any
 
-import numpy as np
 import torch
 
 from designer.validate import as_block_tensor, check_bool, check_choice, check_float, check_int
 from gpu.fused_lut import BLOCK_SIZES, TILE_SIZES, FusedLut, build_fused_lut
 from gpu.operands import check_attention_operands, check_lse, check_out, check_strides
-from gpu.runtime import compile_kernel, launch_context
+from gpu.runtime import KernelLauncher, compile_kernel
 
 KERNEL_SOURCE = "fused_attention.cu"
 KERNEL_FUNCTION = "fused_attention_fwd"
+#: Parameter kinds of the kernel (``KernelLauncher``): 7 pointers, 12 strides, 9 ints, the scale.
+KERNEL_SIGNATURE = "p" * 7 + "q" * 12 + "i" * 9 + "f"
 #: Dynamic shared memory one CTA may use on sm_80 / sm_90 (227 KB on Hopper; 163 KB on A100).
 SHARED_MEMORY_LIMIT = 227 * 1024
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -153,7 +153,7 @@ class FusedPlan:
     n_tiles: int  # key tiles visited per batch element and layout head set
     sub_rows_log2: int
     sub_cols_log2: int
-    kernel: Any  # cupy.RawKernel
+    launcher: KernelLauncher
 
     def flops(self, batch: int, q_heads: int | None = None) -> int:
         """FLOPs the kernel executes for ``batch`` elements (full tiles, both matmuls)."""
@@ -227,6 +227,7 @@ def plan_fused_with(
         )  # fmt: skip
     kernel = compile_kernel(KERNEL_SOURCE, KERNEL_FUNCTION, config.defines(), device=device.index)
     kernel.max_dynamic_shared_size_bytes = config.shared_bytes
+    launcher = KernelLauncher(kernel, KERNEL_SIGNATURE, device.index)
     return FusedPlan(
         config=config,
         block_size=block_size,
@@ -241,7 +242,7 @@ def plan_fused_with(
         n_tiles=lut.n_tiles,
         sub_rows_log2=int(math.log2(lut.sub_rows)),
         sub_cols_log2=int(math.log2(lut.sub_cols)),
-        kernel=kernel,
+        launcher=launcher,
     )
 
 
@@ -303,22 +304,20 @@ def launch_fused(
     if n_ctas == 0:
         return
     cfg = plan.config
-    args = (
-        *(np.uint64(t.data_ptr()) for t in (q, k, v, out)),
-        np.uint64(0 if lse is None else lse.data_ptr()),
-        np.uint64(plan.items.data_ptr()),
-        np.uint64(plan.entries.data_ptr()),
-        *(np.int64(s) for t in (q, k, v, out) for s in t.stride()[:3]),
-        *(np.int32(x) for x in (batch, q_heads, heads_per_item, q_heads // k.shape[1])),
-        np.int32(seq_q),
-        np.int32(k.shape[2]),
-        np.int32(plan.causal_offset),
-        np.int32(plan.sub_rows_log2),
-        np.int32(plan.sub_cols_log2),
-        np.float32(scale * LOG2_E),
-    )
-    with launch_context(q):
-        plan.kernel((n_ctas,), (cfg.threads,), args, shared_mem=cfg.shared_bytes)
+    plan.launcher(
+        n_ctas,
+        cfg.threads,
+        cfg.shared_bytes,
+        torch.cuda.current_stream(q.device).cuda_stream,
+        *(t.data_ptr() for t in (q, k, v, out)),
+        0 if lse is None else lse.data_ptr(),
+        plan.items.data_ptr(),
+        plan.entries.data_ptr(),
+        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+        batch, q_heads, heads_per_item, q_heads // k.shape[1], seq_q, k.shape[2],
+        plan.causal_offset, plan.sub_rows_log2, plan.sub_cols_log2,
+        scale * LOG2_E,
+    )  # fmt: skip
 
 
 def _check_against_plan(plan: FusedPlan, q: torch.Tensor, k: torch.Tensor) -> None:

@@ -15,6 +15,7 @@ disk per the same key plus the NVRTC version, so a second process skips compilat
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import functools
 import hashlib
 import os
@@ -149,6 +150,75 @@ def launch_context(tensor: torch.Tensor) -> Iterator[None]:
     cupy = require_cupy()
     with cupy.cuda.Device(tensor.device.index), cupy_stream_for(tensor):
         yield
+
+
+_PARAM_TYPES = {"p": ctypes.c_uint64, "q": ctypes.c_int64, "i": ctypes.c_int32, "f": ctypes.c_float}
+
+
+class KernelLauncher:
+    """Launches one compiled kernel through the driver's ``cuLaunchKernel`` with ctypes-packed
+    parameters: a few microseconds of host time per launch, where CuPy's generic call converts
+    every argument on each call (see ``benchmarks/api_overhead.py`` for both).
+
+    ``signature`` has one letter per kernel parameter: ``p`` pointer, ``q`` int64, ``i`` int32,
+    ``f`` float32. The launch runs in the context the kernel was loaded in, whatever context
+    (or none) the calling thread has, so it goes to the kernel's device on the given stream.
+    """
+
+    def __init__(self, kernel: Any, signature: str, device_id: int) -> None:
+        cupy = require_cupy()
+        fields = [(f"a{i}", _PARAM_TYPES[letter]) for i, letter in enumerate(signature)]
+        self._params = type("Params", (ctypes.Structure,), {"_fields_": fields})
+        self._offsets = tuple(getattr(self._params, name).offset for name, _ in fields)
+        self._pointers = ctypes.c_void_p * len(fields)
+        self._function = ctypes.c_void_p(kernel.kernel.ptr)
+        with cupy.cuda.Device(device_id):  # the primary context, where the module was loaded
+            context = ctypes.c_void_p()
+            _check(_driver().cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
+        self._context = context.value
+
+    def __call__(self, grid: int, threads: int, shared_bytes: int, stream: int, *args) -> None:
+        params = self._params(*args)
+        base = ctypes.addressof(params)
+        pointers = self._pointers(*[base + offset for offset in self._offsets])
+        driver = _driver()
+        current = ctypes.c_void_p()
+        driver.cuCtxGetCurrent(ctypes.byref(current))
+        switch = current.value != self._context
+        if switch:
+            _check(driver.cuCtxPushCurrent_v2(ctypes.c_void_p(self._context)), "cuCtxPushCurrent")
+        try:
+            _check(
+                driver.cuLaunchKernel(
+                    self._function, grid, 1, 1, threads, 1, 1, shared_bytes, stream, pointers, None
+                ),
+                "cuLaunchKernel",
+            )
+        finally:
+            if switch:
+                driver.cuCtxPopCurrent_v2(ctypes.byref(current))
+
+
+@functools.cache
+def _driver() -> ctypes.CDLL:
+    """The CUDA driver library, with the signatures of the few calls the launcher makes."""
+    driver = ctypes.CDLL("libcuda.so.1")
+    pointer = ctypes.c_void_p
+    uint = ctypes.c_uint
+    driver.cuLaunchKernel.argtypes = [pointer, uint, uint, uint, uint, uint, uint, uint, pointer,
+                                      ctypes.POINTER(pointer), pointer]  # fmt: skip
+    driver.cuCtxGetCurrent.argtypes = [ctypes.POINTER(pointer)]
+    driver.cuCtxPushCurrent_v2.argtypes = [pointer]
+    driver.cuCtxPopCurrent_v2.argtypes = [ctypes.POINTER(pointer)]
+    driver.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+    return driver
+
+
+def _check(result: int, call: str) -> None:
+    if result != 0:
+        name = ctypes.c_char_p()
+        _driver().cuGetErrorName(result, ctypes.byref(name))
+        raise RuntimeError(f"{call} failed: {(name.value or b'?').decode()} ({result})")
 
 
 # --------------------------------------------------------------------------- internals
