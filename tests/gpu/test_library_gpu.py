@@ -249,3 +249,27 @@ def test_a_plan_for_another_device_is_refused_and_each_device_runs_its_own():
     with torch.cuda.device(0):  # the current device is not q's
         on_one = block_sparse_attention(*(x.to("cuda:1") for x in (q0, k0, v0)), plans[1])
     torch.testing.assert_close(on_one.cpu(), expected.cpu(), rtol=0, atol=0)
+
+
+def test_a_fresh_thread_launches_into_a_given_out():
+    """A thread that never touched CUDA: the launcher enters the kernel's own context."""
+    import threading
+
+    the_plan = gpu.plan(_random_blocks(2, 4, 4, 0.6, seed=60), 64, device="cuda")
+    q, k, v = (_randn(1, 2, 256, 64, seed=s) for s in (61, 62, 63))
+    expected = block_sparse_attention(q, k, v, the_plan)
+    out = torch.full_like(q, float("nan"))
+    errors = []
+
+    def work():
+        try:
+            block_sparse_attention(q, k, v, the_plan, out=out)
+            torch.cuda.synchronize(q.device)
+        except Exception as error:  # reported below, on the test's thread
+            errors.append(error)
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join()
+    assert not errors, errors
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
