@@ -27,6 +27,7 @@ import torch
 from designer.layout import Layout
 from designer.validate import check_bool, check_choice, check_float, check_int
 from gpu.operands import check_attention_operands, check_out
+from gpu.ops import fused_attention_op, fused_forward
 from gpu.plans import BlockSparsePlan, plan
 from gpu.reference import dense_masked_attention
 from gpu.runtime import GpuUnavailableError, unavailable_reason
@@ -87,8 +88,8 @@ def block_sparse_attention(
     compiling = torch.compiler.is_compiling()
     if impl != "reference" and not compiling and (reason := unavailable_reason()) is not None:
         raise GpuUnavailableError(f'impl="{impl}" needs a CUDA GPU: {reason}')
-    from_cupy = _is_cupy(q)
-    if from_cupy or not isinstance(q, torch.Tensor):
+    from_cupy = not isinstance(q, torch.Tensor) and _is_cupy(q)
+    if not isinstance(q, torch.Tensor):
         q, k, v = (_as_torch(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
         out = None if out is None else _as_torch("out", out)
     check_attention_operands(
@@ -126,7 +127,7 @@ def block_sparse_attention(
         )
 
     if impl == "fused":
-        result, lse = _run_fused(the_plan, q, k, v, scale, out, return_lse)
+        result, lse = _run_fused(the_plan, q, k, v, scale, out, return_lse, compiling)
     elif impl == "sdd":
         result, lse = _run_sdd(the_plan, q, k, v, scale, out, return_lse, start_width), None
     else:
@@ -242,17 +243,13 @@ def _layout_length(name: str, length: int, layout: Any, block_size: Any, dim: in
 
 
 # --------------------------------------------------------------------------- dispatch
-def _run_fused(the_plan, q, k, v, scale, out, return_lse):
-    if torch.compiler.is_compiling():
-        from gpu.ops import fused_attention_op
-
+def _run_fused(the_plan, q, k, v, scale, out, return_lse, compiling):
+    if compiling:
         result, lse = fused_attention_op(q, k, v, the_plan._id, scale)
         if out is not None:
             out.copy_(result)
             result = out
         return result, lse
-    from gpu.ops import fused_forward
-
     lse = q.new_empty(q.shape[:3], dtype=torch.float32) if return_lse else None
     return fused_forward(the_plan, q, k, v, scale, out, lse), lse
 

@@ -30,7 +30,7 @@ import torch
 from designer.validate import as_block_tensor, check_bool, check_choice, check_float, check_int
 from gpu.fused_lut import BLOCK_SIZES, TILE_SIZES, FusedLut, build_fused_lut
 from gpu.operands import check_attention_operands, check_lse, check_out, check_strides
-from gpu.runtime import KernelLauncher, compile_kernel
+from gpu.runtime import KernelLauncher, compile_kernel, current_raw_stream
 
 KERNEL_SOURCE = "fused_attention.cu"
 KERNEL_FUNCTION = "fused_attention_fwd"
@@ -226,8 +226,7 @@ def plan_fused_with(
             device,
         )  # fmt: skip
     kernel = compile_kernel(KERNEL_SOURCE, KERNEL_FUNCTION, config.defines(), device=device.index)
-    kernel.max_dynamic_shared_size_bytes = config.shared_bytes
-    launcher = KernelLauncher(kernel, KERNEL_SIGNATURE, device.index)
+    launcher = KernelLauncher(kernel, KERNEL_SIGNATURE, device.index, config.shared_bytes)
     return FusedPlan(
         config=config,
         block_size=block_size,
@@ -308,7 +307,7 @@ def launch_fused(
         n_ctas,
         cfg.threads,
         cfg.shared_bytes,
-        torch.cuda.current_stream(q.device).cuda_stream,
+        current_raw_stream(q.device.index),
         *(t.data_ptr() for t in (q, k, v, out)),
         0 if lse is None else lse.data_ptr(),
         plan.items.data_ptr(),

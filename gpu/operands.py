@@ -25,51 +25,54 @@ def check_attention_operands(
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, torch.Tensor):
             raise TypeError(f"{name} must be a torch tensor, got {type(x).__name__}")
-        if x.dim() != 4 or 0 in x.shape:
+        if len(x.shape) != 4 or 0 in x.shape:
             raise ValueError(f"{name} must be a non-empty [B, H, S, D] tensor, got {list(x.shape)}")
-    if k.shape != v.shape:
+    q_shape, k_shape = q.shape, k.shape
+    if k_shape != v.shape:
         raise ValueError(
-            f"k and v must have the same shape, got {list(k.shape)} and {list(v.shape)}"
+            f"k and v must have the same shape, got {list(k_shape)} and {list(v.shape)}"
         )
-    batch, q_heads, _, head_dim = q.shape
-    kv_heads = k.shape[1]
-    if k.shape[0] != batch or k.shape[3] != head_dim:
+    if k_shape[0] != q_shape[0] or k_shape[3] != q_shape[3]:
         raise ValueError(
-            f"k must be [B, Hkv, Sk, D] with q's B and D {list(q.shape)}, got {list(k.shape)}"
+            f"k must be [B, Hkv, Sk, D] with q's B and D {list(q_shape)}, got {list(k_shape)}"
         )
-    if q_heads % kv_heads:
+    if q_shape[1] % k_shape[1]:
         raise ValueError(
-            f"k's heads Hkv must divide q's heads Hq = {q_heads} (GQA/MQA), got Hkv = {kv_heads}"
+            f"k's heads Hkv must divide q's heads Hq = {q_shape[1]} (GQA/MQA), got Hkv = "
+            f"{k_shape[1]}"
         )
-    if q.dtype not in dtypes:
+    dtype, device = q.dtype, q.device
+    if dtype not in dtypes:
         names = ", ".join(str(d).removeprefix("torch.") for d in dtypes)
-        raise TypeError(f"q dtype must be one of {names}, got {q.dtype}")
+        raise TypeError(f"q dtype must be one of {names}, got {dtype}")
     for name, x in (("k", k), ("v", v)):
-        if x.dtype != q.dtype or x.device != q.device:
+        if x.dtype != dtype or x.device != device:
             raise ValueError(
-                f"{name} must match q's dtype and device ({q.dtype}, {q.device}), "
+                f"{name} must match q's dtype and device ({dtype}, {device}), "
                 f"got {x.dtype}, {x.device}"
             )
 
 
 def check_strides(name: str, x: torch.Tensor) -> None:
     """Head dim contiguous, other strides multiples of 8 elements, 16-byte aligned start."""
+    if x.data_ptr() % ALIGNMENT_BYTES:
+        raise ValueError(
+            f"{name} must start at a {ALIGNMENT_BYTES}-byte aligned address, got one "
+            f"{x.data_ptr() % ALIGNMENT_BYTES} bytes past; pass {name}.clone()"
+        )
+    per_row = ALIGNMENT_BYTES // x.element_size()
+    if x.is_contiguous() and x.shape[3] % per_row == 0:
+        return  # every stride is a multiple of D
     strides = x.stride()
     if strides[3] != 1 and x.shape[3] > 1:
         raise ValueError(
             f"{name} must have a contiguous head dim (stride 1 in dim 3), got strides "
             f"{list(strides)}; pass {name}.contiguous()"
         )
-    per_row = ALIGNMENT_BYTES // x.element_size()
     if any(s % per_row for s, n in zip(strides[:3], x.shape[:3], strict=True) if n > 1):
         raise ValueError(
             f"{name}'s strides of dims 0-2 must be multiples of {per_row} elements "
             f"({ALIGNMENT_BYTES} bytes), got {list(strides)}; pass {name}.contiguous()"
-        )
-    if x.data_ptr() % ALIGNMENT_BYTES:
-        raise ValueError(
-            f"{name} must start at a {ALIGNMENT_BYTES}-byte aligned address, got one "
-            f"{x.data_ptr() % ALIGNMENT_BYTES} bytes past; pass {name}.clone()"
         )
 
 

@@ -20,6 +20,7 @@ import functools
 import hashlib
 import os
 import re
+import struct
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
@@ -152,51 +153,82 @@ def launch_context(tensor: torch.Tensor) -> Iterator[None]:
         yield
 
 
-_PARAM_TYPES = {"p": ctypes.c_uint64, "q": ctypes.c_int64, "i": ctypes.c_int32, "f": ctypes.c_float}
+def current_raw_stream(device_index: int) -> int:
+    """The handle of torch's current stream on a device (the call Inductor's generated code
+    makes: a fraction of a microsecond, against a few for ``torch.cuda.current_stream``)."""
+    return torch._C._cuda_getCurrentRawStream(device_index)
+
+
+def allow_shared_memory(kernel: Any, shared_bytes: int, device_id: int) -> None:
+    """Let ``kernel`` take ``shared_bytes`` of dynamic shared memory on ``device_id``.
+
+    Above 48 KiB a kernel must opt in, per device: the attribute is set on that device's copy.
+    """
+    if shared_bytes > 48 * 1024:
+        with require_cupy().cuda.Device(device_id):
+            kernel.max_dynamic_shared_size_bytes = shared_bytes
+
+
+#: ``struct`` codes and sizes of the kernel parameter kinds (natural alignment = size).
+_PARAM_CODES = {"p": ("Q", 8), "q": ("q", 8), "i": ("i", 4), "f": ("f", 4)}
 
 
 class KernelLauncher:
-    """Launches one compiled kernel through the driver's ``cuLaunchKernel`` with ctypes-packed
-    parameters: a few microseconds of host time per launch, where CuPy's generic call converts
-    every argument on each call (see ``benchmarks/api_overhead.py`` for both).
+    """Launches one compiled kernel through the driver's ``cuLaunchKernel``, its parameters
+    packed by ``struct.pack_into`` into a per-thread buffer: a few microseconds of host time,
+    where CuPy's generic call converts every argument on each call (``benchmarks/
+    api_overhead.py`` measures both).
 
     ``signature`` has one letter per kernel parameter: ``p`` pointer, ``q`` int64, ``i`` int32,
     ``f`` float32. The launch runs in the context the kernel was loaded in, whatever context
     (or none) the calling thread has, so it goes to the kernel's device on the given stream.
     """
 
-    def __init__(self, kernel: Any, signature: str, device_id: int) -> None:
+    def __init__(self, kernel: Any, signature: str, device_id: int, shared_bytes: int) -> None:
         cupy = require_cupy()
-        fields = [(f"a{i}", _PARAM_TYPES[letter]) for i, letter in enumerate(signature)]
-        self._params = type("Params", (ctypes.Structure,), {"_fields_": fields})
-        self._offsets = tuple(getattr(self._params, name).offset for name, _ in fields)
-        self._pointers = ctypes.c_void_p * len(fields)
-        self._function = ctypes.c_void_p(kernel.kernel.ptr)
-        with cupy.cuda.Device(device_id):  # the primary context, where the module was loaded
+        fmt, offsets, size = "<", [], 0
+        for letter in signature:
+            code, width = _PARAM_CODES[letter]
+            padding = -size % width
+            fmt += "x" * padding + code
+            offsets.append(size + padding)
+            size += padding + width
+        self._struct = struct.Struct(fmt)
+        self._offsets = offsets
+        self._local = threading.local()
+        allow_shared_memory(kernel, shared_bytes, device_id)
+        with cupy.cuda.Device(device_id):  # this device's copy of the kernel, and its context
+            self._function = ctypes.c_void_p(kernel.kernel.ptr)
             context = ctypes.c_void_p()
             _check(_driver().cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
         self._context = context.value
 
     def __call__(self, grid: int, threads: int, shared_bytes: int, stream: int, *args) -> None:
-        params = self._params(*args)
-        base = ctypes.addressof(params)
-        pointers = self._pointers(*[base + offset for offset in self._offsets])
+        local = self._local
+        buffer = getattr(local, "buffer", None)
+        if buffer is None:  # one parameter buffer per thread, reused (the launch copies it)
+            buffer = local.buffer = ctypes.create_string_buffer(self._struct.size)
+            base = ctypes.addressof(buffer)
+            local.pointers = (ctypes.c_void_p * len(self._offsets))(
+                *[base + offset for offset in self._offsets]
+            )
+            local.current = ctypes.c_void_p()
+        self._struct.pack_into(buffer, 0, *args)
         driver = _driver()
-        current = ctypes.c_void_p()
+        current = local.current
         driver.cuCtxGetCurrent(ctypes.byref(current))
         switch = current.value != self._context
         if switch:
-            _check(driver.cuCtxPushCurrent_v2(ctypes.c_void_p(self._context)), "cuCtxPushCurrent")
+            _check(driver.cuCtxPushCurrent_v2(self._context), "cuCtxPushCurrent")
         try:
-            _check(
-                driver.cuLaunchKernel(
-                    self._function, grid, 1, 1, threads, 1, 1, shared_bytes, stream, pointers, None
-                ),
-                "cuLaunchKernel",
-            )
+            result = driver.cuLaunchKernel(
+                self._function, grid, 1, 1, threads, 1, 1, shared_bytes, stream, local.pointers,
+                None,
+            )  # fmt: skip
         finally:
             if switch:
                 driver.cuCtxPopCurrent_v2(ctypes.byref(current))
+        _check(result, "cuLaunchKernel")
 
 
 @functools.cache

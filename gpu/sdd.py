@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from gpu.runtime import compile_kernel, launch_context
+from gpu.runtime import allow_shared_memory, compile_kernel, launch_context
 from gpu.sdd_lut import PIECE_SIZES, SddTables, build_tables
 
 SOURCE = "sdd_pipeline.cu"
@@ -222,8 +222,7 @@ def _compile(config: KernelConfig, pieces: list[int], device: torch.device) -> d
             shared = config.matmul_shared_bytes(int(name.removeprefix("sdd_matmul_t")))
         else:
             shared = 0
-        if shared > 48 * 1024:  # above the default limit a kernel must opt in
-            kernel.max_dynamic_shared_size_bytes = shared
+        allow_shared_memory(kernel, shared, device.index)
         kernels[name] = kernel
     return kernels
 
