@@ -2,9 +2,10 @@
 
 Two measurements, one process, one GPU:
 
-1. **Host cost per call** (CPU timer): at B=1, H=1, S=256, D=64 (a kernel of a few microseconds,
-   so the host is the bottleneck), 1,000 back-to-back calls timed with ``time.perf_counter`` and
-   one synchronisation at the end, median of 7 trials, for each way to call: the launcher alone,
+1. **Host cost per call** (CPU timer): at B=1, H=1, S=256, D=64, 200 back-to-back calls timed
+   with ``time.perf_counter`` while the GPU is held busy by a spin kernel queued first (so every
+   call only enqueues and the time is the host's alone), median of 15 trials, for each way to
+   call: CuPy's generic launch of the same kernel, ``run_fused``,
    the plan form (with and without ``out`` and ``return_lse``), the layout form on a cache hit
    with a CUDA tensor, a CPU tensor and a ``designer.Layout``, the ``torch.library`` op called
    eagerly through the dispatcher, and dense SDPA for scale. Targets: ≤ 30 µs with a plan,
@@ -40,17 +41,21 @@ from gpu.bench.metrics import active_pairs, attention_flops, tflops
 from gpu.fused import plan_fused, run_fused
 
 CASES = ("banded_2pct-b128-d64", "banded_7pct-b64-d64", "banded_7pct-b16-d64", "dense-b128-d128")
-CALLS = 1000
-TRIALS = 7
+CALLS = 200
+TRIALS = 15
+#: GPU cycles the spin kernel holds the stream for (about 50 ms at 2 GHz): longer than the host
+#: needs to enqueue CALLS calls, so no call waits for the GPU.
+SPIN_CYCLES = 100_000_000
 
 
 def host_microseconds(call) -> float:
-    """Median over trials of the host time per call, ``CALLS`` calls back to back."""
-    for _ in range(50):
+    """Median over trials of the host time per call, ``CALLS`` calls enqueued behind a spin."""
+    for _ in range(20):
         call()
     torch.cuda.synchronize()
     trials = []
     for _ in range(TRIALS):
+        torch.cuda._sleep(SPIN_CYCLES)
         start = time.perf_counter()
         for _ in range(CALLS):
             call()
@@ -173,7 +178,7 @@ def main() -> None:
     device = torch.cuda.get_device_name()
     print(f"{device}, torch {torch.__version__}, cupy {cupy.__version__}", flush=True)
     costs = host_costs()
-    print("\nhost cost per call (B=1, H=1, S=256, D=64, bf16; median of 7 x 1000 calls):")
+    print("\nhost cost per call (B=1, H=1, S=256, D=64, bf16; median of 15 x 200 calls):")
     for name, us in costs.items():
         print(f"  {name:52s} {us:7.1f} µs")
     flex = FlexSession()

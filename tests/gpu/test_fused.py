@@ -236,7 +236,7 @@ def test_run_checks_its_tensors():
     q = torch.randn(1, 2, 128, 64, device="cuda").half()
     plan = plan_fused(blocks, 64, causal=False, head_dim=64, dtype=torch.float16, device=q.device)
     cases = [
-        ((q[:, :1], q, q), {}, ValueError, "q must have the plan's 2 heads, got 1"),
+        ((q[:, :1], q[:, :1], q[:, :1]), {}, ValueError, "q must have the plan's 2 heads, got 1"),
         ((q, q[:, :, :64], q), {}, ValueError, "k and v must have the same shape"),
         ((q, q[:, :, :64], q[:, :, :64]), {}, ValueError, "plan's lengths Sq x Sk = 128 x 128"),
         ((q, q, q.bfloat16()), {}, ValueError, "v must match q's dtype"),
