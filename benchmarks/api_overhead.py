@@ -120,7 +120,8 @@ def _generic_cupy_call(fused_plan, q, k, v, out, scale):
     def call():
         args = (
             *pointers, np.uint64(0), np.uint64(items.data_ptr()), np.uint64(entries.data_ptr()),
-            *(np.int64(s) for t in (q, k, v, out) for s in t.stride()[:3]),
+            *(np.int64(s) for s in (*q.stride()[:3], *k.stride()[:2], *v.stride()[:2])),
+            *(np.int64(s) for s in out.stride()[:3]),
             *(np.int32(x) for x in (1, 1, 1, 1, q.shape[2], k.shape[2], 0,
                                     fused_plan.sub_rows_log2, fused_plan.sub_cols_log2)),
             np.float32(scale * 1.4426950408889634),

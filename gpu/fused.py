@@ -34,8 +34,8 @@ from gpu.runtime import KernelLauncher, compile_kernel, current_raw_stream
 
 KERNEL_SOURCE = "fused_attention.cu"
 KERNEL_FUNCTION = "fused_attention_fwd"
-#: Parameter kinds of the kernel (``KernelLauncher``): 7 pointers, 12 strides, 9 ints, the scale.
-KERNEL_SIGNATURE = "p" * 7 + "q" * 12 + "i" * 9 + "f"
+#: Parameter kinds of the kernel (``KernelLauncher``): 7 pointers, 10 strides, 9 ints, the scale.
+KERNEL_SIGNATURE = "p" * 7 + "q" * 10 + "i" * 9 + "f"
 #: Dynamic shared memory one CTA may use on sm_80 / sm_90 (227 KB on Hopper; 163 KB on A100).
 SHARED_MEMORY_LIMIT = 227 * 1024
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
@@ -76,6 +76,8 @@ class KernelConfig:
     n_warps: int = 4
     min_blocks: int = 2  # CTAs per SM the register budget is sized for
     wgmma: bool = False
+    k_row_stride: int | None = None  # elements between key rows (None: head_dim, contiguous)
+    v_row_stride: int | None = None  # elements between value rows (None: head_dim)
 
     def __post_init__(self) -> None:
         check_choice("dtype", self.dtype, tuple(DTYPE_NAMES.values()))
@@ -84,6 +86,10 @@ class KernelConfig:
         check_choice("n_warps", self.n_warps, (4, 8) if self.wgmma else (1, 2, 4))
         check_choice("block_n", self.block_n, (64, 128) if self.wgmma else TILE_SIZES)
         check_int("min_blocks", self.min_blocks, low=1, high=4)
+        for name in ("k_row_stride", "v_row_stride"):
+            stride = getattr(self, name)
+            if stride is not None and (check_int(name, stride, low=self.head_dim) % 8):
+                raise ValueError(f"{name} must be a multiple of 8 elements, got {stride}")
         rows = 16 if self.wgmma else 32
         if self.block_m != rows * self.n_warps:
             raise ValueError(
@@ -119,18 +125,45 @@ class KernelConfig:
             "BLOCK_N": self.block_n,
             "N_WARPS": self.n_warps,
             "MIN_BLOCKS": self.min_blocks,
+            "K_ROW_STRIDE": self.k_row_stride or self.head_dim,
+            "V_ROW_STRIDE": self.v_row_stride or self.head_dim,
         }
 
 
-def choose_config(*, head_dim: int, dtype: torch.dtype, wgmma: bool) -> KernelConfig:
+def choose_config(
+    *,
+    head_dim: int,
+    dtype: torch.dtype,
+    wgmma: bool,
+    k_row_stride: int | None = None,
+    v_row_stride: int | None = None,
+) -> KernelConfig:
     """The tiles we use for ``head_dim`` and ``dtype`` (any layout block size).
 
-    ``wgmma`` picks the Hopper path; ``plan_fused`` sets it on compute capability 9.0.
+    ``wgmma`` picks the Hopper path; ``plan_fused`` sets it on compute capability 9.0. The K
+    and V row strides are compiled in (None: contiguous rows).
     """
     dtype_name = _dtype_name(dtype)
     check_choice("head_dim", head_dim, HEAD_DIMS)
     block_m, block_n, n_warps, min_blocks = _TILES[check_bool("wgmma", wgmma), head_dim]
-    return KernelConfig(dtype_name, head_dim, block_m, block_n, n_warps, min_blocks, wgmma)
+    return KernelConfig(
+        dtype_name, head_dim, block_m, block_n, n_warps, min_blocks, wgmma,
+        row_stride_or_none(k_row_stride, head_dim), row_stride_or_none(v_row_stride, head_dim),
+    )  # fmt: skip
+
+
+def row_stride_or_none(stride: int | None, head_dim: int) -> int | None:
+    """None for contiguous rows (``stride == head_dim``), so equal configs compare equal."""
+    return None if stride in (None, head_dim) else stride
+
+
+def kv_row_strides(k: torch.Tensor, v: torch.Tensor) -> tuple[int, int]:
+    """The row strides of k and v that a kernel build needs (any value for a single row)."""
+    head_dim = k.shape[3]
+    return (
+        k.stride(2) if k.shape[2] > 1 else head_dim,
+        v.stride(2) if v.shape[2] > 1 else head_dim,
+    )
 
 
 @dataclass(frozen=True)
@@ -173,14 +206,19 @@ def plan_fused(
     causal_offset: int = 0,
     seq_q: int | None = None,
     seq_k: int | None = None,
+    k_row_stride: int | None = None,
+    v_row_stride: int | None = None,
 ) -> FusedPlan:
     """Build the look-up table for a ``[H, M, N]`` layout, upload it and compile the kernel.
 
     Uses ``wgmma`` on Hopper (compute capability 9.0) and ``mma.sync`` elsewhere. ``seq_q`` /
-    ``seq_k`` default to whole blocks.
+    ``seq_k`` default to whole blocks; the K/V row strides to contiguous rows.
     """
     device = _cuda_device(device)
-    config = choose_config(head_dim=head_dim, dtype=dtype, wgmma=is_hopper(device))
+    config = choose_config(
+        head_dim=head_dim, dtype=dtype, wgmma=is_hopper(device), k_row_stride=k_row_stride,
+        v_row_stride=v_row_stride,
+    )  # fmt: skip
     return plan_fused_with(
         blocks, block_size, config, causal=causal, device=device,
         causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
@@ -272,6 +310,13 @@ def run_fused(
     dtype = next(t for t, name in DTYPE_NAMES.items() if name == cfg.dtype)
     check_attention_operands(q, k, v, dtypes=(dtype,))
     _check_against_plan(plan, q, k)
+    k_row, v_row = kv_row_strides(k, v)
+    if (k_row, v_row) != (cfg.k_row_stride or cfg.head_dim, cfg.v_row_stride or cfg.head_dim):
+        raise ValueError(
+            f"k and v rows must be {cfg.k_row_stride or cfg.head_dim} and "
+            f"{cfg.v_row_stride or cfg.head_dim} elements apart (compiled into this plan's "
+            f"kernel), got {k_row} and {v_row}; plan with k_row_stride and v_row_stride"
+        )
     scale = check_float("scale", scale)
     if scale <= 0:
         raise ValueError(f"scale must be positive, got {scale}")
@@ -312,7 +357,7 @@ def launch_fused(
         0 if lse is None else lse.data_ptr(),
         plan.items.data_ptr(),
         plan.entries.data_ptr(),
-        *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *out.stride()[:3],
+        *q.stride()[:3], *k.stride()[:2], *v.stride()[:2], *out.stride()[:3],
         batch, q_heads, heads_per_item, q_heads // k.shape[1], seq_q, k.shape[2],
         plan.causal_offset, plan.sub_rows_log2, plan.sub_cols_log2,
         scale * LOG2_E,

@@ -101,22 +101,27 @@ class BlockSparsePlan:
         )
 
     # ----------------------------------------------------------------- what launches read
-    def fused(self, dtype: torch.dtype, head_dim: int) -> Any:
-        """The ``gpu.fused.FusedPlan`` for this dtype and head dim (compiled on first use)."""
-        found = self._fused.get((dtype, head_dim))
+    def fused(self, dtype: torch.dtype, head_dim: int, k_row_stride: int, v_row_stride: int) -> Any:
+        """The ``gpu.fused.FusedPlan`` for this dtype, head dim and K/V row strides (elements;
+        compiled into the kernel), compiled on first use."""
+        key = (dtype, head_dim, k_row_stride, v_row_stride)
+        found = self._fused.get(key)
         if found is not None:
             return found
         from gpu.fused import choose_config, is_hopper, plan_fused_with
 
         with self._lock:
-            if (dtype, head_dim) not in self._fused:
-                config = choose_config(head_dim=head_dim, dtype=dtype, wgmma=is_hopper(self.device))
-                self._fused[dtype, head_dim] = plan_fused_with(
+            if key not in self._fused:
+                config = choose_config(
+                    head_dim=head_dim, dtype=dtype, wgmma=is_hopper(self.device),
+                    k_row_stride=k_row_stride, v_row_stride=v_row_stride,
+                )  # fmt: skip
+                self._fused[key] = plan_fused_with(
                     self._blocks, self.block_size, config, causal=self.causal,
                     device=self.device, causal_offset=self.causal_offset, seq_q=self.seq_q,
                     seq_k=self.seq_k, lut=self._lut(config.block_m, config.block_n),
                 )  # fmt: skip
-            return self._fused[dtype, head_dim]
+            return self._fused[key]
 
     def sdd(self, dtype: torch.dtype, head_dim: int, start_width: int | None, n_heads: int) -> Any:
         """The ``gpu.sdd.SddPlan`` for these settings (segmented and compiled on first use)."""

@@ -47,14 +47,18 @@
 // At the end each warp normalises its rows (16 or 32), stages them through its own rows of the
 // Q buffer and writes 16-byte coalesced stores.
 //
-// Compile-time defines: DTYPE_BF16 (1: bfloat16, 0: float16), HEAD_DIM (64 or 128), WGMMA (0/1),
+// Compile-time defines: K_ROW_STRIDE and V_ROW_STRIDE (elements between key rows and between
+// value rows: compile-time, so the K/V tile copies of the main loop address rows by immediate
+// offsets; a runtime stride there cost 10 % on the H200, 2026-11-30), DTYPE_BF16 (1: bfloat16,
+// 0: float16), HEAD_DIM (64 or 128), WGMMA (0/1),
 // BLOCK_M (32·N_WARPS, or 16·N_WARPS with WGMMA), BLOCK_N (multiple of 16, at most 128; 64 or
 // 128 with WGMMA), N_WARPS, MIN_BLOCKS (CTAs per SM the register budget is sized for). No
 // headers: it compiles under NVRTC and nvcc alike.
 
 #if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(BLOCK_M) || !defined(BLOCK_N) || \
-    !defined(N_WARPS) || !defined(MIN_BLOCKS) || !defined(WGMMA)
-#error "define DTYPE_BF16, HEAD_DIM, WGMMA, BLOCK_M, BLOCK_N, N_WARPS and MIN_BLOCKS"
+    !defined(N_WARPS) || !defined(MIN_BLOCKS) || !defined(WGMMA) || !defined(K_ROW_STRIDE) || \
+    !defined(V_ROW_STRIDE)
+#error "define DTYPE_BF16, HEAD_DIM, WGMMA, BLOCK_M, BLOCK_N, N_WARPS, MIN_BLOCKS, K/V_ROW_STRIDE"
 #endif
 
 namespace {
@@ -85,6 +89,12 @@ static_assert((kBlockM * kChunks) % kThreads == 0, "Q tile copy must split evenl
 static_assert((kBlockN * kChunks) % kThreads == 0, "K/V tile copy must split evenly");
 static_assert(32 % kChunks == 0, "a warp stores whole output rows");
 static_assert((kThreads / kChunks) % 8 == 0, "each copy pass must cover whole swizzle periods");
+
+// A row stride known at compile time, usable where a runtime `long long` stride is.
+template <long long N>
+struct FixedStride {
+  __device__ __forceinline__ operator long long() const { return N; }
+};
 
 struct alignas(16) Int4 {
   int x, y, z, w;
@@ -169,20 +179,21 @@ __device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
 // ------------------------------------------------------------------ tile steps
 // Copy rows [row0, row0 + Rows) of a [seq, HEAD_DIM] slice (rows `row_stride` elements apart)
 // into shared tile `tile`; rows past `seq` are zero-filled.
-template <int Rows>
+template <int Rows, typename Stride>
 __device__ __forceinline__ void load_tile(unsigned tile, const unsigned short* slice,
-                                          long long row_stride, int row0, int seq) {
+                                          Stride row_stride, int row0, int seq) {
   constexpr int kRowsPerPass = kThreads / kChunks;
   const int tid = fresh_thread();
   const int row = tid / kChunks;
   const int chunk = tid % kChunks;
   const unsigned dst = tile + tile_offset<Rows>(row, chunk);
-  const unsigned short* src = slice + (row0 + row) * row_stride + chunk * 8;
+  const long long stride = row_stride;
+  const unsigned short* src = slice + (row0 + row) * stride + chunk * 8;
 #pragma unroll
   for (int i = 0; i < Rows / kRowsPerPass; ++i) {
     const bool inside = row0 + row + i * kRowsPerPass < seq;
     copy_async_16(dst + i * kRowsPerPass * kRowPitch,
-                  inside ? src + i * kRowsPerPass * row_stride : slice, inside ? 16 : 0);
+                  inside ? src + i * kRowsPerPass * stride : slice, inside ? 16 : 0);
   }
 }
 
@@ -546,10 +557,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
                         const unsigned short* __restrict__ v, unsigned short* __restrict__ out,
                         float* __restrict__ lse, const Int4* __restrict__ items,
                         const Int4* __restrict__ entries,
-                        // strides in elements: q, k, v, out
+                        // strides in elements (k and v rows: K/V_ROW_STRIDE)
                         long long q_sb, long long q_sh, long long q_ss, long long k_sb,
-                        long long k_sh, long long k_ss, long long v_sb, long long v_sh,
-                        long long v_ss, long long o_sb, long long o_sh, long long o_ss,
+                        long long k_sh, long long v_sb, long long v_sh, long long o_sb,
+                        long long o_sh, long long o_ss,
                         // shapes
                         int batch, int q_heads, int heads_per_item, int kv_group, int seq_q,
                         int seq_k,
@@ -581,8 +592,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   if (count > 0) {
     load_tile<kBlockM>(q_tile, q_slice, q_ss, q_row0, seq_q);
     const int k_row0 = entries[first].x * kBlockN;
-    load_tile<kBlockN>(k_tiles, k_slice, k_ss, k_row0, seq_k);
-    load_tile<kBlockN>(v_tiles, v_slice, v_ss, k_row0, seq_k);
+    load_tile<kBlockN>(k_tiles, k_slice, FixedStride<K_ROW_STRIDE>(), k_row0, seq_k);
+    load_tile<kBlockN>(v_tiles, v_slice, FixedStride<V_ROW_STRIDE>(), k_row0, seq_k);
   }
   copy_async_commit();
 
@@ -610,8 +621,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     if (n + 1 < count) {  // prefetch tile n + 1 into the other buffer
       const int k_row0 = entries[first + n + 1].x * kBlockN;
       const unsigned buffer = ((n + 1) & 1) * kKVBytes;
-      load_tile<kBlockN>(k_tiles + buffer, k_slice, k_ss, k_row0, seq_k);
-      load_tile<kBlockN>(v_tiles + buffer, v_slice, v_ss, k_row0, seq_k);
+      load_tile<kBlockN>(k_tiles + buffer, k_slice, FixedStride<K_ROW_STRIDE>(), k_row0, seq_k);
+      load_tile<kBlockN>(v_tiles + buffer, v_slice, FixedStride<V_ROW_STRIDE>(), k_row0, seq_k);
     }
     copy_async_commit();
     copy_async_wait<1>();  // everything but the prefetch has landed

@@ -244,7 +244,10 @@ def test_run_checks_its_tensors():
          "v must have a contiguous head dim"),
         ((q, q, q), {"scale": -1.0}, ValueError, "scale must be positive"),
         ((q, q, q), {"out": q.cpu()}, ValueError, "out must be a .* tensor on cuda"),
-        ((q, q, q), {"lse": q[..., 0].float()}, ValueError, "lse must be a contiguous float32"),
+        ((q, q, q), {"lse": torch.zeros(1, 2, 64, device="cuda")}, ValueError,
+         "lse must be a contiguous float32"),
+        ((q, q.transpose(1, 2).contiguous().transpose(1, 2), q), {}, ValueError,
+         "k and v rows must be 64 and 64 elements apart"),
         ((q, q, [1]), {}, TypeError, "v must be a torch tensor"),
     ]  # fmt: skip
     for args, kwargs, error, match in cases:
