@@ -310,6 +310,8 @@ def run_fused(
     dtype = next(t for t, name in DTYPE_NAMES.items() if name == cfg.dtype)
     check_attention_operands(q, k, v, dtypes=(dtype,))
     _check_against_plan(plan, q, k)
+    out = torch.empty_like(q) if out is None else check_out("out", out, q)
+    check_operand_strides(q, k, v, out)
     k_row, v_row = kv_row_strides(k, v)
     if (k_row, v_row) != (cfg.k_row_stride or cfg.head_dim, cfg.v_row_stride or cfg.head_dim):
         raise ValueError(
@@ -320,7 +322,6 @@ def run_fused(
     scale = check_float("scale", scale)
     if scale <= 0:
         raise ValueError(f"scale must be positive, got {scale}")
-    out = torch.empty_like(q) if out is None else check_out("out", out, q)
     if lse is not None:
         check_lse(lse, q)
     launch_fused(plan, q, k, v, out, lse, scale)
@@ -336,12 +337,8 @@ def launch_fused(
     lse: torch.Tensor | None,
     scale: float,
 ) -> None:
-    """Enqueue the kernel on q's device and current stream; operands already checked.
-
-    Checks only what a fault would otherwise report: strides and 16-byte alignment.
-    """
-    for name, tensor in (("q", q), ("k", k), ("v", v), ("out", out)):
-        check_strides(name, tensor)
+    """Enqueue the kernel on q's device and current stream; operands already checked, strides
+    and alignment included (``check_operand_strides``)."""
     batch, q_heads, seq_q, _ = q.shape
     heads_per_item = q_heads if plan.n_heads == 1 else 1
     n_ctas = len(plan.items) * batch * heads_per_item
@@ -362,6 +359,14 @@ def launch_fused(
         plan.causal_offset, plan.sub_rows_log2, plan.sub_cols_log2,
         scale * LOG2_E,
     )  # fmt: skip
+
+
+def check_operand_strides(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor
+) -> None:
+    """What a fault would otherwise report: every operand's strides and 16-byte alignment."""
+    for name, tensor in (("q", q), ("k", k), ("v", v), ("out", out)):
+        check_strides(name, tensor)
 
 
 def _check_against_plan(plan: FusedPlan, q: torch.Tensor, k: torch.Tensor) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from gpu.fused import kv_row_strides, launch_fused
+from gpu.fused import check_operand_strides, kv_row_strides, launch_fused
 from gpu.plans import BlockSparsePlan, plan_by_id
 
 
@@ -27,6 +27,7 @@ def fused_forward(
     """Launch the fused kernel for checked operands; allocate ``out`` when None."""
     if out is None:
         out = torch.empty_like(q)
+    check_operand_strides(q, k, v, out)
     launch_fused(plan.fused(q.dtype, q.shape[3], *kv_row_strides(k, v)), q, k, v, out, lse, scale)
     return out
 
