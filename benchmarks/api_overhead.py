@@ -4,7 +4,7 @@ Two measurements, one process, one GPU:
 
 1. **Host cost per call** (CPU timer): at B=1, H=1, S=256, D=64, 200 back-to-back calls timed
    with ``time.perf_counter`` while the GPU is held busy by a spin kernel queued first (so every
-   call only enqueues and the time is the host's alone), median of 15 trials, for each way to
+   call only enqueues and the time is the host's alone), median of 21 trials, for each way to
    call: CuPy's generic launch of the same kernel, ``run_fused``,
    the plan form (with and without ``out`` and ``return_lse``), the layout form on a cache hit
    with a CUDA tensor, a CPU tensor and a ``designer.Layout``, the ``torch.library`` op called
@@ -42,26 +42,30 @@ from gpu.fused import plan_fused, run_fused
 
 CASES = ("banded_2pct-b128-d64", "banded_7pct-b64-d64", "banded_7pct-b16-d64", "dense-b128-d128")
 CALLS = 200
-TRIALS = 15
+TRIALS = 21
 #: GPU cycles the spin kernel holds the stream for (about 50 ms at 2 GHz): longer than the host
 #: needs to enqueue CALLS calls, so no call waits for the GPU.
 SPIN_CYCLES = 100_000_000
 
 
-def host_microseconds(call) -> float:
-    """Median over trials of the host time per call, ``CALLS`` calls enqueued behind a spin."""
-    for _ in range(20):
-        call()
-    torch.cuda.synchronize()
-    trials = []
-    for _ in range(TRIALS):
-        torch.cuda._sleep(SPIN_CYCLES)
-        start = time.perf_counter()
-        for _ in range(CALLS):
+def host_microseconds(calls: dict) -> dict[str, float]:
+    """Per way to call: the median over trials of the host time per call, ``CALLS`` calls
+    enqueued behind a spin. Trials go round-robin over the ways, so drift in the host's speed
+    reaches all of them alike."""
+    for call in calls.values():
+        for _ in range(20):
             call()
-        trials.append((time.perf_counter() - start) / CALLS * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(trials)
+    torch.cuda.synchronize()
+    trials = {name: [] for name in calls}
+    for _ in range(TRIALS):
+        for name, call in calls.items():
+            torch.cuda._sleep(SPIN_CYCLES)
+            start = time.perf_counter()
+            for _ in range(CALLS):
+                call()
+            trials[name].append((time.perf_counter() - start) / CALLS * 1e6)
+            torch.cuda.synchronize()
+    return {name: statistics.median(times) for name, times in trials.items()}
 
 
 def host_costs() -> dict[str, float]:
@@ -100,7 +104,7 @@ def host_costs() -> dict[str, float]:
             q, k, v, is_causal=True
         ),
     }
-    return {name: host_microseconds(call) for name, call in calls.items()}
+    return host_microseconds(calls)
 
 
 def _generic_cupy_call(fused_plan, q, k, v, out, scale):
@@ -179,7 +183,7 @@ def main() -> None:
     device = torch.cuda.get_device_name()
     print(f"{device}, torch {torch.__version__}, cupy {cupy.__version__}", flush=True)
     costs = host_costs()
-    print("\nhost cost per call (B=1, H=1, S=256, D=64, bf16; median of 15 x 200 calls):")
+    print("\nhost cost per call (B=1, H=1, S=256, D=64, bf16; median of 21 x 200 calls):")
     for name, us in costs.items():
         print(f"  {name:52s} {us:7.1f} µs")
     flex = FlexSession()
