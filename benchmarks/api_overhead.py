@@ -98,7 +98,7 @@ def host_costs() -> dict[str, float]:
             q, k, v, layout, block, causal=True
         ),
         "torch.ops.blocksparse.fused_attention (dispatcher)": lambda: (
-            torch.ops.blocksparse.fused_attention(q, k, v, the_plan._id, scale)
+            torch.ops.blocksparse.fused_attention(q, k, v, the_plan.plan_id, scale)
         ),
         "dense SDPA (for scale)": lambda: torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=True

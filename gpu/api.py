@@ -245,7 +245,7 @@ def _layout_length(name: str, length: int, layout: Any, block_size: Any, dim: in
 # --------------------------------------------------------------------------- dispatch
 def _run_fused(the_plan, q, k, v, scale, out, return_lse, compiling):
     if compiling:
-        result, lse = fused_attention_op(q, k, v, the_plan._id, scale)
+        result, lse = fused_attention_op(q, k, v, the_plan.plan_id, scale)
         if out is not None:
             out.copy_(result)
             result = out

@@ -1,7 +1,7 @@
 """The fused forward as a ``torch.library`` custom op, so ``torch.compile`` sees one opaque node.
 
-``blocksparse::fused_attention(q, k, v, plan_id, scale) -> (out, lse)``: the plan travels as its
-integer id (ops take no Python objects; ``gpu.plans.plan_by_id`` finds it again). The fake
+``blocksparse::fused_attention(q, k, v, plan_id, scale) -> (out, lse)``: the plan travels as
+its integer id (ops take no Python objects; ``gpu.plans.plan_by_id`` finds it again). The fake
 implementation gives the output shapes, so ``torch.compile(fullgraph=True)`` traces a call with
 no graph break. Eager calls skip the dispatcher (``gpu.api`` launches directly, saving its
 per-call host cost); both paths run ``fused_forward``.

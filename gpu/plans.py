@@ -47,7 +47,8 @@ class BlockSparsePlan:
     Read-only attributes: ``block_size``, ``causal``, ``causal_alignment``, ``causal_offset``
     (keys ``k_idx <= q_idx + causal_offset`` are kept when causal), ``seq_q``, ``seq_k``,
     ``n_heads`` (1 serves any number of query heads), ``n_q_blocks``, ``n_k_blocks``, ``device``,
-    ``density`` and ``blocks`` (a copy of the CPU bool layout).
+    ``density``, ``plan_id`` (how the torch op finds the plan) and ``blocks`` (a copy of the CPU
+    bool layout).
     """
 
     def __init__(self, blocks, block_size, causal, causal_alignment, seq_q, seq_k, device):
@@ -68,8 +69,8 @@ class BlockSparsePlan:
         set_(self, "_fused", {})
         set_(self, "_sdd", {})
         set_(self, "_luts", {})
-        set_(self, "_id", next(_IDS))
-        _BY_ID[self._id] = self
+        set_(self, "plan_id", next(_IDS))
+        _BY_ID[self.plan_id] = self
         if device.type == "cuda":
             from gpu.fused import HEAD_DIMS, choose_config, is_hopper
 

@@ -44,7 +44,7 @@ def test_plan_describes_itself_and_keeps_its_layout():
     assert p.blocks.sum() == 24
     with pytest.raises(AttributeError, match="immutable"):
         p.causal = False
-    assert plan_by_id(p._id) is p
+    assert plan_by_id(p.plan_id) is p
 
 
 def test_plan_takes_a_layout_numpy_and_two_dims_are_refused():
@@ -146,7 +146,7 @@ def test_plan_against_wrong_operands_is_named():
 
 def test_a_dropped_plan_cannot_be_found_by_id():
     p = plan(torch.ones(1, 1, 1, dtype=torch.bool), 16, device="cpu")
-    plan_id = p._id
+    plan_id = p.plan_id
     del p
     with pytest.raises(ValueError, match=f"no live BlockSparsePlan has id {plan_id}"):
         plan_by_id(plan_id)
