@@ -1,9 +1,10 @@
 """Small fused-kernel calls for ``compute-sanitizer``: every feature that moves an address.
 
 Run under the sanitizer with PyTorch's caching allocator off, so that each tensor is its own
-allocation and a read past its end is caught::
+allocation and a read past its end is caught (from the repository root)::
 
-    PYTORCH_NO_CUDA_MEMORY_CACHING=1 compute-sanitizer --tool memcheck python benchmarks/sanitize_fused.py
+    export PYTHONPATH=. PYTORCH_NO_CUDA_MEMORY_CACHING=1
+    compute-sanitizer --tool memcheck python benchmarks/sanitize_fused.py
     compute-sanitizer --tool racecheck python benchmarks/sanitize_fused.py
 
 Cases: both dtypes and head dims; layout blocks 16 and 128; partial last blocks (Sq = 1000,
@@ -41,12 +42,15 @@ def run_case(name, seq_q, seq_k, block, head_dim, dtype, *, q_heads=2, kv_heads=
                     seq_k=seq_k, device="cuda")  # fmt: skip
     out, lse = gpu.block_sparse_attention(q, k, v, plan, return_lse=True)
     torch.cuda.synchronize()
-    ref = dense_masked_attention(q, k, v, blocks, block, causal=causal,
-                                 causal_alignment=alignment)  # fmt: skip
+    ref, ref_lse = dense_masked_attention(q, k, v, blocks, block, causal=causal,
+                                          causal_alignment=alignment, return_lse=True)  # fmt: skip
     norm = ref.norm()
     error = float((out.double() - ref).norm() / norm) if norm > 0 else float(out.abs().max())
-    status = "ok" if error <= TOLERANCE[dtype] and torch.isfinite(out).all() else "WRONG"
-    print(f"{name:36s} rel err {error:.1e} {status}", flush=True)
+    lse_error = float((lse.double() - ref_lse).nan_to_num(0.0).abs().max())  # -inf - -inf: nan
+    same_empty = bool((torch.isinf(lse) == torch.isinf(ref_lse)).all())
+    good = error <= TOLERANCE[dtype] and lse_error < 1e-2 and same_empty
+    status = "ok" if good and torch.isfinite(out).all() else "WRONG"
+    print(f"{name:36s} rel err {error:.1e} lse err {lse_error:.1e} {status}", flush=True)
     if status != "ok":
         raise SystemExit(f"{name}: relative error {error:.2e}")
 
