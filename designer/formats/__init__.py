@@ -1,7 +1,7 @@
 """Reading and writing layouts and designs in our files and other libraries' formats.
 
-- ``.pt`` design files: ``save_design`` / ``load_design`` (also bare DeepSpeed-style tensors);
-  ``read_design_file`` says whether a file was a bare tensor (``LoadedDesign``);
+- ``.pt`` design files: ``save_design`` / ``load_design``; ``read_design_file`` reads every file
+  below and bare DeepSpeed-style tensors, and says which it found (``LoadedDesign.kind``);
 - FlexAttention: ``to_block_mask`` / ``from_block_mask``; ``block_mask_tensors`` for a file;
 - CSR: ``to_csr`` / ``from_csr``;
 - MIT Block-Sparse-Attention: ``to_base_blockmask`` / ``from_base_blockmask``;
@@ -13,7 +13,8 @@ from designer.formats.block_mask import block_mask_tensors, from_block_mask, to_
 from designer.formats.csr import from_csr, to_csr
 from designer.formats.json_recipe import design_from_json, recipe_to_json
 from designer.formats.mit_blockmask import MIT_BLOCK_SIZE, from_base_blockmask, to_base_blockmask
-from designer.formats.pt_file import LoadedDesign, load_design, read_design_file, save_design
+from designer.formats.pt_file import save_design
+from designer.formats.reader import LoadedDesign, load_design, read_design_file
 from designer.formats.snippet import python_snippet
 
 __all__ = [

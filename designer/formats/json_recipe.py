@@ -83,6 +83,6 @@ def design_from_json(text: str | bytes) -> Design:
         raise ValueError("JSON recipe nests too deeply") from error
     with error_context("JSON recipe", as_value_error=True):
         check_keys("design", content, ("format", "version", *SETTING_KEYS, "recipe"))
-        check_version("design", content, FORMAT, VERSION)
+        check_version("design", content, FORMAT, (VERSION,))
         recipe = recipe_from_dict(content["recipe"])
         return design_from_settings(content, recipe.build(), recipe)

@@ -31,10 +31,12 @@ def python_snippet(filename: str) -> str:
         layout = design.layout  # Layout: .blocks is a bool [heads, q_blocks, k_blocks] tensor
         print(design.name, layout.shape, "block", layout.block_size, "density", layout.density)
 
-        # With torch alone (weights_only: the file holds only tensors and plain values):
+        # With torch and numpy alone (weights_only: the file holds only tensors and plain values):
+        import numpy as np
         import torch
         saved = torch.load({name}, weights_only=True)
-        blocks = saved["layout"].bool()  # [heads, q_blocks, k_blocks]
-        print(saved["name"], tuple(blocks.shape), "block", saved["block_size"])
+        bits, shape = saved["layout"]["bits"], saved["layout"]["shape"]  # bit-packed, MSB first
+        blocks = np.unpackbits(bits.numpy(), count=int(np.prod(shape))).reshape(shape)
+        print(saved["name"], blocks.shape, "block", saved["block_size"])
         """
     )
