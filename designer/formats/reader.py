@@ -141,7 +141,9 @@ def load_design(
     )
     found = loaded.design.layout.block_size
     if block_size is not None and not loaded.bare and block_size != found:
-        raise ValueError(f"block_size={block_size} was given, but the design file says block_size={found}")
+        raise ValueError(
+            f"block_size={block_size} was given, but the design file says block_size={found}"
+        )
     return loaded.design
 
 

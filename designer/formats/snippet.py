@@ -8,6 +8,17 @@ import textwrap
 MAX_FILENAME_CHARS = 255
 
 
+def check_filename(filename: object) -> str:
+    """``filename`` if it is 1 to ``MAX_FILENAME_CHARS`` printable characters (code embeds it)."""
+    if not isinstance(filename, str):
+        raise TypeError(f"filename must be a str, got {type(filename).__name__}")
+    if not filename or len(filename) > MAX_FILENAME_CHARS or not filename.isprintable():
+        raise ValueError(
+            f"filename must be 1 to {MAX_FILENAME_CHARS} printable characters, got {filename!r:.80}"
+        )
+    return filename
+
+
 def python_snippet(filename: str) -> str:
     """Python code loading ``filename`` with ``designer.formats.load_design`` and with plain torch.
 
@@ -16,13 +27,7 @@ def python_snippet(filename: str) -> str:
     >>> print(python_snippet("sliding.pt").splitlines()[2])
     design = load_design('sliding.pt')
     """
-    if not isinstance(filename, str):
-        raise TypeError(f"filename must be a str, got {type(filename).__name__}")
-    if not filename or len(filename) > MAX_FILENAME_CHARS or not filename.isprintable():
-        raise ValueError(
-            f"filename must be 1 to {MAX_FILENAME_CHARS} printable characters, got {filename!r:.80}"
-        )
-    name = repr(filename)
+    name = repr(check_filename(filename))
     return textwrap.dedent(
         f"""\
         # With the designer installed:
