@@ -153,14 +153,16 @@ def test_code_payload_never_runs(tmp_path, content, wrap):
 
 def test_not_torch_files_are_refused():
     for data in (b"", b"hello", b"PK", pickle.dumps({"a": 1})):
-        with pytest.raises(ValueError, match="design file is not a torch file: torch.save writes"):
+        with pytest.raises(
+            ValueError, match=r"design file is not a torch file: torch\.save writes"
+        ):
             load_design(data)
 
 
 def test_truncated_files_are_refused(recipe_design):
     data = design_bytes(recipe_design)
     for cut in (1, 30, len(data) // 3, len(data) // 2, len(data) - 22, len(data) - 1):
-        with pytest.raises(ValueError, match="design file is not a (torch file|complete zip)"):
+        with pytest.raises(ValueError, match=r"design file is not a (torch file|complete zip)"):
             load_design(data[:cut])
 
 
@@ -233,12 +235,21 @@ V1 = {"version": 1}
     ("change", "message"),
     [
         ({"format": "other"}, "design file: design file format must be 'blocksparse-design'"),
-        ({"version": 3}, "design file version 3 is not supported; this designer reads version 1 an"),
+        (
+            {"version": 3},
+            "design file version 3 is not supported; this designer reads version 1 an",
+        ),
         ({"version": "1"}, "design file version must be an integer, got str"),
         ({"extra": 1}, r"design file has unknown keys \['extra'\]"),
         ({**V1, "layout": [[1]]}, "layout must be a tensor, got list"),
-        ({**V1, "layout": torch.ones(2, 4, 4)}, "layout must hold integers or bools, got dtype torch.fl"),
-        ({**V1, "layout": torch.ones(4, 4, dtype=torch.int64)}, r"rank 3 \(\[H, M, N\]\), got shape"),
+        (
+            {**V1, "layout": torch.ones(2, 4, 4)},
+            "layout must hold integers or bools, got dtype torch.fl",
+        ),
+        (
+            {**V1, "layout": torch.ones(4, 4, dtype=torch.int64)},
+            r"rank 3 \(\[H, M, N\]\), got shape",
+        ),
         ({**V1, "layout": torch.full((2, 4, 4), -1)}, r"only 0 and 1, got values in \[-1, -1\]"),
         ({"block_size": 0}, r"block_size must be in \[1, 4096\], got 0"),
         ({"seq_len_q": 100}, "seq_len_q = 100 does not match the layout: 4 q_blocks x block_size"),
@@ -250,8 +261,14 @@ V1 = {"version": 1}
         ({"created": "x" * 65}, "created must be a timestamp string of at most 64 characters"),
         ({"modified": None}, "modified must be a timestamp string"),
         ({"recipe": "causal"}, "recipe must be a dict, got str"),
-        ({**V1, "layout": torch.ones(2, 4, 4, dtype=torch.int64)}, "recipe does not rebuild the layout"),
-        ({**V1, "layout": torch.ones(3, 4, 4, dtype=torch.int64)}, r"builds a \[2, 4, 4\] layout with"),
+        (
+            {**V1, "layout": torch.ones(2, 4, 4, dtype=torch.int64)},
+            "recipe does not rebuild the layout",
+        ),
+        (
+            {**V1, "layout": torch.ones(3, 4, 4, dtype=torch.int64)},
+            r"builds a \[2, 4, 4\] layout with",
+        ),
         ({"block_size": 32, "seq_len_q": 128, "seq_len_k": 128}, "with block_size 16, but the"),
     ],
 )
