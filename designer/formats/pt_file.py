@@ -6,17 +6,21 @@ Layout of the file (version 2)::
      "layout": {"bits": uint8 [ceil(H * M * N / 8)], "shape": [H, M, N]},   # see packing.py
      "block_size": int, "seq_len_q": M * block_size, "seq_len_k": N * block_size,
      "causal": bool, "start_width": int | None, "name": str, "created": str, "modified": str,
-     "recipe": Recipe.to_dict() | None}
+     "recipe": uint8 [n] tensor of the UTF-8 JSON text of Recipe.to_dict() | None}
 
-The layout is bit-packed, so the largest design (4 × 4096 × 4096 blocks) is an 8 MiB file.
-Version 1 stored ``"layout"`` as an int64 ``[H, M, N]`` tensor (512 MiB at that size) and still
-loads. Reading (``designer.formats.read_design_file``, ``load_design``) trusts nothing: bounded
-bytes, a plain zip, ``weights_only`` unpickling (``torch_file``), then shape, bits, values, sizes,
+The layout is bit-packed, so the largest design (4 × 4096 × 4096 blocks) is an 8 MiB file. The
+recipe travels as JSON bytes in a tensor, so the pickle stays a few KiB whatever the edits
+(torch unpickles in Python; json parses in C). Version 1 stored ``"layout"`` as an int64
+``[H, M, N]`` tensor (512 MiB at that size) and ``"recipe"`` as a dict, and still loads.
+
+Reading (``designer.formats.read_design_file``, ``load_design``) trusts nothing: bounded bytes, a
+plain zip, ``weights_only`` unpickling (``torch_file``), then shape, bits, values, sizes,
 sequence lengths and the recipe (it must rebuild the stored layout exactly).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from typing import IO, Any
@@ -24,6 +28,7 @@ from typing import IO, Any
 import torch
 
 from designer.design import Design
+from designer.formats.json_recipe import parse_json
 from designer.formats.packing import pack_blocks, unpack_blocks
 from designer.formats.settings import (
     SETTING_KEYS,
@@ -34,7 +39,7 @@ from designer.formats.settings import (
 )
 from designer.formats.torch_file import file_tensor
 from designer.layout import Layout
-from designer.recipe import recipe_from_dict
+from designer.recipe import Recipe, recipe_from_dict
 from designer.validate import check_int, check_keys
 
 FORMAT = "blocksparse-design"
@@ -67,9 +72,23 @@ def save_design(design: Design, path_or_file: str | os.PathLike | IO[bytes]) -> 
         "seq_len_q": layout.seq_len_q,
         "seq_len_k": layout.seq_len_k,
         **settings,
-        "recipe": None if design.recipe is None else design.recipe.to_dict(),
+        "recipe": None if design.recipe is None else _recipe_tensor(design.recipe),
     }
     torch.save(content, path_or_file)
+
+
+def _recipe_tensor(recipe: Recipe) -> torch.Tensor:
+    text = json.dumps(recipe.to_dict(), separators=(",", ":"))
+    return torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8)
+
+
+def _read_recipe(value: Any, version: int) -> Recipe:
+    if version == 1:
+        return recipe_from_dict(value)
+    tensor = file_tensor("recipe", value)
+    if tensor.dtype != torch.uint8 or tensor.dim() != 1:
+        raise ValueError(f"recipe must be a uint8 [n] tensor of JSON text, got {tensor.dtype}")
+    return recipe_from_dict(parse_json(tensor.numpy().tobytes(), "recipe"))
 
 
 def design_from_content(content: Mapping[str, Any]) -> Design:
@@ -94,6 +113,6 @@ def design_from_content(content: Mapping[str, Any]) -> Design:
             )
     recipe = None
     if content["recipe"] is not None:
-        recipe = recipe_from_dict(content["recipe"])
+        recipe = _read_recipe(content["recipe"], version)
         check_rebuilds(recipe, layout)
     return design_from_settings(content, layout, recipe)

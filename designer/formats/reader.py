@@ -15,7 +15,7 @@ kind               what the file holds                                          
 
 Only a bare tensor takes ``bare_block_size``. Whatever the bytes, the result is a design or a
 ``ValueError`` of at most ``MAX_MESSAGE_CHARS`` characters, in time and memory bounded by
-``max_bytes``.
+``max_bytes`` (and ``max_pickle_bytes`` for the part torch unpickles in Python).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from designer.formats.json_recipe import MAX_JSON_CHARS, design_from_json
 from designer.formats.mit_blockmask import from_base_blockmask
 from designer.formats.pt_file import design_from_content
 from designer.formats.torch_file import (
+    MAX_PICKLE_BYTES,
     ZIP_MAGIC,
     PathOrFile,
     check_archive,
@@ -93,6 +94,7 @@ def read_design_file(
     *,
     bare_block_size: int = BARE_BLOCK_SIZE,
     max_bytes: int = MAX_FILE_BYTES,
+    max_pickle_bytes: int = MAX_PICKLE_BYTES,
 ) -> LoadedDesign:
     """Read any file the table above lists, from bytes, a path or a binary file object.
 
@@ -110,7 +112,7 @@ def read_design_file(
     max_bytes = check_int("max_bytes", max_bytes, low=1)
     data = read_bytes(path_or_file, max_bytes, "design file")
     try:
-        return _read(data, bare_block_size, max_bytes)
+        return _read(data, bare_block_size, max_bytes, max_pickle_bytes)
     except (ValueError, TypeError) as error:
         raise ValueError(capped(str(error))) from error
     except RecursionError as error:
@@ -120,7 +122,11 @@ def read_design_file(
 
 
 def load_design(
-    path_or_file: PathOrFile, *, block_size: int | None = None, max_bytes: int = MAX_FILE_BYTES
+    path_or_file: PathOrFile,
+    *,
+    block_size: int | None = None,
+    max_bytes: int = MAX_FILE_BYTES,
+    max_pickle_bytes: int = MAX_PICKLE_BYTES,
 ) -> Design:
     """The design in any file ``read_design_file`` reads (a ``.pt`` design file, most often).
 
@@ -137,7 +143,10 @@ def load_design(
     if block_size is not None:
         check_int("block_size", block_size, low=1)
     loaded = read_design_file(
-        path_or_file, bare_block_size=block_size or BARE_BLOCK_SIZE, max_bytes=max_bytes
+        path_or_file,
+        bare_block_size=block_size or BARE_BLOCK_SIZE,
+        max_bytes=max_bytes,
+        max_pickle_bytes=max_pickle_bytes,
     )
     found = loaded.design.layout.block_size
     if block_size is not None and not loaded.bare and block_size != found:
@@ -147,12 +156,12 @@ def load_design(
     return loaded.design
 
 
-def _read(data: bytes, bare_block_size: int, max_bytes: int) -> LoadedDesign:
+def _read(data: bytes, bare_block_size: int, max_bytes: int, max_pickle_bytes: int) -> LoadedDesign:
     if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
         return LoadedDesign(design_from_json(data), "recipe")
     if not data.startswith(ZIP_MAGIC):
         check_archive(data, max_bytes, "design file")  # raises, saying it is not a torch file
-    content = read_torch_file(data, max_bytes)
+    content = read_torch_file(data, max_bytes, "design file", max_pickle_bytes)
     if not isinstance(content, Mapping):
         with error_context("bare layout tensor", as_value_error=True):
             if not hasattr(content, "shape"):

@@ -33,16 +33,25 @@ PathOrFile = str | os.PathLike | bytes | bytearray | IO[bytes]
 
 #: The first bytes of a zip archive's first local file header.
 ZIP_MAGIC = b"PK\x03\x04"
+#: Largest pickle read. torch's ``weights_only`` unpickler runs in Python, about 4 s for a 24 MB
+#: pickle of small ints, so the pickle is bounded on its own; a design's pickle holds settings
+#: only (its layout and recipe are tensors, read as raw bytes), a few KiB.
+MAX_PICKLE_BYTES = 1 << 20
 
 
-def read_torch_file(path_or_file: PathOrFile, max_bytes: int, what: str = "design file") -> Any:
+def read_torch_file(
+    path_or_file: PathOrFile,
+    max_bytes: int,
+    what: str = "design file",
+    max_pickle_bytes: int = MAX_PICKLE_BYTES,
+) -> Any:
     """What ``torch.save`` wrote to ``path_or_file``, read safely (see the module docstring).
 
     Raises ``ValueError`` naming ``what`` for anything that is not a small, plain torch file,
     ``TypeError`` for a wrong argument and ``OSError`` if a path cannot be opened.
     """
     data = read_bytes(path_or_file, max_bytes, what)
-    check_archive(data, max_bytes, what)
+    check_archive(data, max_bytes, what, max_pickle_bytes)
     return _unpickle(data, what)
 
 
@@ -70,7 +79,12 @@ def read_bytes(path_or_file: PathOrFile, max_bytes: int, what: str) -> bytes:
 
 def _read_regular_file(path: str | os.PathLike, max_bytes: int, what: str) -> bytes:
     # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
-    handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except IsADirectoryError as error:
+        raise ValueError(
+            f"{what} must be a regular file; {os.fspath(path)!r:.200} is not"
+        ) from error
     with os.fdopen(handle, "rb") as file:
         info = os.fstat(file.fileno())
         if not stat.S_ISREG(info.st_mode):
@@ -82,8 +96,11 @@ def _read_regular_file(path: str | os.PathLike, max_bytes: int, what: str) -> by
         return file.read(max_bytes + 1)
 
 
-def check_archive(data: bytes, max_bytes: int, what: str) -> None:
-    """Refuse anything but one complete zip archive from offset 0 that unpacks to ``max_bytes``."""
+def check_archive(
+    data: bytes, max_bytes: int, what: str, max_pickle_bytes: int = MAX_PICKLE_BYTES
+) -> None:
+    """Refuse anything but one complete zip archive from offset 0 that unpacks to ``max_bytes``
+    and whose pickle is at most ``max_pickle_bytes``."""
     if not data.startswith(ZIP_MAGIC):
         raise ValueError(
             f"{what} is not a torch file: torch.save writes a zip archive, and these bytes do not "

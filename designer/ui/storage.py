@@ -223,6 +223,9 @@ class DesignStore:
 
 def _read(path: Path) -> Design:
     try:
-        return load_design(path, max_bytes=MAX_LEGACY_FILE_BYTES)  # our own files: version 1 too
+        # Our own files: version 1 too (int64 layout, recipe as lists in the pickle).
+        return load_design(
+            path, max_bytes=MAX_LEGACY_FILE_BYTES, max_pickle_bytes=MAX_LEGACY_FILE_BYTES
+        )
     except ValueError as error:
         raise ValueError(f"cannot read {path}: {error}") from error

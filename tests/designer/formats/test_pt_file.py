@@ -1,4 +1,5 @@
 import io
+import json
 import os
 import pickle
 import time
@@ -12,6 +13,7 @@ from hypothesis import given, settings
 from designer.design import Design
 from designer.edit import EditOp, Row
 from designer.formats import LoadedDesign, load_design, read_design_file, save_design
+from designer.formats.packing import pack_blocks
 from designer.layout import Layout
 from designer.recipe import Recipe, RecipeStep
 from tests.designer.formats.strategies import designs
@@ -72,7 +74,8 @@ def test_file_holds_the_documented_plain_dict(content, recipe_design):
     unpacked = np.unpackbits(bits.numpy(), count=2 * 4 * 4).reshape(shape)
     assert np.array_equal(unpacked, recipe_design.layout.to_numpy())
     assert (content["block_size"], content["seq_len_q"], content["seq_len_k"]) == (16, 64, 64)
-    assert content["recipe"] == recipe_design.recipe.to_dict()
+    recipe_text = content["recipe"].numpy().tobytes().decode("utf-8")
+    assert json.loads(recipe_text) == recipe_design.recipe.to_dict()
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool])
@@ -260,13 +263,15 @@ V1 = {"version": 1}
         ({"start_width": -1}, r"start_width must be in \[0, 65536\], got -1"),
         ({"created": "x" * 65}, "created must be a timestamp string of at most 64 characters"),
         ({"modified": None}, "modified must be a timestamp string"),
-        ({"recipe": "causal"}, "recipe must be a dict, got str"),
+        ({"recipe": "causal"}, "recipe must be a tensor, got str"),
+        ({"recipe": torch.tensor([1.0])}, r"recipe must be a uint8 \[n\] tensor of JSON"),
+        ({"recipe": torch.tensor(list(b"[1, 2"), dtype=torch.uint8)}, "recipe is not valid JSON"),
         (
-            {**V1, "layout": torch.ones(2, 4, 4, dtype=torch.int64)},
+            {"layout": pack_blocks(Layout(torch.ones(2, 4, 4, dtype=torch.bool), 16))},
             "recipe does not rebuild the layout",
         ),
         (
-            {**V1, "layout": torch.ones(3, 4, 4, dtype=torch.int64)},
+            {"layout": pack_blocks(Layout(torch.ones(3, 4, 4, dtype=torch.bool), 16))},
             r"builds a \[2, 4, 4\] layout with",
         ),
         ({"block_size": 32, "seq_len_q": 128, "seq_len_k": 128}, "with block_size 16, but the"),
@@ -283,11 +288,25 @@ def test_missing_key_is_named(content):
         load_design(saved(content))
 
 
+def test_version_1_files_still_load(recipe_design, content):
+    """Version 1: an int64 layout and the recipe as a dict in the pickle."""
+    old = {
+        **content,
+        "version": 1,
+        "layout": recipe_design.layout.to_int64(),
+        "recipe": recipe_design.recipe.to_dict(),
+    }
+    assert load_design(saved(old)) == recipe_design
+    with pytest.raises(ValueError, match="recipe must be a dict, got str"):
+        load_design(saved({**old, "recipe": "causal"}))
+
+
 def test_recipe_mismatch_counts_the_blocks(recipe_design, content):
-    flipped = recipe_design.layout.to_int64()
-    flipped[1, 3, 0] = 1 - flipped[1, 3, 0]
+    flipped = recipe_design.layout.blocks.clone()
+    flipped[1, 3, 0] = ~flipped[1, 3, 0]
+    packed = pack_blocks(Layout(flipped, 16))
     with pytest.raises(ValueError, match="recipe does not rebuild the layout: 1 of 32 blocks diff"):
-        load_design(saved({**content, "version": 1, "layout": flipped}))
+        load_design(saved({**content, "layout": packed}))
 
 
 def test_block_size_argument_must_agree_with_the_file(recipe_design):
