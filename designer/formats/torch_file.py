@@ -79,20 +79,19 @@ def read_bytes(path_or_file: PathOrFile, max_bytes: int, what: str) -> bytes:
 
 def _read_regular_file(path: str | os.PathLike, max_bytes: int, what: str) -> bytes:
     # O_NONBLOCK: opening a FIFO must not wait for a writer; fstat then refuses it.
+    handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     try:
-        handle = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    except IsADirectoryError as error:
-        raise ValueError(
-            f"{what} must be a regular file; {os.fspath(path)!r:.200} is not"
-        ) from error
-    with os.fdopen(handle, "rb") as file:
-        info = os.fstat(file.fileno())
+        info = os.fstat(handle)
         if not stat.S_ISREG(info.st_mode):
             raise ValueError(f"{what} must be a regular file; {os.fspath(path)!r:.200} is not")
         if info.st_size > max_bytes:
             raise ValueError(
                 f"{what} is {info.st_size:,} bytes, more than the limit of {max_bytes:,}"
             )
+    except BaseException:
+        os.close(handle)
+        raise
+    with os.fdopen(handle, "rb") as file:
         return file.read(max_bytes + 1)
 
 
@@ -123,6 +122,12 @@ def check_archive(
         raise ValueError(
             f"{what} unpacks to {unpacked:,} bytes, more than the limit of {max_bytes:,}"
         )
+    for entry in entries:
+        if entry.filename.endswith("data.pkl") and entry.file_size > max_pickle_bytes:
+            raise ValueError(
+                f"{what} has a {entry.file_size:,}-byte pickle, more than the limit of "
+                f"{max_pickle_bytes:,}: a design keeps its data in tensors, not in Python lists"
+            )
 
 
 def _unpickle(data: bytes, what: str) -> Any:
