@@ -270,7 +270,12 @@ def test_library_save_and_open(data_dir):
     assert DesignStore(data_dir).names() == ["my bigbird"]
     assert current(at).name == "my bigbird" and at.title[0].value == "my bigbird"
     saved = current(at).layout
+    at.session_state["tab"] = "Patterns"  # an edit elsewhere, the Files tab closed meanwhile
+    at.run()
+    at.number_input(key=WINDOW).set_value(9).run()
     at.number_input(key=keys.N_HEADS).set_value(4).run()
+    at.session_state["tab"] = "Files"
+    at.run()
     assert current(at).layout.n_heads == 4
     assert at.selectbox(key=keys.LIBRARY_PICK).value == "my bigbird", "the pick survives edits"
     at.button(key="library_load").click().run()
@@ -325,6 +330,27 @@ def test_a_rejected_upload_says_so_once(data_dir):
     assert len(at.error) == 1
     at.number_input(key=keys.N_HEADS).set_value(2).run()
     assert not at.error, "the error answered the upload; a later change does not repeat it"
+
+
+def test_every_tensor_download_uploads_back(data_dir, monkeypatch):
+    built = {}
+    original = MediaFileManager.add_deferred
+
+    def record(self, data_callable, *args, **kwargs):
+        built[kwargs["file_name"]] = data_callable
+        return original(self, data_callable, *args, **kwargs)
+
+    monkeypatch.setattr(MediaFileManager, "add_deferred", record)
+    at = open_app(tab="Files")
+    design = current(at)
+    help_text = at.download_button(key="download_pt_FlexAttention BlockMask").help
+    assert "without it, eager flex_attention attends to every token pair" in help_text
+    for name in ("BigBird_4k_blockmask.pt", "BigBird_4k_csr.pt", "BigBird_4k.json"):
+        upload(at, name, built[name]())
+        assert not at.error, name
+        assert current(at).layout == design.layout, name
+    upload(at, "BigBird_4k_deepspeed.pt", built["BigBird_4k_deepspeed.pt"](), block_size=64)
+    assert current(at).layout == design.layout
 
 
 def test_library_refuses_a_bad_name(data_dir):

@@ -31,18 +31,16 @@ def test_global_indices_inside_the_layout_still_work():
 
 
 @pytest.mark.parametrize("different", [False, True])
-def test_shared_and_per_head_layouts_equal_deepspeed(different):
+@pytest.mark.parametrize(
+    ("pattern", "config_class"),
+    [("deepspeed_bigbird", BigBirdSparsityConfig), ("deepspeed_variable", VariableSparsityConfig)],
+)
+def test_shared_and_per_head_layouts_equal_deepspeed(different, pattern, config_class):
     """Building one head and broadcasting it gives DeepSpeed's layout and draws."""
     params = {"num_random_blocks": 2, "different_layout_per_head": different, "seed": 7}
-    made = make_pattern("deepspeed_bigbird", 3, 8, 8, 16, params)
+    made = make_pattern(pattern, 3, 8, 8, 16, params)
     random.seed(7)
-    expected = BigBirdSparsityConfig(
+    expected = config_class(
         3, 16, different_layout_per_head=different, num_random_blocks=2
     ).make_layout(128)
     assert torch.equal(made.blocks, expected.bool())
-    variable = make_pattern("deepspeed_variable", 4, 8, 8, 16, params)
-    random.seed(7)
-    expected = VariableSparsityConfig(
-        4, 16, different_layout_per_head=different, num_random_blocks=2
-    ).make_layout(128)
-    assert torch.equal(variable.blocks, expected.bool())
