@@ -157,8 +157,9 @@ def load_design(
 
 
 def _read(data: bytes, bare_block_size: int, max_bytes: int, max_pickle_bytes: int) -> LoadedDesign:
-    if data.lstrip(b"\xef\xbb\xbf \t\r\n").startswith(b"{"):
-        return LoadedDesign(design_from_json(data), "recipe")
+    text = data.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark some editors write
+    if text.lstrip(b" \t\r\n").startswith(b"{"):
+        return LoadedDesign(design_from_json(text), "recipe")
     if not data.startswith(ZIP_MAGIC):
         check_archive(data, max_bytes, "design file")  # raises, saying it is not a torch file
     content = read_torch_file(data, max_bytes, "design file", max_pickle_bytes)

@@ -42,8 +42,9 @@ def test_a_bare_tensor_takes_the_block_size_it_is_given(rng):
 def test_a_json_recipe_is_recognised_by_its_content():
     recipe = Recipe(2, 4, 4, 64, steps=(RecipeStep("causal"),))
     design = Design(recipe.build(), name="r", recipe=recipe)
-    for name in ("r.json", "r.pt"):
-        loaded = read_upload(name, recipe_to_json(design).encode(), 16)
+    text = recipe_to_json(design).encode()
+    for name, data in (("r.json", text), ("r.pt", text), ("bom.json", b"\xef\xbb\xbf" + text)):
+        loaded = read_upload(name, data, 16)
         assert loaded.kind == "recipe" and loaded.design.layout == design.layout
 
 
