@@ -6,11 +6,15 @@
 - CSR: ``to_csr`` / ``from_csr``;
 - MIT Block-Sparse-Attention: ``to_base_blockmask`` / ``from_base_blockmask``;
 - JSON recipe: ``recipe_to_json`` / ``design_from_json``;
-- ``python_snippet``: code that loads a saved design, for the app's download.
+- code for users' scripts: ``python_snippet`` loads a saved design, ``flex_snippet`` builds its
+  FlexAttention ``BlockMask`` with a ``mask_mod``, ``deepspeed_snippet`` is a ``SparsityConfig``
+  subclass returning it.
 """
 
 from designer.formats.block_mask import block_mask_tensors, from_block_mask, to_block_mask
 from designer.formats.csr import from_csr, to_csr
+from designer.formats.deepspeed_snippet import deepspeed_snippet
+from designer.formats.flex_snippet import flex_snippet
 from designer.formats.json_recipe import design_from_json, recipe_to_json
 from designer.formats.mit_blockmask import MIT_BLOCK_SIZE, from_base_blockmask, to_base_blockmask
 from designer.formats.pt_file import save_design
@@ -21,7 +25,9 @@ __all__ = [
     "MIT_BLOCK_SIZE",
     "LoadedDesign",
     "block_mask_tensors",
+    "deepspeed_snippet",
     "design_from_json",
+    "flex_snippet",
     "from_base_blockmask",
     "from_block_mask",
     "from_csr",

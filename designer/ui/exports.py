@@ -21,13 +21,13 @@ from designer.design import Design
 from designer.formats import (
     MIT_BLOCK_SIZE,
     block_mask_tensors,
+    deepspeed_snippet,
+    flex_snippet,
     python_snippet,
     recipe_to_json,
     to_base_blockmask,
     to_csr,
 )
-from designer.formats.deepspeed_snippet import deepspeed_snippet
-from designer.formats.flex_snippet import flex_snippet
 from designer.ui.storage import design_bytes
 
 
