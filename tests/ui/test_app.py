@@ -240,15 +240,21 @@ def test_bad_uploads_say_why_and_keep_the_design(data_dir, capsys):
     assert "this must never run" not in capsys.readouterr().out
 
 
-def test_downloads_hold_the_design(data_dir, monkeypatch):
-    built = {}
+@pytest.fixture
+def built(monkeypatch):
+    """``{file name: make bytes}`` of every download the app offers, as Streamlit gets them."""
+    made = {}
     original = MediaFileManager.add_deferred
 
     def record(self, data_callable, *args, **kwargs):
-        built[kwargs["file_name"]] = data_callable
+        made[kwargs["file_name"]] = data_callable
         return original(self, data_callable, *args, **kwargs)
 
     monkeypatch.setattr(MediaFileManager, "add_deferred", record)
+    return made
+
+
+def test_downloads_hold_the_design(data_dir, built):
     at = open_app(tab="Files")
     design = current(at)
     assert load_design(built["BigBird_4k.pt"]()).layout == design.layout
@@ -332,15 +338,7 @@ def test_a_rejected_upload_says_so_once(data_dir):
     assert not at.error, "the error answered the upload; a later change does not repeat it"
 
 
-def test_every_tensor_download_uploads_back(data_dir, monkeypatch):
-    built = {}
-    original = MediaFileManager.add_deferred
-
-    def record(self, data_callable, *args, **kwargs):
-        built[kwargs["file_name"]] = data_callable
-        return original(self, data_callable, *args, **kwargs)
-
-    monkeypatch.setattr(MediaFileManager, "add_deferred", record)
+def test_every_tensor_download_uploads_back(data_dir, built):
     at = open_app(tab="Files")
     design = current(at)
     help_text = at.download_button(key="download_pt_FlexAttention BlockMask").help
