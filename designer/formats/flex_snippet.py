@@ -2,8 +2,9 @@
 
 Two forms, chosen by the design:
 
-- a **closed form** where the recipe is one known family on every head with no edits (causal, a
-  sliding window): ``create_block_mask`` with a ``mask_mod`` over block indices, no file needed;
+- a **closed form** where the recipe is one known family on every head with no edits (causal,
+  sliding window, block-diagonal, prefix-LM, attention sinks): ``create_block_mask`` with a
+  ``mask_mod`` over block indices, no file needed;
 - otherwise the **tensors file** (``block_mask_tensors``): ``BlockMask.from_kv_blocks`` rebuilt
   with the layout's own ``mask_mod``. Without one, eager ``flex_attention`` (CPU) attends to every
   token pair whatever the blocks; with it, eager and compiled runs agree.
@@ -14,29 +15,54 @@ Both add ``q_idx >= kv_idx`` for causal designs. Names and numbers are embedded 
 from __future__ import annotations
 
 import textwrap
+from collections.abc import Callable
 
 from designer.design import Design
 from designer.formats.snippet import check_filename
+from designer.patterns.registry import PATTERNS
 
 
 def closed_form(design: Design) -> str | None:
-    """The ``mask_mod`` body (over ``qb``, ``kb``: block indices) of a known family, or None."""
+    """The ``mask_mod`` rule (over ``qb``, ``kb``: block indices) of a known family, or None.
+
+    Known: causal, sliding window, block-diagonal, prefix-LM and attention sinks, each as the one
+    step of the recipe on every head, with one value per parameter and no edits.
+    """
     recipe = design.recipe
     if recipe is None or recipe.edits or len(recipe.steps) != 1:
         return None
     step = recipe.steps[0]
     if step.heads is not None or step.combine not in ("replace", "union"):
         return None
-    if step.pattern == "causal":
-        return "kb <= qb"
-    if step.pattern == "sliding_window":
-        window = step.params.get("window_blocks", 4)
-        if not isinstance(window, int):
-            return None  # one window per head: not one closed form
-        if step.params.get("causal", True):
-            return f"(qb - kb >= 0) & (qb - kb < {window})"
-        return f"(qb - kb < {window}) & (kb - qb < {window})"
-    return None
+    spec = PATTERNS[step.pattern]
+    values = {param.name: step.params.get(param.name, param.default) for param in spec.params}
+    if any(isinstance(value, (list, tuple)) for value in values.values()):
+        return None  # one value per head: not one closed form
+    rule = _RULES.get(step.pattern)
+    return None if rule is None else rule(**values)
+
+
+def _sliding_window(window_blocks: int, causal: bool) -> str:
+    if causal:
+        return f"(qb - kb >= 0) & (qb - kb < {window_blocks})"
+    return f"(qb - kb < {window_blocks}) & (kb - qb < {window_blocks})"
+
+
+def _block_diagonal(chunk_blocks: int, causal: bool) -> str:
+    same_chunk = f"(qb // {chunk_blocks} == kb // {chunk_blocks})"
+    return f"{same_chunk} & (kb <= qb)" if causal else same_chunk
+
+
+#: Each family's rule, exactly as its generator's docstring states it.
+_RULES: dict[str, Callable[..., str]] = {
+    "causal": lambda: "kb <= qb",
+    "sliding_window": _sliding_window,
+    "block_diagonal": _block_diagonal,
+    "prefix_lm": lambda prefix_blocks: f"(kb <= qb) | (kb < {prefix_blocks})",
+    "attention_sinks": lambda sink_blocks, window_blocks: (
+        f"(qb - kb >= 0) & ((kb < {sink_blocks}) | (qb - kb < {window_blocks}))"
+    ),
+}
 
 
 def flex_snippet(design: Design, tensors_filename: str) -> str:

@@ -82,8 +82,8 @@ def exports(design: Design) -> list[Export]:
             "FlexAttention snippet",
             f"flex_{stem}.py",
             "text/x-python",
-            "Builds the BlockMask with its mask_mod (closed form for a plain causal or sliding "
-            f"window design, else from {stem}_blockmask.pt) and runs flex_attention.",
+            "Builds the BlockMask with its mask_mod (a closed form for one causal, window, "
+            f"chunk, prefix or sinks step, else from {stem}_blockmask.pt) and runs flex_attention.",
             lambda: flex_snippet(design, f"{stem}_blockmask.pt").encode("utf-8"),
         ),
         Export(

@@ -30,6 +30,16 @@ DESIGNS = {
     "bidirectional window closed form": recipe_design(
         (RecipeStep("sliding_window", {"window_blocks": 2, "causal": False}),), shape=(5, 7)
     ),
+    "chunks closed form": recipe_design(
+        (RecipeStep("block_diagonal", {"chunk_blocks": 2, "causal": True}),)
+    ),
+    "prefix closed form": recipe_design((RecipeStep("prefix_lm", {"prefix_blocks": 2}),)),
+    "sinks closed form": recipe_design(
+        (RecipeStep("attention_sinks", {"sink_blocks": 1, "window_blocks": 2}),), causal=True
+    ),
+    "per-head windows, from the file": recipe_design(
+        (RecipeStep("sliding_window", {"window_blocks": [1, 3]}),)
+    ),
     "random, from the file": recipe_design((RecipeStep("random_per_row", {"seed": 2}),)),
     "random causal, from the file": recipe_design(
         (RecipeStep("random_per_row", {"seed": 3}),), causal=True
