@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import threading
 import time
 from pathlib import Path
@@ -91,3 +92,16 @@ def test_a_session_renders_in_time_while_another_uploads_the_largest_design(data
     assert renders, "the upload finished before a victim could render"
     # Target 1 s (benchmarks/bounded_cost.py measures it); this guard is generous for CI.
     assert max(renders) < 3.0, renders
+
+
+def test_the_server_tidies_its_data_directory_when_it_starts(data_dir):
+    autosaves = data_dir / "autosave"
+    autosaves.mkdir()
+    orphan = autosaves / ".crashed.pt.x1.tmp"
+    orphan.write_bytes(b"half a design")
+    hour_ago = time.time() - 3600
+    os.utime(orphan, (hour_ago, hour_ago))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception
+    assert not orphan.exists()
