@@ -105,3 +105,11 @@ def test_replayed_edits_equal_the_layout_operations(n_heads):
     for op in edits:
         layout = apply_edit(layout, op)
     assert torch.equal(recipe.build().blocks, layout.blocks)
+
+
+def test_200_transposes_at_the_largest_size_build_in_time():
+    recipe = Recipe(16, 2048, 2048, 16, steps=(RecipeStep("causal"),), edits=(Transpose(),) * 200)
+    start = time.perf_counter()
+    layout = recipe.build()
+    assert time.perf_counter() - start < 5.0  # once 44.6 s; a generous guard for CI
+    assert torch.equal(layout.blocks[0, :3, :3], torch.ones(3, 3, dtype=torch.bool).tril())

@@ -38,6 +38,13 @@ def test_config_turns_off_details_and_statistics_and_fits_the_largest_file():
     assert config["server"]["maxUploadSize"] == MAX_UPLOAD_MIB
 
 
+def test_torch_is_new_enough_for_weights_only_loading():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert '"torch>=2.10,' in text
+    major, minor = (int(part) for part in torch.__version__.split(".")[:2])
+    assert (major, minor) >= (2, 10)
+
+
 def test_plain_leaves_no_markdown_active():
     for name in ("![p](http://host/pixel.png)", "*x* _y_ `z`", ":red[hi] :material/home:", "$x$"):
         escaped = plain(name)

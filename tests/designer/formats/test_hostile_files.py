@@ -112,6 +112,14 @@ def test_a_long_value_gives_a_short_message(design_content):
     refused(saved({**design_content, "name": ["y" * 100] * 1000}), "name must be")
 
 
+def test_a_json_recipe_with_a_2m_item_list_gives_a_short_message():
+    content = json.loads(JSON)
+    content["recipe"]["block_size"] = list(range(1_900_000))
+    data = json.dumps(content).encode()
+    assert len(data) < 16 << 20
+    refused(data, r"block_size must be an integer, got list \[0, 1, 2, 3, \.\.\.\]")
+
+
 def test_an_expanded_tensor_is_refused_by_its_bytes(design_content):
     huge = torch.ones(1, dtype=torch.int64).expand(4, 4096, 4096)
     for data in (saved(huge), saved({**design_content, "version": 1, "layout": huge})):
