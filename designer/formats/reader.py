@@ -119,6 +119,10 @@ def read_design_file(
         raise ValueError("file nests its values too deeply to be a design") from error
     except MemoryError as error:
         raise ValueError("file needs more memory than a design may take") from error
+    except Exception as error:  # the edge of the loader: whatever the bytes, a ValueError
+        raise ValueError(
+            capped(f"design file could not be read: {type(error).__name__}: {error}")
+        ) from error
 
 
 def load_design(

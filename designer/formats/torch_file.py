@@ -108,7 +108,7 @@ def check_archive(
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             entries = archive.infolist()
-    except (zipfile.BadZipFile, ValueError, OSError) as error:
+    except (zipfile.BadZipFile, ValueError, OSError, NotImplementedError, EOFError) as error:
         raise ValueError(
             f"{what} is not a complete zip archive, or it is truncated ({capped(str(error), 120)})"
         ) from error

@@ -155,6 +155,14 @@ def test_a_deflated_zip_of_zeros_is_refused():
     refused(buffer.getvalue(), "unpacks to")
 
 
+def test_a_zip_of_an_unknown_version_is_refused():
+    """Found by the fuzz test below: zipfile raised NotImplementedError for it."""
+    data = bytearray(PT)
+    directory = data.find(b"PK\x01\x02")
+    data[directory + 6 : directory + 8] = (64).to_bytes(2, "little")  # version needed: 6.4
+    refused(bytes(data), "not a complete zip archive")
+
+
 def test_only_regular_files_are_opened(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
