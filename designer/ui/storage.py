@@ -30,12 +30,14 @@ import re
 import secrets
 import tempfile
 import time
+import unicodedata
 from dataclasses import replace
 from pathlib import Path
 
 from designer.design import Design, now_iso
 from designer.formats import design_from_json, load_design, save_design
 from designer.formats.reader import MAX_LEGACY_FILE_BYTES
+from designer.validate import shown
 
 DATA_DIR_ENV = "BSD_DATA_DIR"
 AUTOSAVE_DAYS_ENV = "BSD_AUTOSAVE_DAYS"
@@ -48,7 +50,8 @@ SUFFIX = ".pt"
 DEFAULT_DESIGN_FILE = Path(__file__).resolve().parents[2] / "assets" / "default_design.json"
 
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
-_LIBRARY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 _.+-]{0,79}")
+#: Letters and digits of any script, ``_``, then also spaces and ``. + -``: safe as a file name.
+_LIBRARY_NAME = re.compile(r"\w[\w .+-]{0,79}")
 
 
 def default_data_dir() -> Path:
@@ -133,11 +136,13 @@ def check_session_id(session_id: object) -> str:
 
 def check_library_name(name: object) -> str:
     """Return ``name`` stripped if it can name a library file, or raise saying what is allowed."""
-    if isinstance(name, str) and _LIBRARY_NAME.fullmatch(name.strip()):
-        return name.strip()
+    if isinstance(name, str):
+        name = unicodedata.normalize("NFC", name.strip())
+        if _LIBRARY_NAME.fullmatch(name):
+            return name
     raise ValueError(
-        "design name must be 1 to 80 letters, digits, spaces or '_ . + -', not starting with "
-        f"a space, '.' or '-', got {name!r}"
+        "design name must be 1 to 80 letters (any script), digits, spaces or '_ . + -', not "
+        f"starting with a space, '.' or '-', got {shown(name)}"
     )
 
 

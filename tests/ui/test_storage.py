@@ -76,7 +76,9 @@ def test_library_load_of_a_missing_or_broken_design(tmp_path, rng):
         store.load("broken")
 
 
-@pytest.mark.parametrize("name", ["", "   ", "../escape", ".hidden", "-dash", "a/b", "x" * 81, 3])
+@pytest.mark.parametrize(
+    "name", ["", "   ", "../escape", ".hidden", "-dash", "a/b", "x" * 81, 3, "a\x00b", "a:b"]
+)
 def test_library_names_are_checked(name):
     with pytest.raises(ValueError, match="design name must be 1 to 80 letters"):
         check_library_name(name)
@@ -84,6 +86,14 @@ def test_library_names_are_checked(name):
 
 def test_library_name_is_stripped():
     assert check_library_name("  BigBird 8k v2.1  ") == "BigBird 8k v2.1"
+
+
+def test_library_names_keep_letters_of_any_script(tmp_path, rng):
+    assert check_library_name("ünïcode") == "ünïcode"
+    assert check_library_name("u\u0308nicode") == "ünicode"  # one spelling of each letter (NFC)
+    store = DesignStore(tmp_path)
+    store.save("日本語 design", design(rng))
+    assert store.names() == ["日本語 design"]
 
 
 def test_autosave_is_per_session(tmp_path, rng):
