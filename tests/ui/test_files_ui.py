@@ -81,6 +81,8 @@ def test_the_upload_limit_fits_the_largest_design():
     assert len(data) <= 8 * 2**20 + 4096, "a 4 x 4096^2 design is about 8 MiB"
     assert len(data) <= MAX_UPLOAD_MIB * 2**20
     assert read_upload("largest.pt", data, 16).design == largest
+    download = next(export for export in exports(largest) if export.file_name == "largest.pt")
+    assert read_upload("largest.pt", download.build(), 16).design == largest  # the app's own
 
 
 @pytest.mark.parametrize(
