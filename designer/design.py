@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from designer.layout import Layout
-from designer.validate import check_bool, check_int
+from designer.validate import check_bool, check_int, shown
 
 if TYPE_CHECKING:
     from designer.recipe import Recipe
@@ -51,7 +51,7 @@ class Design:
             raise TypeError(f"layout must be a Layout, got {type(self.layout).__name__}")
         if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 200:
             raise ValueError(
-                f"name must be a non-empty string of at most 200 characters, got {self.name!r}"
+                f"name must be a non-empty string of at most 200 characters, got {shown(self.name)}"
             )
         check_bool("causal", self.causal)
         if self.start_width is not None:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 import numpy as np
+import torch
 
 from designer.edit import (
     CopyHead,
@@ -35,6 +36,8 @@ from designer.edit import (
 )
 from designer.layout import MAX_BLOCK_SIZE, Layout
 from designer.patterns.registry import PATTERNS, make_pattern
+from designer.recipe_cost import check_budget, copy_ns, edit_ns, step_ns
+from designer.recipe_replay import replay_edit
 from designer.validate import (
     check_choice,
     check_float,
@@ -163,13 +166,13 @@ def _edited_shape(index: int, op: Any, shape: Shape) -> Shape:
         return op.output_shape(shape)
 
 
-def _combine(current: Layout, made: Layout, how: str) -> Layout:
+def _combine(current: torch.Tensor, made: torch.Tensor, how: str) -> torch.Tensor:
     if how == "union":
-        return current.union(made)
+        return current | made
     if how == "intersect":
-        return current.intersection(made)
+        return current & made
     if how == "subtract":
-        return current.difference(made)
+        return current & ~made
     return made
 
 
@@ -196,12 +199,21 @@ class Recipe:
             if not isinstance(step, RecipeStep):
                 raise TypeError(f"steps[{i}] must be a RecipeStep, got {type(step).__name__}")
             fit_heads(f"steps[{i}].heads", step.heads or (), self.n_heads)
+        ns = 0
+        for step in steps:
+            heads = self.n_heads if step.heads is None else len(step.heads)
+            ns += step_ns(step.pattern, step.params, heads, *shape[1:])
         edits = tuple(_check_items("edits", self.edits, MAX_EDITS))
         for i, op in enumerate(edits):
-            shape = _edited_shape(i, op, shape)
+            new_shape = _edited_shape(i, op, shape)
+            ns += edit_ns(op, shape)
+            shape = new_shape
+        transposes = sum(isinstance(op, Transpose) for op in edits)
+        check_budget(ns + copy_ns(shape, transposes))
         object.__setattr__(self, "steps", steps)
         object.__setattr__(self, "edits", edits)
         self.__dict__["_shape_after_edits"] = shape  # what the next edit must fit
+        self.__dict__["_cost"] = (ns, transposes)  # estimated build time before the final copy
 
     def build(self) -> Layout:
         """The layout this recipe makes (built once, then shared: layouts are immutable)."""
@@ -209,23 +221,23 @@ class Recipe:
 
     @functools.cached_property
     def _layout(self) -> Layout:
-        layout = Layout.zeros(self.n_heads, self.n_q_blocks, self.n_k_blocks, self.block_size)
+        """Steps and edits applied in place to one working grid, then one ``Layout`` made."""
+        blocks = torch.zeros(self.n_heads, self.n_q_blocks, self.n_k_blocks, dtype=torch.bool)
         for i, step in enumerate(self.steps):
-            heads = list(range(self.n_heads)) if step.heads is None else list(step.heads)
+            heads = slice(None) if step.heads is None else list(step.heads)
             with error_context(f"steps[{i}] ({step.pattern})"):
                 made = make_pattern(
                     step.pattern,
-                    len(heads),
+                    self.n_heads if step.heads is None else len(step.heads),
                     self.n_q_blocks,
                     self.n_k_blocks,
                     self.block_size,
                     step.params.to_plain(),
-                )
-            combined = _combine(layout.select_heads(heads), made, step.combine)
-            layout = layout.with_heads(heads, combined)
+                ).blocks
+            blocks[heads] = _combine(blocks[heads], made, step.combine)
         for op in self.edits:
-            layout = apply_edit(layout, op)
-        return layout
+            blocks = replay_edit(blocks, op)
+        return Layout(blocks, self.block_size)
 
     def with_step(self, step: RecipeStep) -> Recipe:
         """The same recipe with one more pattern step (before the edits)."""
@@ -239,12 +251,17 @@ class Recipe:
         stays cheap however long the edit list grows.
         """
         edits = tuple(_check_items("edits", (*self.edits, op), MAX_EDITS))
-        shape = _edited_shape(len(self.edits), op, self.__dict__["_shape_after_edits"])
+        before = self.__dict__["_shape_after_edits"]
+        shape = _edited_shape(len(self.edits), op, before)
+        ns, transposes = self.__dict__["_cost"]
+        ns, transposes = ns + edit_ns(op, before), transposes + isinstance(op, Transpose)
+        check_budget(ns + copy_ns(shape, transposes))
         extended = object.__new__(Recipe)  # fields already checked: no __post_init__ again
         extended.__dict__.update(
             {f.name: getattr(self, f.name) for f in fields(self)},
             edits=edits,
             _shape_after_edits=shape,
+            _cost=(ns, transposes),
         )
         if "_layout" in self.__dict__:
             extended.__dict__["_layout"] = apply_edit(self._layout, op)

@@ -58,6 +58,13 @@ class _Region:
         mask[self._where()] = True
         return mask
 
+    def index(self, n_rows: int, n_cols: int) -> tuple[Any, ...]:
+        """The region's blocks as an index into a ``[n_rows, n_cols]`` grid; raises if it does
+        not fit. Costs the region's size, not the grid's (a band gives its mask)."""
+        self.check_fits(n_rows, n_cols)
+        where = self._where()
+        return where if isinstance(where, tuple) else (where,)
+
     def _where(self) -> Any:
         """The index of the region's blocks in a grid it fits."""
         raise NotImplementedError
@@ -211,6 +218,9 @@ class Band(_Region):
     def mask(self, n_rows: int, n_cols: int) -> torch.Tensor:
         offset = torch.arange(n_cols)[None, :] - torch.arange(n_rows)[:, None]
         return (offset >= self.lo) & (offset <= self.hi)
+
+    def index(self, n_rows: int, n_cols: int) -> tuple[Any, ...]:
+        return (self.mask(n_rows, n_cols),)
 
 
 Region = Cells | Rect | Row | Column | Band

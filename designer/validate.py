@@ -8,6 +8,7 @@ knows which widget or argument to fix.
 from __future__ import annotations
 
 import numbers
+import reprlib
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -23,6 +24,30 @@ MAX_LAYOUT_CELLS = 1 << 26
 MAX_HEADS = 1024
 #: The most query or key blocks a layout may have.
 MAX_BLOCKS = 1 << 16
+#: Longest error message a loader raises: enough to say what is wrong, never the payload itself.
+MAX_MESSAGE_CHARS = 400
+
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother = 2, 60, 60
+_SHOW.maxlist = _SHOW.maxtuple = _SHOW.maxdict = _SHOW.maxset = 4
+
+
+def shown(value: Any) -> str:
+    """A short ``repr`` of ``value`` for messages: bounded length and depth, whatever it holds.
+
+    >>> shown([[[[1]]]] * 1000)
+    '[[[...]], [[...]], [[...]], [[...]], ...]'
+    """
+    return _SHOW.repr(value)
+
+
+def capped(text: str, limit: int = MAX_MESSAGE_CHARS) -> str:
+    """``text`` cut to ``limit`` characters (with an ellipsis), so no message carries a payload.
+
+    >>> capped("x" * 10, limit=5)
+    'xxxx…'
+    """
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def check_int(name: str, value: Any, *, low: int | None = None, high: int | None = None) -> int:
@@ -32,7 +57,7 @@ def check_int(name: str, value: Any, *, low: int | None = None, high: int | None
     3
     """
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be an integer, got {type(value).__name__} {shown(value)}")
     value = int(value)
     if (low is not None and value < low) or (high is not None and value > high):
         raise ValueError(f"{name} must be {_range_text(low, high)}, got {value}")
@@ -44,7 +69,7 @@ def check_float(
 ) -> float:
     """Return ``value`` as a finite float in ``[low, high]``, or raise naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a number, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be a number, got {type(value).__name__} {shown(value)}")
     value = float(value)
     if not np.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value}")
@@ -56,7 +81,7 @@ def check_float(
 def check_bool(name: str, value: Any) -> bool:
     """Return ``value`` if it is a bool (numpy bools too), or raise naming ``name``."""
     if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {value!r}")
+        raise TypeError(f"{name} must be True or False, got {type(value).__name__} {shown(value)}")
     return bool(value)
 
 
@@ -64,7 +89,7 @@ def check_choice(name: str, value: Any, choices: Sequence[T]) -> T:
     """Return ``value`` if it is one of ``choices``, or raise listing them."""
     if value not in choices:
         allowed = ", ".join(repr(c) for c in choices)
-        raise ValueError(f"{name} must be one of {allowed}, got {value!r}")
+        raise ValueError(f"{name} must be one of {allowed}, got {shown(value)}")
     return value
 
 
@@ -103,7 +128,7 @@ def check_keys(
     unknown = [key for key in data if key not in required and key not in optional]
     if unknown:
         allowed = ", ".join(map(repr, [*required, *sorted(optional)]))
-        raise ValueError(f"{name} has unknown keys {unknown!r}; allowed: {allowed}")
+        raise ValueError(f"{name} has unknown keys {shown(unknown)}; allowed: {allowed}")
     return data
 
 

@@ -29,13 +29,15 @@ cannot travel that way, so a causal mask rebuilt from a file needs its ``mask_mo
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch.nn.attention.flex_attention import BlockMask
 
-from designer.layout import Layout
-from designer.validate import check_bool, check_int
+from designer.formats.torch_file import file_tensor
+from designer.layout import MAX_BLOCK_SIZE, Layout
+from designer.validate import MAX_LAYOUT_CELLS, check_bool, check_int, check_layout_shape
 
 
 def _ordered(dense: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,7 +69,7 @@ def to_block_mask(
     for key, value in arguments.items():
         if isinstance(value, torch.Tensor):
             arguments[key] = value.to(device)
-    mask_mod = _layout_mask_mod(layout.blocks.to(device), block, causal)
+    mask_mod = layout_mask_mod(layout.blocks.to(device), block, causal)
     return BlockMask.from_kv_blocks(**arguments, mask_mod=mask_mod)
 
 
@@ -104,7 +106,9 @@ def _check_layout(layout: Any) -> None:
         raise TypeError(f"layout must be a Layout, got {type(layout).__name__}")
 
 
-def _layout_mask_mod(blocks: torch.Tensor, block_size: int, causal: bool):
+def layout_mask_mod(blocks: torch.Tensor, block_size: int, causal: bool):
+    """``mask_mod(b, h, q_idx, kv_idx)``: ``blocks[h, q_idx // block, kv_idx // block]`` (and
+    ``q_idx >= kv_idx`` when causal); a one-head ``blocks`` serves every head."""
     one_head = blocks.shape[0] == 1
 
     def mask_mod(b, h, q_idx, kv_idx):
@@ -145,3 +149,82 @@ def from_block_mask(block_mask: BlockMask) -> tuple[Layout, int]:
             f"{layout.seq_len_k}, got {seq_lengths[0]} x {seq_lengths[1]}"
         )
     return layout, q_block
+
+
+def layout_from_tensors(tensors: Mapping[str, Any]) -> tuple[Layout, bool]:
+    """The layout and causal flag of ``block_mask_tensors`` output read from a file.
+
+    Tensors are checked (shape, dtype, ranges, bytes really stored) before any is expanded. The
+    design counts as causal when its partial blocks are all on the diagonal and its full ones all
+    below it, which is how ``block_mask_tensors(causal=True)`` writes one.
+    """
+    block = tensors["BLOCK_SIZE"]
+    if isinstance(block, (tuple, list)) and len(block) == 2 and block[0] == block[1]:
+        block = block[0]
+    block = check_int("BLOCK_SIZE", block, low=1, high=MAX_BLOCK_SIZE)
+    lengths = tensors["seq_lengths"]
+    if not isinstance(lengths, (tuple, list)) or len(lengths) != 2:
+        raise ValueError("seq_lengths must be a pair (seq_len_q, seq_len_k)")
+    seq_q = check_int("seq_len_q", lengths[0], low=1)
+    seq_k = check_int("seq_len_k", lengths[1], low=1)
+    if seq_q % block or seq_k % block:
+        raise ValueError(
+            f"seq_lengths ({seq_q}, {seq_k}) must be whole blocks of BLOCK_SIZE {block}"
+        )
+    found = []
+    for num_key, index_key in (
+        ("kv_num_blocks", "kv_indices"),
+        ("full_kv_num_blocks", "full_kv_indices"),
+    ):
+        if tensors[num_key] is None and tensors[index_key] is None:
+            found.append(None)
+            continue
+        num = file_tensor(num_key, tensors[num_key])
+        indices = file_tensor(index_key, tensors[index_key])
+        found.append(_blocks_of(num_key, num, index_key, indices, seq_q // block, seq_k // block))
+    partial, full = found
+    if partial is None and full is None:
+        raise ValueError("kv_num_blocks and full_kv_num_blocks are both None: no blocks at all")
+    blocks = partial if full is None else full if partial is None else partial | full
+    causal = False
+    if partial is not None and full is not None and bool(partial.any()):
+        m, n = blocks.shape[1:]
+        rows, cols = torch.arange(m)[:, None], torch.arange(n)[None, :]
+        causal = not bool((partial & (cols != rows)).any() or (full & (cols >= rows)).any())
+    return Layout(blocks, block), causal
+
+
+def _blocks_of(
+    num_key: str, num: torch.Tensor, index_key: str, indices: torch.Tensor, m: int, n: int
+) -> torch.Tensor:
+    """Bool ``[H, M, N]`` blocks listed by one ``(num [1, H, M], indices [1, H, M, K])`` pair."""
+    for key, value, rank in ((num_key, num, 3), (index_key, indices, 4)):
+        if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+            raise ValueError(f"{key} must hold integers, got dtype {value.dtype}")
+        if value.dim() != rank or value.shape[0] != 1:
+            raise ValueError(
+                f"{key} must have rank {rank} with batch 1, got shape {list(value.shape)}"
+            )
+    h = num.shape[1]
+    check_layout_shape(h, m, n)
+    if tuple(num.shape) != (1, h, m) or tuple(indices.shape[:3]) != (1, h, m):
+        raise ValueError(
+            f"{num_key} {list(num.shape)} and {index_key} {list(indices.shape)} must be "
+            f"[1, H, {m}] and [1, H, {m}, K] for {m} query blocks"
+        )
+    k = indices.shape[3]
+    if h * m * k > MAX_LAYOUT_CELLS or k > n:
+        raise ValueError(f"{index_key} lists {k} blocks per row, more than the {n} key blocks")
+    num, indices = num[0].to(torch.int64), indices[0].to(torch.int64)
+    if num.numel() and (int(num.min()) < 0 or int(num.max()) > k):
+        raise ValueError(f"{num_key} must be in [0, {k}], got [{int(num.min())}, {int(num.max())}]")
+    listed = torch.arange(k) < num[..., None]  # [H, M, K]
+    chosen = indices[listed]
+    if chosen.numel() and (int(chosen.min()) < 0 or int(chosen.max()) >= n):
+        raise ValueError(
+            f"{index_key} must be in [0, {n - 1}], got [{int(chosen.min())}, {int(chosen.max())}]"
+        )
+    blocks = torch.zeros(h, m, n, dtype=torch.bool)
+    heads, rows, _ = listed.nonzero(as_tuple=True)
+    blocks[heads, rows, chosen] = True
+    return blocks

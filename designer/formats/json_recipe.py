@@ -62,27 +62,33 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
-def design_from_json(text: str | bytes) -> Design:
-    """Read a design written by ``recipe_to_json``; raises ``ValueError`` saying what is wrong."""
-    if isinstance(text, bytes):
+def parse_json(text: str | bytes, what: str) -> Any:
+    """Strict, bounded ``json.loads``: UTF-8, at most ``MAX_JSON_CHARS``, no ``NaN``, no repeated
+    keys, not nested past the interpreter's limit; ``ValueError`` naming ``what`` otherwise."""
+    if isinstance(text, (bytes, bytearray)):
         try:
-            text = text.decode("utf-8")
+            text = bytes(text).decode("utf-8")
         except UnicodeDecodeError as error:
-            raise ValueError(f"JSON recipe must be UTF-8 text: {error}") from error
+            raise ValueError(f"{what} must be UTF-8 text: {error}") from error
     if not isinstance(text, str):
         raise TypeError(f"text must be a str or bytes, got {type(text).__name__}")
     if len(text) > MAX_JSON_CHARS:
         raise ValueError(
-            f"JSON recipe has {len(text):,} characters, more than the limit of {MAX_JSON_CHARS:,}"
+            f"{what} has {len(text):,} characters, more than the limit of {MAX_JSON_CHARS:,}"
         )
     try:
-        content = json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
+        return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
     except json.JSONDecodeError as error:
-        raise ValueError(f"JSON recipe is not valid JSON: {error}") from error
+        raise ValueError(f"{what} is not valid JSON: {error}") from error
     except RecursionError as error:
-        raise ValueError("JSON recipe nests too deeply") from error
+        raise ValueError(f"{what} nests too deeply") from error
+
+
+def design_from_json(text: str | bytes) -> Design:
+    """Read a design written by ``recipe_to_json``; raises ``ValueError`` saying what is wrong."""
+    content = parse_json(text, "JSON recipe")
     with error_context("JSON recipe", as_value_error=True):
         check_keys("design", content, ("format", "version", *SETTING_KEYS, "recipe"))
-        check_version("design", content, FORMAT, VERSION)
+        check_version("design", content, FORMAT, (VERSION,))
         recipe = recipe_from_dict(content["recipe"])
         return design_from_settings(content, recipe.build(), recipe)

@@ -8,7 +8,7 @@ from typing import Any
 from designer.design import Design
 from designer.layout import Layout
 from designer.recipe import Recipe
-from designer.validate import check_int
+from designer.validate import check_int, shown
 
 #: The keys of a design's settings, as written by ``design_settings``.
 SETTING_KEYS = ("name", "causal", "start_width", "created", "modified")
@@ -32,20 +32,24 @@ def design_from_settings(
         if not isinstance(stamp, str) or len(stamp) > MAX_STAMP_CHARS:
             raise ValueError(
                 f"{key} must be a timestamp string of at most {MAX_STAMP_CHARS} characters, "
-                f"got {stamp!r:.80}"
+                f"got {shown(stamp)}"
             )
     return Design(layout, recipe=recipe, **{key: settings[key] for key in SETTING_KEYS})
 
 
-def check_version(name: str, data: Mapping[str, Any], format_name: str, version: int) -> None:
-    """Check a file's ``format`` and ``version`` fields before reading anything else."""
+def check_version(
+    name: str, data: Mapping[str, Any], format_name: str, versions: tuple[int, ...]
+) -> int:
+    """Check a file's ``format`` and ``version`` before reading anything; return the version."""
     if data.get("format") != format_name:
-        raise ValueError(f"{name} format must be {format_name!r}, got {data.get('format')!r:.80}")
+        raise ValueError(f"{name} format must be {format_name!r}, got {shown(data.get('format'))}")
     found = check_int(f"{name} version", data.get("version"), low=1)
-    if found != version:
+    if found not in versions:
+        readable = " and ".join(map(str, versions))
         raise ValueError(
-            f"{name} version {found} is not supported; this designer reads version {version}"
+            f"{name} version {found} is not supported; this designer reads version {readable}"
         )
+    return found
 
 
 def check_rebuilds(recipe: Recipe, layout: Layout) -> None:

@@ -35,18 +35,40 @@ def _makes(config_class: type[SparsityConfig]) -> Builder:
         seed = kwargs.pop("seed", None)
         if kwargs.get("global_block_end_indices") == []:  # the registry's "no end indices"
             kwargs["global_block_end_indices"] = None
-        config = config_class(num_heads=n_heads, block=block_size, **kwargs)
+        _check_globals(kwargs, n_q_blocks)
+        # With one layout for all heads, DeepSpeed builds head 0 (all the draws) and copies it:
+        # build that one head and broadcast it as bool, not H int64 copies.
+        shared = not kwargs.get("different_layout_per_head", False)
+        config = config_class(num_heads=1 if shared else n_heads, block=block_size, **kwargs)
         seq_len = n_q_blocks * block_size
-        if seed is None:
-            return config.make_layout(seq_len)
         state = random.getstate()
         try:
-            random.seed(seed)
-            return config.make_layout(seq_len)
+            if seed is not None:
+                random.seed(seed)
+            layout = config.make_layout(seq_len).bool()
         finally:
-            random.setstate(state)
+            if seed is not None:
+                random.setstate(state)
+        return layout.expand(n_heads, -1, -1) if shared else layout
 
     return build
+
+
+def _check_globals(kwargs: dict[str, Any], n_blocks: int) -> None:
+    """Global block indices must name blocks of the layout, as ``global_tokens`` asks.
+
+    DeepSpeed ignores an index past the end silently, and its classes keep that (parity); here,
+    where a person types the indices, an index that does nothing is refused.
+    """
+    for name in ("global_block_indices", "global_block_end_indices"):
+        values = kwargs.get(name) or ()
+        limit = n_blocks if name == "global_block_indices" else n_blocks + 1
+        for i, value in enumerate(values):
+            if isinstance(value, int) and not 0 <= value < limit:
+                raise ValueError(
+                    f"{name}[{i}] must be in [0, {limit - 1}] (the layout has {n_blocks} blocks "
+                    f"per row), got {value}"
+                )
 
 
 def _count(name: str, default: int, low: int, help: str) -> ParamSpec:

@@ -13,9 +13,11 @@ count) are refused when the config is built, after DeepSpeed's own checks.
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
+import numpy as np
 import torch
 
 from designer.validate import check_bool, check_int, check_int_list
@@ -130,12 +132,13 @@ def set_random_rows(head: torch.Tensor, count: int, causal: bool) -> None:
     unidirectional); the picks equal DeepSpeed's after the same ``random.seed``.
     """
     num_blocks = head.shape[0]
-    rows, cols = [], []
-    for row in range(num_blocks):
-        population = range(row + 1) if causal else range(num_blocks)
-        cols += random.sample(population, count)
-        rows += [row] * count
-    head[rows, cols] = 1
+    draws = (
+        random.sample(range(row + 1) if causal else range(num_blocks), count)
+        for row in range(num_blocks)
+    )
+    cols = np.fromiter(itertools.chain.from_iterable(draws), np.int64, num_blocks * count)
+    rows = np.repeat(np.arange(num_blocks), count)
+    head[torch.from_numpy(rows), torch.from_numpy(cols)] = 1  # one write, not one per block
 
 
 def set_window(head: torch.Tensor, window_blocks: int, causal: bool) -> None:

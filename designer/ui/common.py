@@ -9,12 +9,14 @@ import streamlit as st
 from designer.design import Design
 from designer.ui import keys, state
 from designer.ui.analysis import Analysis, analyse, design_digest
+from designer.ui.bounded_cache import BoundedCache
 from designer.ui.storage import DesignStore, load_default_design
 
 
 def start_run(store: DesignStore) -> None:
     """Every run begins here: the session's design (once), widget values, pending notices."""
     session = st.session_state
+    _tidy_once(str(store.root))
     state.init_session(session, st.query_params, store, load_default_design)
     state.refresh_widgets(session)
     while session[keys.NOTICES]:
@@ -56,13 +58,38 @@ def show_message(place: str) -> None:
         st.error(text, icon=":material/error:")
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def _cached_analysis(digest: str, _design: Design) -> Analysis:
-    return analyse(_design)
+#: Analyses kept for every session of the server together: bytes, entries, seconds.
+ANALYSIS_CACHE_BYTES = 384 << 20
+ANALYSIS_CACHE_ENTRIES = 16
+ANALYSIS_CACHE_SECONDS = 15 * 60
+
+
+@st.cache_resource(show_spinner=False)
+def _analysis_cache() -> BoundedCache[Analysis]:
+    return BoundedCache(ANALYSIS_CACHE_BYTES, ANALYSIS_CACHE_ENTRIES, ANALYSIS_CACHE_SECONDS)
+
+
+def _analysis_bytes(analysis: Analysis) -> int:
+    return analysis.widths.nbytes + analysis.odd.nbytes
 
 
 def current_analysis() -> tuple[str, Analysis]:
-    """The current design's digest and analysis (segmented once per distinct layout)."""
+    """The current design's digest and analysis (segmented once per distinct layout).
+
+    The analysis is shared between sessions, read-only (its arrays cannot be written).
+    """
     current = state.design(st.session_state)
     digest = design_digest(current)
-    return digest, _cached_analysis(digest, current)
+    return digest, _analysis_cache().get(digest, lambda: _frozen(analyse(current)), _analysis_bytes)
+
+
+def _frozen(analysis: Analysis) -> Analysis:
+    analysis.widths.flags.writeable = False
+    analysis.odd.flags.writeable = False
+    return analysis
+
+
+@st.cache_resource(show_spinner=False)
+def _tidy_once(root: str) -> int:
+    """Housekeeping of the data directory, once per server process (see ``DesignStore.tidy``)."""
+    return len(DesignStore(root).tidy())

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +21,8 @@ from designer.design import Design
 from designer.formats import (
     MIT_BLOCK_SIZE,
     block_mask_tensors,
+    deepspeed_snippet,
+    flex_snippet,
     python_snippet,
     recipe_to_json,
     to_base_blockmask,
@@ -45,12 +48,13 @@ class Export:
 
 
 def file_stem(name: str) -> str:
-    """A file-name-safe stem for a design name.
+    """A file-name-safe stem for a design name: letters and digits of any script are kept.
 
-    >>> file_stem("BigBird 8k / v2")
-    'BigBird_8k_v2'
+    >>> file_stem("BigBird 8k / v2"), file_stem("ünïcode")
+    ('BigBird_8k_v2', 'ünïcode')
     """
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
+    name = unicodedata.normalize("NFC", name)
+    stem = re.sub(r"[^\w.-]+", "_", name).strip("._")
     return stem[:80] or "design"
 
 
@@ -70,9 +74,34 @@ def exports(design: Design) -> list[Export]:
             "FlexAttention BlockMask",
             f"{stem}_blockmask.pt",
             "application/octet-stream",
-            "BlockMask.from_kv_blocks(**torch.load(f, weights_only=True)) rebuilds it "
-            "(add mask_mod for causal designs).",
+            "BlockMask.from_kv_blocks arguments. Pass mask_mod too: without it, eager "
+            "flex_attention attends to every token pair. The FlexAttention snippet shows how.",
             lambda: _torch_bytes(block_mask_tensors(layout, causal=design.causal)),
+        ),
+        Export(
+            "FlexAttention snippet",
+            f"flex_{stem}.py",
+            "text/x-python",
+            "Builds the BlockMask with its mask_mod (a closed form for one causal, window, "
+            f"chunk, prefix or sinks step, else from {stem}_blockmask.pt) and runs flex_attention.",
+            lambda: flex_snippet(design, f"{stem}_blockmask.pt").encode("utf-8"),
+        ),
+        Export(
+            "DeepSpeed layout",
+            f"{stem}_deepspeed.pt",
+            "application/octet-stream",
+            "A bare int64 [heads, q_blocks, k_blocks] tensor, as make_layout returns.",
+            lambda: _torch_bytes(layout.to_int64()),
+        ),
+        Export(
+            "DeepSpeed SparsityConfig",
+            f"{stem}_sparsity_config.py",
+            "text/x-python",
+            f"A SparsityConfig subclass whose make_layout returns {stem}_deepspeed.pt.",
+            lambda: deepspeed_snippet(design, f"{stem}_deepspeed.pt").encode("utf-8"),
+            unavailable=None
+            if layout.n_q_blocks == layout.n_k_blocks
+            else "DeepSpeed layouts are square; this one is not",
         ),
         Export(
             "CSR (row_ptr, col_idx)",
@@ -120,7 +149,7 @@ def csr_tensors(design: Design) -> dict[str, Any]:
     }
 
 
-def _torch_bytes(content: dict[str, Any]) -> bytes:
+def _torch_bytes(content: Any) -> bytes:
     buffer = io.BytesIO()
     torch.save(content, buffer)
     return buffer.getvalue()

@@ -43,6 +43,7 @@ from designer.ui.gpu_panel_settings import (
 from designer.ui.gpu_panel_store import RunStore
 from designer.ui.gpu_panel_views import case_ui, stored_ui
 from designer.ui.storage import DesignStore
+from designer.ui.text import plain
 from designer.ui.units import bytes_text
 from gpu import unavailable_reason
 from gpu.api import CUDA_BLOCK_SIZES, CUDA_HEAD_DIMS
@@ -84,7 +85,7 @@ def gpu_panel_ui(store: DesignStore) -> None:
         return
     coordinator = shared_coordinator()
     if coordinator.status is not None:
-        st.info(f"Another session is running a benchmark: {coordinator.status.describe()}. "
+        st.info(f"Another session is running a benchmark: {plain(coordinator.status.describe())}. "
                 "A run started now waits for it.", icon="⏳")  # fmt: skip
     config = _settings_ui(current)
     run, sweep, stored = st.tabs(["Run", "Sweep", "Stored runs"])

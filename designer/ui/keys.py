@@ -45,6 +45,16 @@ LIBRARY_NAME = "library_name"
 LIBRARY_PICK = "library_pick"
 UPLOAD = "upload"
 UPLOAD_BLOCK_SIZE = "upload_block_size"
+#: ``(file name, bytes)`` of an uploaded bare tensor waiting for its block size.
+UPLOAD_PENDING = "upload_pending"
+#: What the last upload was recognised as (shown under the uploader).
+UPLOAD_RECOGNISED = "upload_recognised"
+#: The design name the "Save as" box was last filled from, and the picker's remembered choice
+#: (widget values are forgotten while the Files tab is closed).
+LIBRARY_NAME_OF = "library_name_of"
+LIBRARY_PICKED = "library_picked"
+#: ``("replace" | "delete", name)``: a library action waiting for confirmation.
+LIBRARY_CONFIRM = "library_pending_action"
 
 # ----------------------------------------------------------------- message places
 SETUP_PLACE = "setup"

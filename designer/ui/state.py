@@ -17,6 +17,7 @@ from designer.history import History
 from designer.ui import keys
 from designer.ui.params import step_widget_values
 from designer.ui.storage import DesignStore, check_session_id, new_session_id
+from designer.ui.text import plain
 
 State = MutableMapping[str, Any]
 
@@ -39,8 +40,10 @@ def init_session(
 ) -> None:
     """Start a browser session once: its autosave, found through the URL, else the default.
 
-    A missing, malformed or unreadable session id gets a fresh one, so a broken autosave is
-    never overwritten and another session's id is never guessed.
+    Session ids are issued here (``new_session_id``, 128 random bits) and known by their
+    autosave, written at once. A missing, malformed, unknown or unreadable id gets a fresh one:
+    a link carrying an id the server never issued does not make a session adopt it, and a
+    broken autosave is never overwritten.
     """
     if keys.HISTORY in state:
         return
@@ -53,14 +56,21 @@ def init_session(
         restored = store.restore(check_session_id(session_id))
     except ValueError as error:
         if session_id is not None:
-            notice(state, ":material/warning:", f"Could not restore the last design: {error}")
+            notice(
+                state, ":material/warning:", plain(f"Could not restore the last design: {error}")
+            )
+    if restored is None:
         session_id = new_session_id()
     query_params[keys.SESSION_QUERY_PARAM] = session_id
     state[keys.SESSION_ID] = session_id
     if restored is not None:
-        notice(state, ":material/history:", f"Restored “{restored.name}” from your last visit.")
+        notice(
+            state, ":material/history:", f"Restored “{plain(restored.name)}” from your last visit."
+        )
     current = restored or default_design()
     state[keys.HISTORY] = History(current, limit=history_limit(current))
+    if restored is None:
+        autosave(state, store)  # the new id is known from now on
     sync_widgets(state)
 
 

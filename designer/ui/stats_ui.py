@@ -11,6 +11,7 @@ from designer.ui import changes, keys, state
 from designer.ui.common import change_design, current_analysis, show_message
 from designer.ui.figures import head_density_figure
 from designer.ui.storage import DesignStore
+from designer.ui.text import plain
 from designer.ui.units import bytes_text
 
 _BADGE = {"error": "red", "warning": "orange", "info": "blue"}
@@ -25,7 +26,7 @@ def header_ui(store: DesignStore) -> None:
     layout = current.layout
     _, analysis = current_analysis()
     title, buttons = st.columns([4, 1], vertical_alignment="bottom")
-    title.title(current.name, anchor=False)
+    title.title(plain(current.name), anchor=False)
     title.caption(
         f"{layout.n_heads} heads · {layout.seq_len_q:,} × {layout.seq_len_k:,} tokens · "
         f"blocks of {layout.block_size} · {layout.n_q_blocks} × {layout.n_k_blocks} blocks"

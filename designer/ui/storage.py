@@ -9,10 +9,17 @@ Everything lives under one data directory: ``$BSD_DATA_DIR`` when set, else
 Files are ``designer.formats`` design files, written atomically (a temporary file in the same
 directory, then ``os.replace``), so a crash mid-write leaves the previous version intact.
 
-How a reload finds its autosave: the app keeps a random session id in the page URL
-(``?session=...``). A reload or a server restart brings the same URL back, hence the same file;
-another browser tab opened on the bare address gets a new id and its own file, so sessions never
-see each other's designs. Opening a copied URL in a second tab shares that session on purpose.
+How a reload finds its autosave: the server issues each new session a random 128-bit id, keeps
+it in the page URL (``?session=...``) and autosaves at once, so the id is known by its file. A
+reload or a server restart brings the same URL back, hence the same file; another browser tab
+opened on the bare address gets a new id and its own file. An id the server never issued (no
+autosave of that name) starts a fresh session under a new id. Opening a copied URL in a second
+tab shares that session on purpose. The library, by contrast, is shared by everyone using the
+server; give each user their own with ``BSD_DATA_DIR``.
+
+Files are written with fsync on the file and its directory. ``tidy`` runs once per server start:
+it removes temporary files left by a crash mid-write and autosaves untouched for
+``$BSD_AUTOSAVE_DAYS`` days (default 30).
 """
 
 from __future__ import annotations
@@ -22,19 +29,29 @@ import os
 import re
 import secrets
 import tempfile
+import time
+import unicodedata
 from dataclasses import replace
 from pathlib import Path
 
 from designer.design import Design, now_iso
 from designer.formats import design_from_json, load_design, save_design
+from designer.formats.reader import MAX_LEGACY_FILE_BYTES
+from designer.validate import shown
 
 DATA_DIR_ENV = "BSD_DATA_DIR"
+AUTOSAVE_DAYS_ENV = "BSD_AUTOSAVE_DAYS"
+#: Days an autosave is kept after its last change, unless ``$BSD_AUTOSAVE_DAYS`` says otherwise.
+AUTOSAVE_DAYS = 30
+#: A temporary file this old is a crash's leftover, not a write in progress.
+ORPHAN_SECONDS = 600
 SUFFIX = ".pt"
 #: The design a new session opens on: 8 heads, 4096 tokens, blocks of 64, BigBird-style.
 DEFAULT_DESIGN_FILE = Path(__file__).resolve().parents[2] / "assets" / "default_design.json"
 
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
-_LIBRARY_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 _.+-]{0,79}")
+#: Letters and digits of any script, ``_``, then also spaces and ``. + -``: safe as a file name.
+_LIBRARY_NAME = re.compile(r"\w[\w .+-]{0,79}")
 
 
 def default_data_dir() -> Path:
@@ -58,6 +75,35 @@ def atomic_write(path: Path, data: bytes) -> None:
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)
         raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make a rename in ``directory`` durable (a no-op where directories cannot be opened)."""
+    try:
+        handle = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(handle)
+    except OSError:
+        pass  # some file systems refuse fsync on directories; the rename itself stands
+    finally:
+        os.close(handle)
+
+
+def autosave_days() -> float:
+    """Days to keep autosaves: ``$BSD_AUTOSAVE_DAYS`` when set (a positive number), else 30."""
+    text = os.environ.get(AUTOSAVE_DAYS_ENV)
+    if text is None:
+        return AUTOSAVE_DAYS
+    try:
+        days = float(text)
+    except ValueError:
+        days = -1.0
+    if not days > 0:
+        raise ValueError(f"{AUTOSAVE_DAYS_ENV} must be a number of days > 0, got {text!r:.40}")
+    return days
 
 
 def design_bytes(design: Design) -> bytes:
@@ -75,8 +121,8 @@ def load_default_design() -> Design:
 
 
 def new_session_id() -> str:
-    """A fresh, unguessable session id (URL-safe)."""
-    return secrets.token_urlsafe(12)
+    """A fresh, unguessable session id: 128 random bits, URL-safe (22 characters)."""
+    return secrets.token_urlsafe(16)
 
 
 def check_session_id(session_id: object) -> str:
@@ -90,11 +136,13 @@ def check_session_id(session_id: object) -> str:
 
 def check_library_name(name: object) -> str:
     """Return ``name`` stripped if it can name a library file, or raise saying what is allowed."""
-    if isinstance(name, str) and _LIBRARY_NAME.fullmatch(name.strip()):
-        return name.strip()
+    if isinstance(name, str):
+        name = unicodedata.normalize("NFC", name.strip())
+        if _LIBRARY_NAME.fullmatch(name):
+            return name
     raise ValueError(
-        "design name must be 1 to 80 letters, digits, spaces or '_ . + -', not starting with "
-        f"a space, '.' or '-', got {name!r}"
+        "design name must be 1 to 80 letters (any script), digits, spaces or '_ . + -', not "
+        f"starting with a space, '.' or '-', got {shown(name)}"
     )
 
 
@@ -146,6 +194,31 @@ class DesignStore:
         path = self._autosave_path(session_id)
         return _read(path) if path.is_file() else None
 
+    # ----------------------------------------------------------------- housekeeping
+    def tidy(self, max_age_days: float | None = None, *, now: float | None = None) -> list[Path]:
+        """Remove crash leftovers and old autosaves; return what was removed.
+
+        Temporary files older than ``ORPHAN_SECONDS`` and autosaves not written for
+        ``max_age_days`` (default ``autosave_days()``) go; the library is never pruned.
+        """
+        max_age = (autosave_days() if max_age_days is None else max_age_days) * 86400
+        now = time.time() if now is None else now
+        removed = []
+        for directory in (self.library_dir, self.autosave_dir):
+            if not directory.is_dir():
+                continue
+            for path in directory.iterdir():
+                try:
+                    age = now - path.lstat().st_mtime
+                except OSError:
+                    continue
+                orphan = path.name.startswith(".") and path.name.endswith(".tmp")
+                stale = directory == self.autosave_dir and path.suffix == SUFFIX
+                if (orphan and age > ORPHAN_SECONDS) or (stale and age > max_age):
+                    path.unlink(missing_ok=True)
+                    removed.append(path)
+        return removed
+
     def _library_path(self, name: str) -> Path:
         return self.library_dir / f"{check_library_name(name)}{SUFFIX}"
 
@@ -155,6 +228,9 @@ class DesignStore:
 
 def _read(path: Path) -> Design:
     try:
-        return load_design(path)
+        # Our own files: version 1 too (int64 layout, recipe as lists in the pickle).
+        return load_design(
+            path, max_bytes=MAX_LEGACY_FILE_BYTES, max_pickle_bytes=MAX_LEGACY_FILE_BYTES
+        )
     except ValueError as error:
         raise ValueError(f"cannot read {path}: {error}") from error

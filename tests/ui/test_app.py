@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import pickle
+import re
 import zipfile
 from pathlib import Path
 
@@ -42,6 +43,11 @@ def open_app(query_params=None, tab=None):
 
 def assert_clean(at):
     assert not at.exception, [e.value for e in at.exception]
+
+
+def unescaped(text: str) -> str:
+    """Text as a viewer reads it: the Markdown escapes of ``designer.ui.text.plain`` undone."""
+    return re.sub(r"\\(.)", r"\1", text)
 
 
 def metric(at, label):
@@ -157,10 +163,15 @@ def test_square_only_pattern_on_cross_attention_is_refused(data_dir):
 
 
 def upload(at, name, data, block_size=None):
-    if block_size is not None:
-        at.number_input(key=keys.UPLOAD_BLOCK_SIZE).set_value(block_size)
+    """Upload a file; a bare tensor then asks for its block size, and only a bare tensor."""
     at.file_uploader(key=keys.UPLOAD).upload(name, data).run()
     assert_clean(at)
+    if block_size is not None:
+        at.number_input(key=keys.UPLOAD_BLOCK_SIZE).set_value(block_size)
+        at.button(key="upload_bare").click().run()
+        assert_clean(at)
+    else:
+        assert not [n for n in at.number_input if n.key == keys.UPLOAD_BLOCK_SIZE]
     return at
 
 
@@ -170,8 +181,9 @@ def test_upload_a_design_file(data_dir, rng):
     design = Design(random_layout(rng, 3, 10, 12, block_size=32), name="uploaded")
     buffer = io.BytesIO()
     save_design(design, buffer)
-    at = upload(open_app(tab="Files"), "uploaded.pt", buffer.getvalue(), block_size=16)
+    at = upload(open_app(tab="Files"), "uploaded.pt", buffer.getvalue())
     assert not at.error
+    assert any("3 heads × 10 × 12 blocks of 32 tokens" in c.value for c in at.caption)
     assert current(at).layout == design.layout and current(at).name == "uploaded"
     assert at.title[0].value == "uploaded"
     assert at.number_input(key=keys.SEQ_LEN_K).disabled  # no recipe: the shape is the file's
@@ -181,7 +193,7 @@ def test_upload_a_bare_deepspeed_tensor_with_its_block_size(data_dir):
     bare = torch.ones(2, 8, 8, dtype=torch.int64).tril()
     at = upload(open_app(tab="Files"), "layout.pt", pt_bytes(bare), block_size=128)
     assert not at.error
-    assert current(at).layout == Layout(bare, 128)
+    assert current(at).layout == Layout(bare, 128) and current(at).name == "layout"
 
 
 def test_upload_a_json_recipe(data_dir):
@@ -222,21 +234,27 @@ def test_bad_uploads_say_why_and_keep_the_design(data_dir, capsys):
     for case, (data, suffix) in bad_files().items():
         at.file_uploader(key=keys.UPLOAD).clear()
         upload(at, f"{case}.{suffix}", data)
-        errors = [e.value for e in at.error]
+        errors = [unescaped(e.value) for e in at.error]
         assert len(errors) == 1 and errors[0].startswith(f"Could not load {case}.{suffix}: "), case
         assert current(at) is before, case
     assert "this must never run" not in capsys.readouterr().out
 
 
-def test_downloads_hold_the_design(data_dir, monkeypatch):
-    built = {}
+@pytest.fixture
+def built(monkeypatch):
+    """``{file name: make bytes}`` of every download the app offers, as Streamlit gets them."""
+    made = {}
     original = MediaFileManager.add_deferred
 
     def record(self, data_callable, *args, **kwargs):
-        built[kwargs["file_name"]] = data_callable
+        made[kwargs["file_name"]] = data_callable
         return original(self, data_callable, *args, **kwargs)
 
     monkeypatch.setattr(MediaFileManager, "add_deferred", record)
+    return made
+
+
+def test_downloads_hold_the_design(data_dir, built):
     at = open_app(tab="Files")
     design = current(at)
     assert load_design(built["BigBird_4k.pt"]()).layout == design.layout
@@ -256,15 +274,81 @@ def test_library_save_and_open(data_dir):
     at.button(key="library_save").click().run()
     assert_clean(at)
     assert DesignStore(data_dir).names() == ["my bigbird"]
+    assert current(at).name == "my bigbird" and at.title[0].value == "my bigbird"
     saved = current(at).layout
+    at.session_state["tab"] = "Patterns"  # an edit elsewhere, the Files tab closed meanwhile
+    at.run()
+    at.number_input(key=WINDOW).set_value(9).run()
     at.number_input(key=keys.N_HEADS).set_value(4).run()
+    at.session_state["tab"] = "Files"
+    at.run()
     assert current(at).layout.n_heads == 4
-    at.selectbox(key=keys.LIBRARY_PICK).set_value("my bigbird").run()
+    assert at.selectbox(key=keys.LIBRARY_PICK).value == "my bigbird", "the pick survives edits"
     at.button(key="library_load").click().run()
     assert_clean(at)
-    assert current(at).layout == saved
+    assert current(at).layout == saved and current(at).name == "my bigbird"
     at.button(key="library_delete").click().run()
+    assert DesignStore(data_dir).names() == ["my bigbird"], "delete asks first"
+    assert "will be deleted" in at.warning[0].value
+    at.button(key="library_cancel").click().run()
+    assert DesignStore(data_dir).names() == ["my bigbird"] and not at.warning
+    at.button(key="library_delete").click().run()
+    at.button(key="library_confirm").click().run()
+    assert_clean(at)
     assert DesignStore(data_dir).names() == []
+
+
+def test_library_opening_shows_the_library_name(data_dir):
+    DesignStore(data_dir).save("ds fixed import", load_default_design())  # saved as "BigBird 4k"
+    at = open_app(tab="Files")
+    at.selectbox(key=keys.LIBRARY_PICK).set_value("ds fixed import").run()
+    at.button(key="library_load").click().run()
+    assert_clean(at)
+    assert current(at).name == "ds fixed import" and at.title[0].value == "ds fixed import"
+
+
+def test_library_save_as_follows_a_rename(data_dir):
+    at = open_app(tab="Files")
+    at.text_input(key=keys.NAME).input("renamed design").run()
+    assert at.text_input(key=keys.LIBRARY_NAME).value == "renamed design"
+    at.button(key="library_save").click().run()
+    assert DesignStore(data_dir).names() == ["renamed design"]
+    assert DesignStore(data_dir).load("renamed design").name == "renamed design"
+
+
+def test_library_asks_before_replacing(data_dir):
+    store = DesignStore(data_dir)
+    at = open_app(tab="Files")
+    at.text_input(key=keys.LIBRARY_NAME).input("mine")
+    at.button(key="library_save").click().run()
+    first = store.load("mine").layout
+    at.number_input(key=keys.N_HEADS).set_value(2).run()
+    at.button(key="library_save").click().run()
+    assert "already exists. Replace it?" in at.warning[0].value
+    assert store.load("mine").layout == first, "nothing replaced before the answer"
+    at.button(key="library_confirm").click().run()
+    assert_clean(at)
+    assert store.load("mine").layout.n_heads == 2
+
+
+def test_a_rejected_upload_says_so_once(data_dir):
+    at = upload(open_app(tab="Files"), "bad.pt", b"not a torch file")
+    assert len(at.error) == 1
+    at.number_input(key=keys.N_HEADS).set_value(2).run()
+    assert not at.error, "the error answered the upload; a later change does not repeat it"
+
+
+def test_every_tensor_download_uploads_back(data_dir, built):
+    at = open_app(tab="Files")
+    design = current(at)
+    help_text = at.download_button(key="download_pt_FlexAttention BlockMask").help
+    assert "without it, eager flex_attention attends to every token pair" in help_text
+    for name in ("BigBird_4k_blockmask.pt", "BigBird_4k_csr.pt", "BigBird_4k.json"):
+        upload(at, name, built[name]())
+        assert not at.error, name
+        assert current(at).layout == design.layout, name
+    upload(at, "BigBird_4k_deepspeed.pt", built["BigBird_4k_deepspeed.pt"](), block_size=64)
+    assert current(at).layout == design.layout
 
 
 def test_library_refuses_a_bad_name(data_dir):

@@ -13,7 +13,15 @@ from tests.factories import random_layout
 
 @pytest.mark.parametrize(
     ("name", "stem"),
-    [("BigBird 8k / v2", "BigBird_8k_v2"), ("...", "design"), ("a.b-c", "a.b-c"), ("é", "design")],
+    [
+        ("BigBird 8k / v2", "BigBird_8k_v2"),
+        ("...", "design"),
+        ("a.b-c", "a.b-c"),
+        ("é", "é"),
+        ("ünïcode", "ünïcode"),
+        ("e\u0301", "é"),
+        ("../x", "x"),
+    ],
 )
 def test_file_stem(name, stem):
     assert file_stem(name) == stem
@@ -33,7 +41,7 @@ def test_every_export_reads_back(rng):
     files = by_name(design)
     assert set(files) == {
         "mix.pt", "mix_blockmask.pt", "mix_csr.pt", "mix_base_blockmask.pt", "mix.json",
-        "load_mix.py",
+        "load_mix.py", "flex_mix.py", "mix_deepspeed.pt", "mix_sparsity_config.py",
     }  # fmt: skip
     assert load_design(files["mix.pt"].build()) == design
     assert design_from_json(files["mix.json"].build()).layout == design.layout

@@ -6,7 +6,8 @@ import torch
 from designer.design import Design
 from designer.formats import recipe_to_json, save_design
 from designer.recipe import Recipe, RecipeStep
-from designer.ui.files_ui import read_upload
+from designer.ui.exports import exports
+from designer.ui.files_ui import MAX_UPLOAD_MIB, read_upload
 from tests.factories import random_layout
 
 
@@ -25,21 +26,63 @@ def tensor_file(content) -> bytes:
 def test_a_design_file_keeps_its_own_block_size(rng):
     design = Design(random_layout(rng, 2, 5, 6, block_size=32), name="ours")
     for bare_block_size in (16, 32, 4096):
-        assert read_upload("ours.PT", design_file(design), bare_block_size) == design
+        loaded = read_upload("ours.PT", design_file(design), bare_block_size)
+        assert loaded.design == design and loaded.kind == "design"
 
 
 def test_a_bare_tensor_takes_the_block_size_it_is_given(rng):
     layout = random_layout(rng, 3, 4, 4)
-    loaded = read_upload("layout.pth", tensor_file(layout.to_int64()), 128)
+    loaded = read_upload("layout.pth", tensor_file(layout.to_int64()), 128).design
     assert loaded.layout.block_size == 128 and torch.equal(loaded.layout.blocks, layout.blocks)
-    two_d = read_upload("layout.pt", tensor_file(layout.to_int64()[0]), 8)
+    assert loaded.name == "layout"
+    two_d = read_upload("layout.pt", tensor_file(layout.to_int64()[0]), 8).design
     assert two_d.layout.shape == (1, 4, 4) and two_d.layout.block_size == 8
 
 
-def test_a_json_recipe_is_read_as_json():
+def test_a_json_recipe_is_recognised_by_its_content():
     recipe = Recipe(2, 4, 4, 64, steps=(RecipeStep("causal"),))
     design = Design(recipe.build(), name="r", recipe=recipe)
-    assert read_upload("r.json", recipe_to_json(design).encode(), 16).layout == design.layout
+    text = recipe_to_json(design).encode()
+    for name, data in (("r.json", text), ("r.pt", text), ("bom.json", b"\xef\xbb\xbf" + text)):
+        loaded = read_upload(name, data, 16)
+        assert loaded.kind == "recipe" and loaded.design.layout == design.layout
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_every_tensor_download_uploads_back(causal):
+    """What we export, we read: design, BlockMask tensors, CSR, MIT and DeepSpeed files."""
+    recipe = Recipe(3, 5, 5, 128, steps=(RecipeStep("random_per_row", {"seed": 5}),))
+    design = Design(recipe.build(), name="mix", recipe=recipe, causal=causal)
+    kinds = {
+        "mix.pt": "design",
+        "mix_blockmask.pt": "blockmask",
+        "mix_csr.pt": "csr",
+        "mix_base_blockmask.pt": "base_blockmask",
+        "mix_deepspeed.pt": "bare",
+        "mix.json": "recipe",
+    }
+    files = {export.file_name: export for export in exports(design)}
+    for name, kind in kinds.items():
+        loaded = read_upload(name, files[name].build(), 128)
+        assert loaded.kind == kind, name
+        expected = design.layout
+        if kind == "blockmask" and causal:  # blocks above the diagonal cannot attend: dropped
+            expected = design.layout.causal_clip()
+            assert loaded.design.causal
+        assert loaded.design.layout == expected, name
+        assert loaded.design.name == ("mix" if kind in ("design", "recipe") else name[:-3])
+
+
+def test_the_upload_limit_fits_the_largest_design():
+    from designer.layout import Layout
+
+    largest = Design(Layout.zeros(4, 4096, 4096, 16), name="largest")
+    data = design_file(largest)
+    assert len(data) <= 8 * 2**20 + 4096, "a 4 x 4096^2 design is about 8 MiB"
+    assert len(data) <= MAX_UPLOAD_MIB * 2**20
+    assert read_upload("largest.pt", data, 16).design == largest
+    download = next(export for export in exports(largest) if export.file_name == "largest.pt")
+    assert read_upload("largest.pt", download.build(), 16).design == largest  # the app's own
 
 
 @pytest.mark.parametrize(
@@ -48,7 +91,8 @@ def test_a_json_recipe_is_read_as_json():
         ({"format": "blocksparse-design", "version": 1}, r"^design file: design file is missing"),
         (torch.full((2, 2), 3), r"^bare layout tensor: layout must hold only 0 and 1"),
         (torch.ones(1, 2, 2), r"^bare layout tensor: layout must hold integers or bools"),
-        ([1, 2], r"^design file must hold a design dict or a layout tensor, got list$"),
+        ([1, 2], r"design file must hold a dict or a layout tensor, got list$"),
+        ({"other": 1}, r"file holds a dict with keys 'other', which is none of"),
     ],
 )
 def test_a_bad_file_says_what_is_wrong_once(content, message):

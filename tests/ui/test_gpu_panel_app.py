@@ -28,6 +28,7 @@ from designer.ui.gpu_panel_runner import GpuCoordinator
 from designer.ui.gpu_panel_store import RunStore
 from designer.ui.gpu_panel_views import OVERLAY_PICK
 from designer.ui.storage import DATA_DIR_ENV, DesignStore
+from designer.ui.text import plain
 from gpu import block_sparse_attention
 from gpu.bench import CONTENDERS, DEFAULT_CONTENDERS, BenchSession
 from tests.ui.test_gpu_panel_data import fake_harness, make_doc
@@ -209,8 +210,9 @@ def test_a_run_waits_for_another_session_and_says_so(data_dir, fake_gpu):
     try:
         holding.wait(5)
         at = open_panel()
-        assert at.info[0].value.startswith(
-            "Another session is running a benchmark: someone's design: timing flex (40%)"
+        assert at.info[0].value.startswith(  # the other session's names are shown as text
+            "Another session is running a benchmark: "
+            + plain("someone's design: timing flex (40%)")
         )
         at.number_input(key=settings.WAIT_S).set_value(1).run()
         at.button(key=settings.RUN_BUTTON).click().run()

@@ -1,3 +1,5 @@
+import shutil
+
 import pytest
 
 from designer.design import Design
@@ -33,6 +35,24 @@ def test_a_new_session_gets_an_id_in_the_url_and_the_default(store):
     assert session[keys.NOTICES] == []
 
 
+def test_a_new_session_id_is_128_random_bits_and_known_at_once(store):
+    session, params = start(store)
+    session_id = session[keys.SESSION_ID]
+    assert len(session_id) == 22  # 16 bytes, URL-safe base64
+    assert (store.autosave_dir / f"{session_id}.pt").is_file()
+    again, _ = start(store, params)  # a reload before any change keeps the session
+    assert again[keys.SESSION_ID] == session_id
+
+
+def test_an_id_the_server_never_issued_starts_fresh_under_a_new_id(store):
+    chosen = "attacker-chosen-id-0123"
+    session, params = start(store, {keys.SESSION_QUERY_PARAM: chosen})
+    assert session[keys.SESSION_ID] != chosen and params[keys.SESSION_QUERY_PARAM] != chosen
+    assert not (store.autosave_dir / f"{chosen}.pt").exists()
+    state.commit(session, make_design(window=5), store)
+    assert not (store.autosave_dir / f"{chosen}.pt").exists(), "the victim's work never lands there"
+
+
 def test_init_runs_once(store):
     session, params = start(store)
     history = session[keys.HISTORY]
@@ -54,7 +74,6 @@ def test_commit_autosaves_and_a_reload_restores_it(store):
 def test_an_unreadable_autosave_is_left_alone_and_a_new_session_starts(store):
     session, params = start(store)
     broken = store.autosave_dir / f"{session[keys.SESSION_ID]}.pt"
-    broken.parent.mkdir(parents=True)
     broken.write_bytes(b"garbage")
     fresh, new_params = start(store, params)
     assert new_params[keys.SESSION_QUERY_PARAM] != params[keys.SESSION_QUERY_PARAM]
@@ -75,6 +94,7 @@ def test_undo_redo_sync_the_widgets(store):
 
 def test_autosave_failure_becomes_a_message(store, tmp_path):
     session, _ = start(store)
+    shutil.rmtree(tmp_path / "autosave")
     (tmp_path / "autosave").write_text("a file where the folder should be")
     state.commit(session, make_design(window=4), store)
     assert "Autosave failed" in state.message(session, keys.AUTOSAVE_PLACE)

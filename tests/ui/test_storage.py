@@ -76,7 +76,9 @@ def test_library_load_of_a_missing_or_broken_design(tmp_path, rng):
         store.load("broken")
 
 
-@pytest.mark.parametrize("name", ["", "   ", "../escape", ".hidden", "-dash", "a/b", "x" * 81, 3])
+@pytest.mark.parametrize(
+    "name", ["", "   ", "../escape", ".hidden", "-dash", "a/b", "x" * 81, 3, "a\x00b", "a:b"]
+)
 def test_library_names_are_checked(name):
     with pytest.raises(ValueError, match="design name must be 1 to 80 letters"):
         check_library_name(name)
@@ -84,6 +86,14 @@ def test_library_names_are_checked(name):
 
 def test_library_name_is_stripped():
     assert check_library_name("  BigBird 8k v2.1  ") == "BigBird 8k v2.1"
+
+
+def test_library_names_keep_letters_of_any_script(tmp_path, rng):
+    assert check_library_name("ünïcode") == "ünïcode"
+    assert check_library_name("u\u0308nicode") == "ünicode"  # one spelling of each letter (NFC)
+    store = DesignStore(tmp_path)
+    store.save("日本語 design", design(rng))
+    assert store.names() == ["日本語 design"]
 
 
 def test_autosave_is_per_session(tmp_path, rng):
@@ -112,3 +122,86 @@ def test_default_design_is_bigbird_8_heads_4096_tokens():
     assert default.recipe.steps[0].pattern == "deepspeed_bigbird"
     assert default.recipe.build() == layout
     assert 0.05 < layout.density < 0.3
+
+
+def test_tidy_removes_orphaned_temporaries_and_old_autosaves_only(tmp_path, rng):
+    store = DesignStore(tmp_path)
+    store.autosave("fresh-session-1", design(rng))
+    store.autosave("stale-session-1", design(rng))
+    store.save("kept forever", design(rng))
+    orphan = store.autosave_dir / ".x.pt.abc.tmp"
+    orphan.write_bytes(b"half a file")
+    writing = store.library_dir / ".y.pt.def.tmp"
+    writing.write_bytes(b"being written now")
+    now = os.path.getmtime(orphan) + 100
+    old = now - 31 * 86400
+    os.utime(store.autosave_dir / "stale-session-1.pt", (old, old))
+    os.utime(store.library_dir / "kept forever.pt", (old, old))
+    os.utime(orphan, (now - 3600, now - 3600))
+    removed = store.tidy(now=now)
+    assert sorted(p.name for p in removed) == [".x.pt.abc.tmp", "stale-session-1.pt"]
+    assert store.restore("fresh-session-1") is not None and writing.exists()
+    assert store.names() == ["kept forever"]
+
+
+def test_autosave_days_come_from_the_environment(tmp_path, rng, monkeypatch):
+    from designer.ui.storage import AUTOSAVE_DAYS_ENV, autosave_days
+
+    assert autosave_days() == 30
+    monkeypatch.setenv(AUTOSAVE_DAYS_ENV, "2")
+    store = DesignStore(tmp_path)
+    store.autosave("three-days-old", design(rng))
+    path = store.autosave_dir / "three-days-old.pt"
+    now = os.path.getmtime(path) + 3 * 86400
+    assert store.tidy(now=now) == [path]
+    monkeypatch.setenv(AUTOSAVE_DAYS_ENV, "soon")
+    with pytest.raises(ValueError, match="BSD_AUTOSAVE_DAYS must be a number of days > 0"):
+        autosave_days()
+
+
+def test_atomic_write_syncs_the_file_and_its_directory(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(handle):
+        synced.append(os.path.isdir(f"/proc/self/fd/{handle}"))
+        real_fsync(handle)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    atomic_write(tmp_path / "f.bin", b"data")
+    assert synced == [False, True]
+
+
+def test_large_designs_are_small_files(tmp_path):
+    from designer.layout import Layout
+
+    store = DesignStore(tmp_path)
+    largest = Design(Layout.zeros(4, 4096, 4096, 16), name="largest")
+    store.autosave("big-session-1", largest)
+    assert (store.autosave_dir / "big-session-1.pt").stat().st_size <= 8 * 2**20 + 4096
+    assert store.restore("big-session-1") == largest
+
+
+def test_version_1_autosaves_still_restore(tmp_path, rng):
+    """Autosaves written before the compact format: int64 layout, recipe dict, any size."""
+    import io
+
+    import torch
+
+    from designer.formats.settings import design_settings
+
+    store = DesignStore(tmp_path)
+    old = design(rng)
+    store.autosave_dir.mkdir(parents=True)
+    buffer = io.BytesIO()
+    layout = old.layout
+    torch.save(
+        {
+            "format": "blocksparse-design", "version": 1, "layout": layout.to_int64(),
+            "block_size": layout.block_size, "seq_len_q": layout.seq_len_q,
+            "seq_len_k": layout.seq_len_k, **design_settings(old), "recipe": None,
+        },
+        buffer,
+    )  # fmt: skip
+    (store.autosave_dir / "old-session-1.pt").write_bytes(buffer.getvalue())
+    assert store.restore("old-session-1") == old

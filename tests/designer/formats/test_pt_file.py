@@ -1,9 +1,11 @@
 import io
+import json
 import os
 import pickle
 import time
 import zipfile
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -11,6 +13,7 @@ from hypothesis import given, settings
 from designer.design import Design
 from designer.edit import EditOp, Row
 from designer.formats import LoadedDesign, load_design, read_design_file, save_design
+from designer.formats.packing import pack_blocks
 from designer.layout import Layout
 from designer.recipe import Recipe, RecipeStep
 from tests.designer.formats.strategies import designs
@@ -65,11 +68,14 @@ def test_file_holds_the_documented_plain_dict(content, recipe_design):
         "format", "version", "layout", "block_size", "seq_len_q", "seq_len_k", "causal",
         "start_width", "name", "created", "modified", "recipe",
     }  # fmt: skip
-    assert (content["format"], content["version"]) == ("blocksparse-design", 1)
-    assert content["layout"].dtype == torch.int64 and content["layout"].shape == (2, 4, 4)
-    assert torch.equal(content["layout"], recipe_design.layout.to_int64())
+    assert (content["format"], content["version"]) == ("blocksparse-design", 2)
+    bits, shape = content["layout"]["bits"], content["layout"]["shape"]
+    assert bits.dtype == torch.uint8 and shape == [2, 4, 4]
+    unpacked = np.unpackbits(bits.numpy(), count=2 * 4 * 4).reshape(shape)
+    assert np.array_equal(unpacked, recipe_design.layout.to_numpy())
     assert (content["block_size"], content["seq_len_q"], content["seq_len_k"]) == (16, 64, 64)
-    assert content["recipe"] == recipe_design.recipe.to_dict()
+    recipe_text = content["recipe"].numpy().tobytes().decode("utf-8")
+    assert json.loads(recipe_text) == recipe_design.recipe.to_dict()
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.bool])
@@ -84,12 +90,12 @@ def test_bare_tensors_load_deepspeed_style(rng, dtype):
 def test_read_design_file_says_whether_the_file_was_bare(rng, recipe_design):
     layout = random_layout(rng, n_heads=2, n_q_blocks=3, n_k_blocks=5)
     bare = read_design_file(saved(layout.to_int64()), bare_block_size=128)
-    assert bare == LoadedDesign(bare.design, bare=True)
+    assert bare == LoadedDesign(bare.design, "bare") and bare.bare
     assert bare.design.layout == Layout(layout.blocks, 128) and bare.design.recipe is None
     assert read_design_file(saved(layout.to_int64())).design.layout.block_size == 16
     for block in (16, 64):  # a design file keeps its own block size, whatever the bare one
         loaded = read_design_file(design_bytes(recipe_design), bare_block_size=block)
-        assert loaded == LoadedDesign(recipe_design, bare=False)
+        assert loaded == LoadedDesign(recipe_design, "design") and not loaded.bare
 
 
 @pytest.mark.parametrize(
@@ -149,15 +155,17 @@ def test_code_payload_never_runs(tmp_path, content, wrap):
 
 
 def test_not_torch_files_are_refused():
-    for data in (b"", b"hello", b'{"format": "blocksparse-design"}', pickle.dumps({"a": 1})):
-        with pytest.raises(ValueError, match="design file is not a torch file, or it is truncated"):
+    for data in (b"", b"hello", b"PK", pickle.dumps({"a": 1})):
+        with pytest.raises(
+            ValueError, match=r"design file is not a torch file: torch\.save writes"
+        ):
             load_design(data)
 
 
 def test_truncated_files_are_refused(recipe_design):
     data = design_bytes(recipe_design)
     for cut in (1, 30, len(data) // 3, len(data) // 2, len(data) - 22, len(data) - 1):
-        with pytest.raises(ValueError, match="design file is not a torch file, or it is truncated"):
+        with pytest.raises(ValueError, match=r"design file is not a (torch file|complete zip)"):
             load_design(data[:cut])
 
 
@@ -175,12 +183,12 @@ def test_damaged_archives_are_refused(recipe_design):
         load_design(renamed)
 
 
-def test_a_billion_element_tensor_is_refused_by_shape(content):
+def test_a_billion_element_tensor_is_refused_by_its_bytes(content):
     huge = torch.zeros(1, dtype=torch.int64).expand(1000, 1000, 1000)  # 8 GB if materialised
-    for data in (saved(huge), saved({**content, "layout": huge})):
+    for data in (saved(huge), saved({**content, "version": 1, "layout": huge})):
         assert len(data) < 4096, "the file must be small: the size is declared, not stored"
         start = time.perf_counter()
-        with pytest.raises(ValueError, match=r"1,000,000,000 cells \[1000, 1000, 1000\], more"):
+        with pytest.raises(ValueError, match=r"8,000,000,000 bytes \[1000, 1000, 1000\] over a"):
             load_design(data)
         assert time.perf_counter() - start < 2
 
@@ -216,24 +224,36 @@ def test_bad_bare_tensors_are_refused():
         (torch.tensor([[0, -1], [1, 1]]), r"only 0 and 1, got values in \[-1, 1\]"),
         (torch.tensor([[0, 2]]), r"only 0 and 1, got values in \[0, 2\]"),
         (torch.zeros(0, 3, dtype=torch.int64), r"at least one head and block, got \[1, 0, 3\]"),
-        ([1, 2], "design file must hold a design dict or a layout tensor, got list"),
+        ([1, 2], "design file must hold a dict or a layout tensor, got list"),
     ]
     for value, message in cases:
         with pytest.raises(ValueError, match=message):
             load_design(saved(value))
 
 
+V1 = {"version": 1}
+
+
 @pytest.mark.parametrize(
     ("change", "message"),
     [
         ({"format": "other"}, "design file: design file format must be 'blocksparse-design'"),
-        ({"version": 2}, "design file version 2 is not supported; this designer reads version 1"),
+        (
+            {"version": 3},
+            "design file version 3 is not supported; this designer reads version 1 an",
+        ),
         ({"version": "1"}, "design file version must be an integer, got str"),
         ({"extra": 1}, r"design file has unknown keys \['extra'\]"),
-        ({"layout": [[1]]}, "layout must be a tensor, got list"),
-        ({"layout": torch.ones(2, 4, 4)}, "layout must hold integers or bools, got dtype torch.fl"),
-        ({"layout": torch.ones(4, 4, dtype=torch.int64)}, r"rank 3 \(\[H, M, N\]\), got shape"),
-        ({"layout": torch.full((2, 4, 4), -1)}, r"only 0 and 1, got values in \[-1, -1\]"),
+        ({**V1, "layout": [[1]]}, "layout must be a tensor, got list"),
+        (
+            {**V1, "layout": torch.ones(2, 4, 4)},
+            "layout must hold integers or bools, got dtype torch.fl",
+        ),
+        (
+            {**V1, "layout": torch.ones(4, 4, dtype=torch.int64)},
+            r"rank 3 \(\[H, M, N\]\), got shape",
+        ),
+        ({**V1, "layout": torch.full((2, 4, 4), -1)}, r"only 0 and 1, got values in \[-1, -1\]"),
         ({"block_size": 0}, r"block_size must be in \[1, 4096\], got 0"),
         ({"seq_len_q": 100}, "seq_len_q = 100 does not match the layout: 4 q_blocks x block_size"),
         ({"seq_len_k": 32}, r"seq_len_k = 32 does not match .* 4 k_blocks x block_size 16 = 64"),
@@ -243,9 +263,17 @@ def test_bad_bare_tensors_are_refused():
         ({"start_width": -1}, r"start_width must be in \[0, 65536\], got -1"),
         ({"created": "x" * 65}, "created must be a timestamp string of at most 64 characters"),
         ({"modified": None}, "modified must be a timestamp string"),
-        ({"recipe": "causal"}, "recipe must be a dict, got str"),
-        ({"layout": torch.ones(2, 4, 4, dtype=torch.int64)}, "recipe does not rebuild the layout"),
-        ({"layout": torch.ones(3, 4, 4, dtype=torch.int64)}, r"builds a \[2, 4, 4\] layout with"),
+        ({"recipe": "causal"}, "recipe must be a tensor, got str"),
+        ({"recipe": torch.tensor([1.0])}, r"recipe must be a uint8 \[n\] tensor of JSON"),
+        ({"recipe": torch.tensor(list(b"[1, 2"), dtype=torch.uint8)}, "recipe is not valid JSON"),
+        (
+            {"layout": pack_blocks(Layout(torch.ones(2, 4, 4, dtype=torch.bool), 16))},
+            "recipe does not rebuild the layout",
+        ),
+        (
+            {"layout": pack_blocks(Layout(torch.ones(3, 4, 4, dtype=torch.bool), 16))},
+            r"builds a \[2, 4, 4\] layout with",
+        ),
         ({"block_size": 32, "seq_len_q": 128, "seq_len_k": 128}, "with block_size 16, but the"),
     ],
 )
@@ -260,11 +288,25 @@ def test_missing_key_is_named(content):
         load_design(saved(content))
 
 
+def test_version_1_files_still_load(recipe_design, content):
+    """Version 1: an int64 layout and the recipe as a dict in the pickle."""
+    old = {
+        **content,
+        "version": 1,
+        "layout": recipe_design.layout.to_int64(),
+        "recipe": recipe_design.recipe.to_dict(),
+    }
+    assert load_design(saved(old)) == recipe_design
+    with pytest.raises(ValueError, match="recipe must be a dict, got str"):
+        load_design(saved({**old, "recipe": "causal"}))
+
+
 def test_recipe_mismatch_counts_the_blocks(recipe_design, content):
-    flipped = content["layout"].clone()
-    flipped[1, 3, 0] = 1 - flipped[1, 3, 0]
+    flipped = recipe_design.layout.blocks.clone()
+    flipped[1, 3, 0] = ~flipped[1, 3, 0]
+    packed = pack_blocks(Layout(flipped, 16))
     with pytest.raises(ValueError, match="recipe does not rebuild the layout: 1 of 32 blocks diff"):
-        load_design(saved({**content, "layout": flipped}))
+        load_design(saved({**content, "layout": packed}))
 
 
 def test_block_size_argument_must_agree_with_the_file(recipe_design):

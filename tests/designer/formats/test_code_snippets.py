@@ -1,0 +1,110 @@
+"""The FlexAttention and DeepSpeed snippets, run as a user would run them."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from designer.design import Design
+from designer.formats import block_mask_tensors
+from designer.formats.deepspeed_snippet import deepspeed_snippet
+from designer.formats.flex_snippet import closed_form, flex_snippet
+from designer.layout import Layout
+from designer.patterns import SparsityConfig
+from designer.recipe import Recipe, RecipeStep
+from gpu.reference import dense_masked_attention
+
+
+def recipe_design(steps, *, heads=2, causal=False, shape=(6, 6)):
+    recipe = Recipe(heads, *shape, 16, steps=steps)
+    return Design(recipe.build(), name="snippet", recipe=recipe, causal=causal)
+
+
+DESIGNS = {
+    "causal closed form": recipe_design((RecipeStep("causal"),)),
+    "window closed form, causal tokens": recipe_design(
+        (RecipeStep("sliding_window", {"window_blocks": 2}),), causal=True
+    ),
+    "bidirectional window closed form": recipe_design(
+        (RecipeStep("sliding_window", {"window_blocks": 2, "causal": False}),), shape=(5, 7)
+    ),
+    "chunks closed form": recipe_design(
+        (RecipeStep("block_diagonal", {"chunk_blocks": 2, "causal": True}),)
+    ),
+    "prefix closed form": recipe_design((RecipeStep("prefix_lm", {"prefix_blocks": 2}),)),
+    "sinks closed form": recipe_design(
+        (RecipeStep("attention_sinks", {"sink_blocks": 1, "window_blocks": 2}),), causal=True
+    ),
+    "per-head windows, from the file": recipe_design(
+        (RecipeStep("sliding_window", {"window_blocks": [1, 3]}),)
+    ),
+    "random, from the file": recipe_design((RecipeStep("random_per_row", {"seed": 2}),)),
+    "random causal, from the file": recipe_design(
+        (RecipeStep("random_per_row", {"seed": 3}),), causal=True
+    ),
+    "one head, no recipe": Design(Layout(torch.eye(4, dtype=torch.bool)[None], 16), name="eye"),
+}
+
+
+@pytest.mark.parametrize("case", list(DESIGNS))
+def test_flex_snippet_gives_the_layouts_attention_in_eager_flex(case, tmp_path, monkeypatch):
+    design = DESIGNS[case]
+    layout = design.layout
+    assert (closed_form(design) is not None) == case.endswith(
+        "closed form"
+    ) or "closed form," in case
+    torch.save(block_mask_tensors(layout, causal=design.causal), tmp_path / "snippet_blockmask.pt")
+    monkeypatch.chdir(tmp_path)
+    torch.manual_seed(0)
+    scope: dict = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # eager flex_attention warns it is unfused
+        exec(compile(flex_snippet(design, "snippet_blockmask.pt"), "flex.py", "exec"), scope)
+    q, k, v, out = scope["q"], scope["k"], scope["v"], scope["out"]
+    expected = dense_masked_attention(
+        q, k, v, layout.blocks, layout.block_size, causal=design.causal,
+        scale=q.shape[-1] ** -0.5, compute_dtype=torch.float64,
+    )  # fmt: skip
+    torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
+    dense = scope["block_mask"].to_dense()[0].bool()
+    blocks = layout.causal_clip().blocks if design.causal else layout.blocks
+    assert torch.equal(dense.expand_as(blocks) if dense.shape[0] == 1 else dense, blocks)
+
+
+def test_without_mask_mod_eager_flex_attends_densely():
+    """Why the snippet attaches a mask_mod: the bare block lists do nothing in eager flex."""
+    from torch.nn.attention.flex_attention import BlockMask, flex_attention
+
+    layout = Layout(torch.eye(4, dtype=torch.bool)[None], 16)
+    q = k = v = torch.randn(1, 1, 64, 8)
+    bare = BlockMask.from_kv_blocks(**block_mask_tensors(layout))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        out = flex_attention(q, k, v, block_mask=bare)
+    dense = torch.nn.functional.scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, dense)
+
+
+@pytest.mark.parametrize("heads", [1, 3])
+def test_deepspeed_snippet_returns_the_design(heads, tmp_path, monkeypatch):
+    design = recipe_design((RecipeStep("random_per_row", {"seed": 4}),), heads=heads)
+    torch.save(design.layout.to_int64(), tmp_path / "snippet_deepspeed.pt")
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {}
+    exec(compile(deepspeed_snippet(design, "snippet_deepspeed.pt"), "ds.py", "exec"), scope)
+    assert isinstance(scope["config"], SparsityConfig)
+    assert scope["layout"].dtype == torch.int64
+    assert torch.equal(scope["layout"], design.layout.to_int64())
+    config = scope["config"]
+    with pytest.raises(ValueError, match="the design is for seq_len 96, got 192"):
+        config.make_layout(192)
+    with pytest.raises(ValueError, match="needs to be dividable by Block size 16"):
+        config.make_layout(100)
+
+
+def test_deepspeed_snippet_needs_a_square_layout():
+    design = recipe_design((RecipeStep("causal"),), shape=(4, 6))
+    with pytest.raises(ValueError, match="DeepSpeed layouts are square"):
+        deepspeed_snippet(design, "x.pt")
