@@ -5,9 +5,10 @@ It computes exactly what ``block_sparse_attention`` means, the slow and obvious 
 limit, top-left or bottom-right aligned), softmax over the kept keys, times V; the kv head of a
 query head by GQA grouping. A query row with no kept key gives exact zeros (and logsumexp
 ``-inf``). It runs on the CPU or the GPU, in any compute dtype (float64 for checks, float32 for
-``impl="reference"``), and walks heads and chunks of query blocks so that S = 16384 with 16 heads never materialises a ``[B, H, S, S]`` tensor. Peak extra memory is about
-4 to 6 times ``chunk_bytes`` (default 512 MiB), since a chunk's scores live beside their masked
-copy, the softmax and its temporaries and a bool token mask: measured on the CPU (fp32, causal,
+``impl="reference"``), and walks heads and chunks of query blocks so that S = 16384 with 16
+heads never materialises a ``[B, H, S, S]`` tensor. Peak extra memory is about 4 to 6 times
+``chunk_bytes`` (default 512 MiB), since a chunk's scores live beside their masked copy, the
+softmax and its temporaries and a bool token mask: measured on the CPU (fp32, causal,
 ``out`` given), 5.7× at 16 MiB chunks (S = 4096, H = 2), 5.5× at 64 MiB (S = 8192, H = 2) and
 4.5× at 128 MiB (S = 8192, H = 4); about 2.0 GB at S = 16384, H = 16 with the default.
 """
