@@ -60,8 +60,25 @@ def init_session(
     if restored is not None:
         notice(state, ":material/history:", f"Restored “{restored.name}” from your last visit.")
     current = restored or default_design()
-    state[keys.HISTORY] = History(current, limit=history_limit(current))
+    state[keys.HISTORY] = History(current, limit=history_limit(current), same=same_design)
     sync_widgets(state)
+
+
+def same_design(new: Design, old: Design) -> bool:
+    """Whether ``new`` is no change from ``old``, so no undo step is recorded for it: equal but
+    for the modification time (a value entered again), or only manual edits added that changed
+    no block (painting blocks already painted)."""
+    if new.layout != old.layout:
+        return False
+    if replace(new, modified=old.modified) == old:
+        return True
+    if new.recipe is None or old.recipe is None:
+        return False
+    before = old.recipe.edits
+    return (
+        new.recipe.edits[: len(before)] == before
+        and replace(new, modified=old.modified, recipe=old.recipe) == old
+    )
 
 
 def commit(state: State, new: Design, store: DesignStore) -> bool:
