@@ -46,7 +46,6 @@ def init_session(
         return
     state[keys.MESSAGES] = {}
     state[keys.NOTICES] = []
-    state[keys.EDITOR_REVISION] = 0
     restored = None
     session_id = query_params.get(keys.SESSION_QUERY_PARAM)
     try:
