@@ -1,9 +1,10 @@
 """The paint editor: one head at a time on a canvas, coloured by tile width, painted by strokes.
 
-A fragment, so switching head or action reruns only this panel. The canvas draws each stroke as
-the pointer moves and sends it on release; the callback applies it as one edit (one undo step)
-and reruns the whole page, so the statistics follow and the canvas gets the head back as it now
-is. Its tools (brush, rectangle, lasso, row, column, band) live in the canvas itself.
+The canvas draws each stroke as the pointer moves and sends it on release; the callback applies
+it as one edit (one undo step) in the page's rerun, so the statistics follow and the canvas gets
+the head back as it now is. Not a fragment: a stroke must rerun the whole page anyway, and a
+fragment would cost a second rerun. The tools (brush, rectangle, lasso, row, column, band) live
+in the canvas itself; the action and the heads an edit applies to are widgets beside it.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ HINT = (
 )
 
 
-@st.fragment
 def editor_ui(store: DesignStore) -> None:
     """Draw the editor for the current design."""
     session = st.session_state
@@ -116,19 +116,15 @@ def _on_edit(store: DesignStore) -> None:
         session[keys.PAINT_APPLIED] = newest_seq(value, session[keys.PAINT_APPLIED])
         state.say(session, keys.EDITOR_PLACE, f"A stroke was not applied: {error}")
         return
-    changed = False
     for seq, stroke in strokes:
         session[keys.PAINT_APPLIED] = seq
         history = session[keys.HISTORY]
         if isinstance(stroke, Paint):
             heads = target_heads(session, layout.n_heads, stroke.head)
             op = EditOp(stroke.action, stroke.region, heads)
-            changed |= change_design(store, keys.EDITOR_PLACE, lambda d, op=op: changes.edit(d, op))
+            change_design(store, keys.EDITOR_PLACE, lambda d, op=op: changes.edit(d, op))
         elif history.can_undo if stroke.back else history.can_redo:
             (state.undo if stroke.back else state.redo)(session, store)
-            changed = True
-    if changed:
-        st.rerun()
 
 
 def _on_band(store: DesignStore, n_heads: int) -> None:
@@ -139,8 +135,7 @@ def _on_band(store: DesignStore, n_heads: int) -> None:
         heads = target_heads(session, n_heads, session[keys.EDIT_HEAD])
         return changes.edit(current, EditOp(session[keys.EDIT_ACTION], band, heads))
 
-    if change_design(store, keys.BAND_PLACE, paint):
-        st.rerun()
+    change_design(store, keys.BAND_PLACE, paint)
 
 
 def _on_copy(store: DesignStore) -> None:
@@ -150,8 +145,7 @@ def _on_copy(store: DesignStore) -> None:
         state.say(session, keys.COPY_PLACE, "Pick the heads to copy this head to.")
         return
     op = CopyHead(session[keys.EDIT_HEAD], targets)
-    if change_design(store, keys.COPY_PLACE, lambda current: changes.edit(current, op)):
-        st.rerun()
+    change_design(store, keys.COPY_PLACE, lambda current: changes.edit(current, op))
 
 
 def _head_data(current: Design, head: int) -> dict:

@@ -102,16 +102,18 @@ def wait_canvas(page, applied: int = 0, timeout_s: float = 30) -> None:
     raise TimeoutError(f"the canvas did not show stroke {applied} within {timeout_s} s")
 
 
+#: JavaScript: the RGB at the centre of cell (row, col) of canvas c, read back from the canvas.
+PIXEL_JS = """{
+    const [scale, x, y] = c.dataset.view.split(' ').map(Number);
+    const dpr = c.width / parseFloat(c.style.width);
+    const px = (x + (col + 0.5) * scale) * dpr, py = (y + (row + 0.5) * scale) * dpr;
+    return Array.from(c.getContext('2d').getImageData(px, py, 1, 1).data.slice(0, 3));
+}"""
+
+
 def canvas_pixel(page, row: float, col: float) -> list[int]:
-    """The RGB the canvas shows at the centre of cell ``(row, col)`` (initial zoom)."""
-    return page.locator(CANVAS).evaluate(
-        """(c, [row, col]) => {
-            const rows = Number(c.dataset.rows), cols = Number(c.dataset.cols);
-            const x = c.width * (col + 0.5) / cols, y = c.height * (row + 0.5) / rows;
-            return Array.from(c.getContext('2d').getImageData(x, y, 1, 1).data.slice(0, 3));
-        }""",
-        [row, col],
-    )
+    """The RGB the canvas shows at the centre of cell ``(row, col)`` (at any zoom)."""
+    return page.locator(CANVAS).evaluate(f"(c, [row, col]) => {PIXEL_JS}", [row, col])
 
 
 def drag(page, cells: list[tuple[float, float]], steps: int = 4) -> None:
@@ -126,3 +128,18 @@ def drag(page, cells: list[tuple[float, float]], steps: int = 4) -> None:
 def pick(page, name: str) -> None:
     """Press a button of the canvas's toolbar (a tool, a brush size, Fit, Undo, Redo)."""
     page.locator(f'[data-paint="{name}"]').click()
+
+
+def zoomed_point(page, row: float, col: float) -> tuple[float, float]:
+    """Page coordinates of the centre of cell ``(row, col)`` at the canvas's current zoom."""
+    canvas = page.locator(CANVAS)
+    scale, x, y = map(float, canvas.get_attribute("data-view").split())
+    box = canvas.bounding_box()
+    return box["x"] + x + (col + 0.5) * scale, box["y"] + y + (row + 0.5) * scale
+
+
+def zoom_at(page, row: float, col: float, notches: int) -> None:
+    """Turn the wheel ``notches`` times (towards the user: zoom in) over cell ``(row, col)``."""
+    for _ in range(notches):
+        page.mouse.move(*zoomed_point(page, row, col))
+        page.mouse.wheel(0, -240)

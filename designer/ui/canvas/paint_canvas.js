@@ -384,6 +384,7 @@ class Editor {
     const { rows, cols } = this.shape;
     const { scale, x, y } = this.view;
     const w = this.canvas.width / dpr, h = this.canvas.height / dpr;
+    this.canvas.dataset.view = `${scale} ${x} ${y}`; // CSS px per block and offset, for tests
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.fillStyle = "#ffffff";
     ctx.fillRect(0, 0, w, h);

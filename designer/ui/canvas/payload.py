@@ -52,16 +52,17 @@ def head_payload(blocks: np.ndarray, widths: np.ndarray, odd: np.ndarray) -> dic
     table = np.unique(widths[widths > 0])
     if len(table) >= ODD_FLAG:
         raise ValueError(f"a head may have at most {ODD_FLAG - 1} tile widths, got {len(table)}")
-    scale, runs = 1, b""
+    code_of_width = np.zeros(int(widths.max(initial=0)) + 1, dtype=np.uint8)
+    code_of_width[table] = np.arange(1, len(table) + 1)
+    scale = 1
     while True:
-        pooled_widths, pooled_odd = max_pool(widths, scale), max_pool(odd, scale)
-        codes = np.searchsorted(table, pooled_widths).astype(np.uint8) + 1
-        codes[pooled_widths == 0] = 0
-        codes |= pooled_odd.astype(np.uint8) * np.uint8(ODD_FLAG)
-        runs = _run_lengths(codes.ravel())
-        if len(runs) <= MAX_CODE_BYTES or scale >= max(n_rows, n_cols):
+        codes = code_of_width[max_pool(widths, scale)].ravel()
+        codes |= max_pool(odd, scale).ravel().view(np.uint8) << 7  # ODD_FLAG
+        n_runs = 1 + np.count_nonzero(codes[1:] != codes[:-1])
+        if 5 * n_runs <= MAX_CODE_BYTES or scale >= max(n_rows, n_cols):
             break
         scale *= 2
+    runs = _run_lengths(codes)
     return {
         "rows": n_rows,
         "cols": n_cols,
@@ -97,7 +98,7 @@ def _run_lengths(values: np.ndarray) -> bytes:
     """``values`` (uint8) as its runs: every run's value, then every run's length as ``<u4``."""
     if not len(values):
         return b""
-    starts = np.flatnonzero(np.diff(values)) + 1
+    starts = np.flatnonzero(values[1:] != values[:-1]) + 1
     starts = np.concatenate([[0], starts])
     lengths = np.diff(np.concatenate([starts, [len(values)]])).astype("<u4")
     return values[starts].tobytes() + lengths.tobytes()
