@@ -9,7 +9,7 @@ design changes other than through them (start, undo, redo, load).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from designer.design import Design
@@ -74,8 +74,14 @@ def same_design(new: Design, old: Design) -> bool:
     if new.recipe is None or old.recipe is None:
         return False
     before = old.recipe.edits
+    same_steps = all(
+        getattr(new.recipe, f.name) == getattr(old.recipe, f.name)
+        for f in fields(old.recipe)
+        if f.name != "edits"
+    )
     return (
-        new.recipe.edits[: len(before)] == before
+        same_steps
+        and new.recipe.edits[: len(before)] == before
         and replace(new, modified=old.modified, recipe=old.recipe) == old
     )
 

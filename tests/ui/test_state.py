@@ -143,3 +143,6 @@ def test_same_design_tells_real_changes_apart():
     cleared = changes.edit(old, EditOp("clear", Rect(7, 0, 7, 0)))  # outside the window: empty
     assert state.same_design(cleared, old)
     assert not state.same_design(old, cleared)  # fewer edits: a real step back (drop edits)
+    union = RecipeStep("sliding_window", {"window_blocks": 1}, combine="union")
+    more = changes.set_step(old, 1, union)  # a step that adds no block is still a change
+    assert more.layout == old.layout and not state.same_design(more, old)
