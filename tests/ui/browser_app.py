@@ -82,6 +82,7 @@ CANVAS = '[data-testid="paint-canvas"]'
 def canvas_point(page, row: float, col: float) -> tuple[float, float]:
     """Page coordinates of the centre of cell ``(row, col)`` at the canvas's initial zoom."""
     canvas = page.locator(CANVAS)
+    canvas.scroll_into_view_if_needed()
     rows, cols = int(canvas.get_attribute("data-rows")), int(canvas.get_attribute("data-cols"))
     box = canvas.bounding_box()
     return box["x"] + box["width"] * (col + 0.5) / cols, box["y"] + box["height"] * (
@@ -133,6 +134,7 @@ def pick(page, name: str) -> None:
 def zoomed_point(page, row: float, col: float) -> tuple[float, float]:
     """Page coordinates of the centre of cell ``(row, col)`` at the canvas's current zoom."""
     canvas = page.locator(CANVAS)
+    canvas.scroll_into_view_if_needed()
     scale, x, y = map(float, canvas.get_attribute("data-view").split())
     box = canvas.bounding_box()
     return box["x"] + x + (col + 0.5) * scale, box["y"] + y + (row + 0.5) * scale
@@ -143,3 +145,9 @@ def zoom_at(page, row: float, col: float, notches: int) -> None:
     for _ in range(notches):
         page.mouse.move(*zoomed_point(page, row, col))
         page.mouse.wheel(0, -240)
+
+
+def grid_point(page, row: float, col: float) -> tuple[float, float]:
+    """Page coordinates of the grid point ``(row, col)`` in blocks (``(0, 0)``: the top-left
+    corner of block 0) at the canvas's current zoom."""
+    return zoomed_point(page, row - 0.5, col - 0.5)
