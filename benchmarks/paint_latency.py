@@ -35,10 +35,9 @@ sys.path.insert(0, str(ROOT))
 from designer.ui.storage import DesignStore, load_default_design  # noqa: E402
 from tests.ui.browser_app import (  # noqa: E402
     CANVAS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
     PIXEL_JS,
     canvas_pixel,
+    launch,
     pick,
     serve_app,
     wait_canvas,
@@ -190,7 +189,7 @@ def main() -> None:
             home = Path(tmp)
             prepare(home, size)
             with serve_app(home) as (url, _), sync_playwright() as driver:
-                browser = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                browser = launch(driver)
                 page = browser.new_page(viewport={"width": 1480, "height": 1000})
                 page.set_default_timeout(WAIT_S * 1000)
                 open_paint(page, url, zoom=0 if size == "16x256" else 12)

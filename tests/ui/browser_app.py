@@ -27,6 +27,11 @@ CHROMIUM_ARGS = [
 STARTUP_S = 90
 
 
+def launch(driver):
+    """Headless Chromium from the system's package (closed with ``driver``)."""
+    return driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -118,11 +123,17 @@ def canvas_pixel(page, row: float, col: float) -> list[int]:
 
 
 def drag(page, cells: list[tuple[float, float]], steps: int = 4) -> None:
-    """Press on the first cell, move through the others, release on the last."""
-    page.mouse.move(*canvas_point(page, *cells[0]))
+    """Press on the centre of the first cell, move through the others, release on the last."""
+    trace(page, [(row + 0.5, col + 0.5) for row, col in cells], steps)
+
+
+def trace(page, points: list[tuple[float, float]], steps: int = 4) -> None:
+    """Press on the first grid point ``(row, col)``, move through the others, release on the
+    last (``steps`` pointer moves between two points)."""
+    page.mouse.move(*grid_point(page, *points[0]))
     page.mouse.down()
-    for cell in cells[1:]:
-        page.mouse.move(*canvas_point(page, *cell), steps=steps)
+    for point in points[1:]:
+        page.mouse.move(*grid_point(page, *point), steps=steps)
     page.mouse.up()
 
 

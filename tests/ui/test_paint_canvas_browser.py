@@ -19,13 +19,13 @@ from designer.ui.storage import DesignStore, load_default_design
 from tests.ui.browser_app import (
     CANVAS,
     CHROMIUM,
-    CHROMIUM_ARGS,
     canvas_pixel,
     canvas_point,
     drag,
-    grid_point,
+    launch,
     pick,
     serve_app,
+    trace,
     wait_canvas,
     zoom_at,
     zoomed_point,
@@ -52,9 +52,7 @@ def server(tmp_path_factory):
 @pytest.fixture
 def browser(server):
     with playwright.sync_playwright() as driver:
-        launched = driver.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield launched
-        launched.close()
+        yield launch(driver)
 
 
 class Paint:
@@ -154,21 +152,13 @@ def test_rectangle_and_lasso_paint_every_cell_they_touch(browser, server):
     page.keyboard.press("l")  # the canvas has the focus now: L picks the lasso
     before = after
     corners = [(20.2, 30.2), (20.2, 34.8), (23.8, 34.8), (23.8, 30.2), (20.2, 30.2)]
-    page.mouse.move(*grid_point(page, *corners[0]))
-    page.mouse.down()
-    for corner in corners[1:]:
-        page.mouse.move(*grid_point(page, *corner), steps=6)
-    page.mouse.up()
+    trace(page, corners, steps=6)
     after = paint.done()
     assert np.array_equal(after, before | box_mask((20, 23), (30, 34)))
 
     before = after
     triangle = [(50.1, 20.1), (50.1, 35.9), (62.9, 20.1), (50.1, 20.1)]
-    page.mouse.move(*grid_point(page, *triangle[0]))
-    page.mouse.down()
-    for corner in triangle[1:]:
-        page.mouse.move(*grid_point(page, *corner), steps=12)
-    page.mouse.up()
+    trace(page, triangle, steps=12)
     after = paint.done()
     added = after & ~before
     assert after[50, 20:36].all() and after[50:63, 20].all() and after[55, 25]
