@@ -87,12 +87,20 @@ def metric(page, label: str) -> int:
     return int(box.locator('[data-testid="stMetricValue"]').inner_text().replace(",", ""))
 
 
-def wait_metric(page, label: str, value: int) -> None:
+def settled_metric(page, label: str) -> int:
+    """The statistic once the app has finished its reruns (the status widget gone for 1 s)."""
+    status = page.locator('[data-testid="stStatusWidget"]')
+    quiet_since = None
     deadline = time.monotonic() + WAIT_S
-    while metric(page, label) != value:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{label} did not reach {value:,}")
-        time.sleep(0.05)
+    while time.monotonic() < deadline:
+        if status.count():
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > 1:
+            return metric(page, label)
+        time.sleep(0.1)
+    raise TimeoutError(f"the app did not settle within {WAIT_S} s")
 
 
 def empty_cells(page, row: int, cols: range) -> list[int]:
@@ -139,32 +147,32 @@ def measure(page, size: str, clicks: int) -> dict:
 
     # Two clicks in a row, same tool, no waiting between them.
     a, b = free[clicks : clicks + 2]
-    before = metric(page, "Active blocks")
+    before = settled_metric(page, "Active blocks")
     page.mouse.click(*zoomed_point(page, row, a))
     page.mouse.click(*zoomed_point(page, row, b))
     applied += 2
     wait_canvas(page, applied, timeout_s=WAIT_S)
-    wait_metric(page, "Active blocks", before + 2)
-    both = canvas_pixel(page, row, a) != EMPTY and canvas_pixel(page, row, b) != EMPTY
+    two = settled_metric(page, "Active blocks") - before
+    both = two == 2 and EMPTY not in (canvas_pixel(page, row, a), canvas_pixel(page, row, b))
 
     # A drag across 40 cells of a row below the diagonal, then one undo.
     stroke_row = 50
     cols = range(5, 45)
     empty = empty_cells(page, stroke_row, cols)
-    before = metric(page, "Active blocks")
+    before = settled_metric(page, "Active blocks")
     page.mouse.move(*zoomed_point(page, stroke_row, cols[0]))
     page.mouse.down()
     page.mouse.move(*zoomed_point(page, stroke_row, cols[-1]), steps=40)
     page.mouse.up()
     applied += 1
     wait_canvas(page, applied, timeout_s=WAIT_S)
-    wait_metric(page, "Active blocks", before + len(empty))
+    stroke_added = settled_metric(page, "Active blocks") - before
     painted = sum(canvas_pixel(page, stroke_row, c) != EMPTY for c in cols)
     page.keyboard.press("Control+z")
     applied += 1
     wait_canvas(page, applied, timeout_s=WAIT_S)
-    wait_metric(page, "Active blocks", before)
-    undone = empty_cells(page, stroke_row, cols) == empty
+    undone = settled_metric(page, "Active blocks") == before
+    undone = undone and stroke_added == len(empty) and empty_cells(page, stroke_row, cols) == empty
     return {
         "size": size,
         "click_to_pixel_ms": statistics.median(pixel),
@@ -174,6 +182,7 @@ def measure(page, size: str, clicks: int) -> dict:
         "drag_40_cells_painted": painted,
         "drag_one_undo_step": undone,
         "two_clicks_both_paint": both,
+        "two_clicks_added": two,
     }
 
 

@@ -165,6 +165,29 @@ def test_rectangle_and_lasso_paint_every_cell_they_touch(browser, server):
     assert not added[62, 34] and not added[49].any() and not added[:, 37:].any()
 
 
+def test_row_column_and_band_tools(browser, server):
+    paint = Paint(browser, server)
+    page = paint.page
+    before = paint.blocks()
+    pick(page, "row")
+    page.mouse.click(*canvas_point(page, 41, 20))
+    after = paint.done()
+    assert np.array_equal(after, before | box_mask((41, 41), (0, 63)))
+    drag(page, [(44, 3), (46, 9)])  # a drag over rows paints them all
+    after, before = paint.done(), after
+    assert np.array_equal(after, before | box_mask((44, 46), (0, 63)))
+    pick(page, "column")
+    page.mouse.click(*canvas_point(page, 10, 50))
+    after, before = paint.done(), after
+    assert np.array_equal(after, before | box_mask((0, 63), (50, 50)))
+    pick(page, "band")
+    drag(page, [(30, 10), (35, 12)])  # offsets col - row from -20 to -23
+    after, before = paint.done(), after
+    offsets = np.arange(64)[None, :] - np.arange(64)[:, None]
+    assert np.array_equal(after, before | ((offsets >= -23) & (offsets <= -20)))
+    paint.assert_no_errors()
+
+
 def test_toggle_twice_and_undo_redo_by_keyboard(browser, server):
     paint = Paint(browser, server)
     page = paint.page
