@@ -1,7 +1,8 @@
 """The paint canvas: a Streamlit components-v2 element drawing one head on a ``<canvas>``.
 
 Its JavaScript and CSS are plain files beside this module (package data, no build step, nothing
-fetched from the network). ``payload`` holds what Python and the canvas send each other.
+fetched from the network), read once at import. ``payload`` holds what Python and the canvas send
+each other.
 """
 
 from __future__ import annotations
@@ -13,12 +14,15 @@ from typing import Any
 import streamlit as st
 
 _HERE = Path(__file__).parent
+#: The canvas's JavaScript, joined in this order into the one module Streamlit loads: the pure
+#: helpers, the editor (state, strokes, the default export), its toolbar and drawing, its input.
+JS_FILES = ("paint_cells.js", "paint_canvas.js", "paint_view.js", "paint_input.js")
 #: The trigger the canvas fires with the strokes Python has not applied yet.
 EDIT_TRIGGER = "edit"
 
 _component = st.components.v2.component(
     "blocksparse_designer.paint_canvas",
-    js=(_HERE / "paint_canvas.js").read_text(encoding="utf-8"),
+    js="\n".join((_HERE / name).read_text(encoding="utf-8") for name in JS_FILES),
     css=(_HERE / "paint_canvas.css").read_text(encoding="utf-8"),
 )
 
