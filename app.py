@@ -7,6 +7,7 @@ lazily: only the open one is computed.
 from __future__ import annotations
 
 import streamlit as st
+import torch
 
 from designer.ui.common import start_run
 from designer.ui.editor_ui import editor_ui
@@ -19,6 +20,9 @@ from designer.ui.stats_ui import analysis_ui, header_ui
 from designer.ui.storage import DesignStore
 
 TABS = ("Patterns", "Paint", "Analysis", "Files", "GPU benchmark")
+#: The app's torch work is small tensor edits between numba's segmentation runs; torch's own
+#: worker threads would spin against numba's and make a one-block edit take 50 ms instead of 1.
+torch.set_num_threads(1)
 
 
 def main() -> None:

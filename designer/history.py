@@ -2,7 +2,9 @@
 
 Every operation returns a new ``History`` and never changes the old one, so a Streamlit session can
 hold it as one value and a rerun can never see it half-updated. It is generic over the value: the
-app keeps ``Design`` objects in it, tests keep ints. Values are compared with ``==``.
+app keeps ``Design`` objects in it, tests keep ints. A push that does not change the value records
+no step; "the same" is ``==`` unless the history is given its own ``same`` (the app's designs
+carry a modification time that a no-op change still renews).
 
 >>> h = History(1).push(2).push(3)
 >>> h.undo().undo().present, h.undo().redo().present, h.undo().push(9).can_redo
@@ -11,7 +13,8 @@ app keeps ``Design`` objects in it, tests keep ints. Values are compared with ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
 from designer.validate import check_int
@@ -28,13 +31,18 @@ MAX_LIMIT = 10_000
 class History(Generic[T]):
     """The present value, the values before it (oldest first) and the undone ones after it.
 
-    ``limit`` bounds the undo steps kept: pushing beyond it drops the oldest value.
+    ``limit`` bounds the undo steps kept: pushing beyond it drops the oldest value. ``same``
+    tells whether a pushed value is no change from the present (default ``==``).
+
+    >>> History("a", same=str.__eq__).push("a").can_undo
+    False
     """
 
     present: T
     past: tuple[T, ...] = ()
     future: tuple[T, ...] = ()
     limit: int = DEFAULT_LIMIT
+    same: Callable[[T, T], bool] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_int("limit", self.limit, low=1, high=MAX_LIMIT)
@@ -57,6 +65,8 @@ class History(Generic[T]):
     def push(self, value: T) -> History[T]:
         """Make ``value`` the present and drop the redo branch; an equal value changes nothing."""
         if value is self.present or value == self.present:
+            return self
+        if self.same is not None and self.same(value, self.present):
             return self
         past = (*self.past, self.present)[-self.limit :]
         return replace(self, present=value, past=past, future=())

@@ -16,8 +16,9 @@ SESSION_QUERY_PARAM = "session"
 MESSAGES = "messages"
 #: One-shot notices ``(icon, text)`` shown as toasts on the next run.
 NOTICES = "notices"
-#: Bumped after each paint so the editor chart starts again with an empty selection.
-EDITOR_REVISION = "editor_revision"
+#: The paint canvas, and the number of its last stroke applied (it redraws the rest on top).
+PAINT_CANVAS = "paint_canvas"
+PAINT_APPLIED = "paint_applied"
 
 # ----------------------------------------------------------------- setup widgets
 NAME = "design_name"
@@ -32,7 +33,6 @@ START_WIDTH = "start_width"
 # ----------------------------------------------------------------- editor widgets
 EDIT_HEAD = "edit_head"
 EDIT_ACTION = "edit_action"
-EDIT_BRUSH = "edit_brush"
 EDIT_SCOPE = "edit_scope"
 EDIT_HEADS = "edit_heads"
 BAND_LOW = "band_low"
@@ -59,16 +59,13 @@ LIBRARY_CONFIRM = "library_pending_action"
 # ----------------------------------------------------------------- message places
 SETUP_PLACE = "setup"
 EDITOR_PLACE = "editor"
+BAND_PLACE = "band"
+COPY_PLACE = "copy"
 FILES_PLACE = "files"
 LIBRARY_PLACE = "library"
 AUTOSAVE_PLACE = "autosave"
 LINTS_PLACE = "lints"
 EDITS_PLACE = "edits"
-
-
-def editor_chart(revision: int) -> str:
-    """The editor chart's key: a new revision is a new chart with nothing selected."""
-    return f"editor_chart_{revision}"
 
 
 def step_key(step: int, field: str) -> str:

@@ -9,7 +9,7 @@ design changes other than through them (start, undo, redo, load).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from designer.design import Design
@@ -49,7 +49,6 @@ def init_session(
         return
     state[keys.MESSAGES] = {}
     state[keys.NOTICES] = []
-    state[keys.EDITOR_REVISION] = 0
     restored = None
     session_id = query_params.get(keys.SESSION_QUERY_PARAM)
     try:
@@ -68,10 +67,33 @@ def init_session(
             state, ":material/history:", f"Restored “{plain(restored.name)}” from your last visit."
         )
     current = restored or default_design()
-    state[keys.HISTORY] = History(current, limit=history_limit(current))
+    state[keys.HISTORY] = History(current, limit=history_limit(current), same=same_design)
     if restored is None:
         autosave(state, store)  # the new id is known from now on
     sync_widgets(state)
+
+
+def same_design(new: Design, old: Design) -> bool:
+    """Whether ``new`` is no change from ``old``, so no undo step is recorded for it: equal but
+    for the modification time (a value entered again), or only manual edits added that changed
+    no block (painting blocks already painted)."""
+    if new.layout != old.layout:
+        return False
+    if replace(new, modified=old.modified) == old:
+        return True
+    if new.recipe is None or old.recipe is None:
+        return False
+    before = old.recipe.edits
+    same_steps = all(
+        getattr(new.recipe, f.name) == getattr(old.recipe, f.name)
+        for f in fields(old.recipe)
+        if f.name != "edits"
+    )
+    return (
+        same_steps
+        and new.recipe.edits[: len(before)] == before
+        and replace(new, modified=old.modified, recipe=old.recipe) == old
+    )
 
 
 def commit(state: State, new: Design, store: DesignStore) -> bool:

@@ -106,3 +106,12 @@ def test_pushing_an_equal_design_is_a_no_op(rng):
 def test_bad_history_arguments_are_refused(kwargs, error, message):
     with pytest.raises(error, match=message):
         History(0, **kwargs)
+
+
+def test_a_push_the_history_calls_the_same_records_no_step():
+    by_case = History("a", same=lambda new, old: new.lower() == old.lower())
+    assert by_case.push("A") is by_case
+    pushed = by_case.push("b")
+    assert pushed.present == "b" and pushed.past == ("a",)
+    assert pushed.push("B").past == ("a",)
+    assert pushed.undo().redo().push("B") == pushed  # undo and redo keep the equivalence

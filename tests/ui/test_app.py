@@ -413,6 +413,7 @@ def test_causal_lint_and_clip(data_dir):
 
 def test_drop_manual_edits(data_dir):
     at = open_app(tab="Paint")
+    at.segmented_control(key=keys.EDIT_ACTION).set_value("toggle").run()
     at.button(key="apply_band").click().run()
     at.session_state["tab"] = "Patterns"
     at.run()

@@ -2,8 +2,8 @@
 
 Measured with ``AppTest`` (which adds its own overhead, so this is an upper bound) on the Paint
 tab of a 50 %-dense random layout, the costliest to segment: the paint's callback (edit, history,
-autosave) and the whole page after it (segmentation, statistics, lints, editor picture and its
-16,384 selection markers). A paint here is a diagonal band, the same path as a box selection.
+autosave) and the whole page after it (segmentation, statistics, lints, the canvas's payload of
+the head shown). A paint here is a diagonal band, the same path as a canvas stroke.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from designer.design import Design
 from designer.formats import save_design
 from designer.recipe import Recipe, RecipeStep
 from designer.ui import keys
-from designer.ui.selection import MarkerGrid, mask_region, selected_blocks
+from designer.ui.canvas.payload import head_payload, payload_bytes
 from designer.ui.storage import DATA_DIR_ENV
 
 pytestmark = pytest.mark.slow
@@ -65,10 +65,11 @@ def test_rerun_after_a_paint_at_16_heads_256_blocks(tmp_path, monkeypatch):
     assert median < BUDGET_S
 
 
-def test_a_box_over_a_whole_large_head_maps_fast():
-    grid = MarkerGrid.for_shape(256, 256)
-    selection = {"box": [{"x": [-0.5, 255.5], "y": [-0.5, 255.5]}], "points": []}
+def test_the_payload_of_a_dense_large_head_is_quick_and_small():
+    rng = np.random.default_rng(0)
+    blocks = rng.random((256, 256)) < 0.5
+    widths = blocks.astype(np.uint16)
     start = time.perf_counter()
-    region = mask_region(selected_blocks(selection, grid, head=0))
-    assert time.perf_counter() - start < 0.05
-    assert region.mask(256, 256).all() and np.array_equal(region.mask(256, 256).shape, (256, 256))
+    payload = head_payload(blocks, widths, rng.random((256, 256)) < 0.5)
+    assert time.perf_counter() - start < 0.1
+    assert payload_bytes(payload) <= 100_000

@@ -1,10 +1,12 @@
 import shutil
+from dataclasses import replace
 
 import pytest
 
 from designer.design import Design
+from designer.edit import Cells, EditOp, Rect
 from designer.recipe import Recipe, RecipeStep
-from designer.ui import keys, state
+from designer.ui import changes, keys, state
 from designer.ui.storage import DesignStore
 
 
@@ -136,3 +138,30 @@ def test_history_keeps_fewer_steps_of_huge_layouts(store, monkeypatch):
     history = session[keys.HISTORY]
     assert history.limit == 3 and len(history.past) == 3
     assert state.history_limit(make_design()) == 3
+
+
+def test_no_undo_step_for_a_change_that_changes_nothing(store):
+    session, _ = start(store)
+    again = changes.rebuild(state.design(session), state.design(session).recipe.steps)
+    assert not state.commit(session, replace(again, modified="2030-01-01T00:00:00+00:00"), store)
+    painted = changes.edit(state.design(session), EditOp("set", Rect(0, 0, 1, 1)))
+    assert state.commit(session, painted, store)
+    again = changes.edit(painted, EditOp("set", Cells(((1, 1),))))  # already set
+    assert len(again.recipe.edits) == 2
+    assert not state.commit(session, again, store)
+    history = session[keys.HISTORY]
+    assert len(history.past) == 1 and state.design(session).recipe.edits == painted.recipe.edits
+    assert state.commit(session, changes.edit(painted, EditOp("toggle", Cells(((1, 1),)))), store)
+
+
+def test_same_design_tells_real_changes_apart():
+    old = make_design()
+    assert state.same_design(replace(old, modified="2030-01-01T00:00:00+00:00"), old)
+    assert not state.same_design(make_design(name="other"), old)
+    assert not state.same_design(make_design(window=3), old)
+    cleared = changes.edit(old, EditOp("clear", Rect(7, 0, 7, 0)))  # outside the window: empty
+    assert state.same_design(cleared, old)
+    assert not state.same_design(old, cleared)  # fewer edits: a real step back (drop edits)
+    union = RecipeStep("sliding_window", {"window_blocks": 1}, combine="union")
+    more = changes.set_step(old, 1, union)  # a step that adds no block is still a change
+    assert more.layout == old.layout and not state.same_design(more, old)

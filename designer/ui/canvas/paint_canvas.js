@@ -1,0 +1,289 @@
+// The paint canvas: one head of a block-sparse layout, painted with the pointer.
+//
+// Python sends one head (see payload.py): bit-packed cells and run-length tile codes, both
+// deflated and base64, the palette, the action and `applied`, the number of the last stroke it
+// has applied. Each stroke is drawn here at once; on release it is queued with the next stroke
+// number and the whole queue of strokes Python has not applied yet goes back as the trigger
+// value `edit` ({strokes: [...]}), so a stroke is never lost when two triggers coalesce. When
+// the new head arrives, strokes up to `applied` leave the queue and the picture is rebuilt from
+// Python's cells with the strokes still queued drawn on top: what stays is exactly the design.
+//
+// Streamlit loads one module: paint_cells.js (helpers), this file (the editor's state and
+// strokes), paint_view.js (its toolbar and drawing) and paint_input.js (its pointer and keys),
+// joined in that order (see __init__.py).
+
+const TOOLS = [
+  ["brush", "Brush", "b"],
+  ["rect", "Rectangle", "r"],
+  ["lasso", "Lasso", "l"],
+  ["row", "Row", ""],
+  ["column", "Column", ""],
+  ["band", "Band", ""],
+];
+const SIZES = [1, 2, 4, 8];
+const ACTIVE_RGB = [47, 62, 92]; // an active block whose tile is not known (yet)
+const MAX_HEIGHT_PX = 640;
+const MIN_GRID_PX = 8; // grid lines show from this many pixels per block
+const MAX_CELL_PX = 64;
+const STORE_KEY = "blocksparse-designer.paint-tools";
+const editors = new WeakMap();
+
+export default function paintCanvas({ data, parentElement, setTriggerValue }) {
+  let editor = editors.get(parentElement);
+  if (!editor) {
+    editor = new Editor(parentElement);
+    editors.set(parentElement, editor);
+  }
+  editor.send = setTriggerValue;
+  editor.update(data);
+  return () => {
+    editor.destroy();
+    editors.delete(parentElement);
+  };
+}
+
+// ------------------------------------------------------------------ the editor
+class Editor {
+  constructor(parent) {
+    this.parent = parent;
+    this.seq = 0;
+    this.queue = []; // strokes sent, not yet applied by Python: {seq, head, region, action}
+    this.stroke = null;
+    this.view = { scale: 1, x: 0, y: 0, fit: 1, fitted: true };
+    this.shape = null;
+    this.loading = 0;
+    let saved = {};
+    try {
+      saved = JSON.parse(localStorage.getItem(STORE_KEY) || "{}");
+    } catch (error) {
+      saved = {};
+    }
+    this.tool = TOOLS.some(([id]) => id === saved.tool) ? saved.tool : "brush";
+    this.size = SIZES.includes(saved.size) ? saved.size : 1;
+    this.build();
+  }
+
+  // ---------------------------------------------------------------- data from Python
+  update(data) {
+    const { rows, cols, head } = data;
+    const reshaped = !this.shape || this.shape.rows !== rows || this.shape.cols !== cols;
+    if (reshaped || this.shape.head !== head) {
+      this.queue = this.queue.filter((s) => !reshaped && (s.op || s.head === head));
+      this.cancel();
+    }
+    this.seq = Math.max(this.seq, data.applied);
+    this.queue = this.queue.filter((s) => s.seq > data.applied);
+    this.data = data;
+    this.action = data.action;
+    this.shape = { rows, cols, head };
+    Object.assign(this.canvas.dataset, { rows, cols, head }); // strings, for tests
+    this.layout(reshaped);
+    const token = ++this.loading;
+    this.canvas.dataset.ready = "false";
+    Promise.all([inflate(data.cells), inflate(data.codes)]).then(([bits, runs]) => {
+      if (token !== this.loading) return; // a newer head arrived meanwhile
+      this.base = unpackBits(bits, rows * cols);
+      const scale = data.codes_scale;
+      this.codeCols = Math.ceil(cols / scale);
+      this.codes = runLengthDecode(runs, Math.ceil(rows / scale) * this.codeCols);
+      this.palette = new Uint32Array(256).fill(packRGBA(ACTIVE_RGB));
+      data.colours.forEach((hex, k) => {
+        this.palette[k + 1] = rgba(hex);
+        this.palette[k + 1 + 128] = rgba(data.dark[k]);
+      });
+      this.empty = rgba(data.empty);
+      this.rebuild();
+      this.canvas.dataset.ready = "true";
+      this.canvas.dataset.applied = String(data.applied);
+    });
+  }
+
+  // Python's cells, then every queued stroke on top, then the stroke in progress.
+  rebuild() {
+    const { rows, cols } = this.shape;
+    this.shown = this.base.slice();
+    for (const stroke of this.queue) {
+      eachCell(stroke.region, rows, cols, (i) => this.apply(i, stroke.action));
+    }
+    const drawing = this.stroke;
+    if (drawing && drawing.visited) for (const i of drawing.visited) this.apply(i, drawing.action);
+    if (this.image.width !== cols || this.image.height !== rows) {
+      this.image.width = cols;
+      this.image.height = rows;
+    }
+    this.pixels = this.imageCtx.createImageData(cols, rows);
+    this.px = new Uint32Array(this.pixels.data.buffer);
+    for (let i = 0; i < rows * cols; i++) this.px[i] = this.colour(i);
+    this.imageCtx.putImageData(this.pixels, 0, 0);
+    this.draw();
+  }
+
+  apply(i, action) {
+    this.shown[i] = action === "set" ? 1 : action === "clear" ? 0 : 1 - this.shown[i];
+  }
+
+  code(i) {
+    const scale = this.data.codes_scale, cols = this.shape.cols;
+    if (scale === 1) return this.codes[i];
+    return this.codes[(((i / cols) | 0) / scale | 0) * this.codeCols + (((i % cols) / scale) | 0)];
+  }
+
+  colour(i) {
+    if (!this.shown[i]) return this.empty;
+    return this.base[i] ? this.palette[this.code(i)] : this.palette[0];
+  }
+
+  // ---------------------------------------------------------------- geometry
+  layout(reshaped) {
+    const { rows, cols } = this.shape;
+    const width = Math.max(100, this.root.clientWidth - 2);
+    const fit = Math.min(width / cols, MAX_HEIGHT_PX / rows);
+    const view = this.view;
+    if (reshaped || view.fitted) Object.assign(view, { scale: fit, x: 0, y: 0, fitted: true });
+    else {
+      const k = fit / view.fit;
+      Object.assign(view, { scale: view.scale * k, x: view.x * k, y: view.y * k });
+    }
+    view.fit = fit;
+    const dpr = window.devicePixelRatio || 1;
+    const w = cols * fit, h = rows * fit;
+    this.canvas.style.width = `${w}px`;
+    this.canvas.style.height = `${h}px`;
+    this.canvas.width = Math.round(w * dpr);
+    this.canvas.height = Math.round(h * dpr);
+    this.draw();
+  }
+
+  fit() {
+    Object.assign(this.view, { scale: this.view.fit, x: 0, y: 0, fitted: true });
+    this.draw();
+  }
+
+
+  // ---------------------------------------------------------------- strokes
+  begin(event) {
+    const point = this.gridPoint(event);
+    const cell = this.cellAt(point);
+    if (!cell || !this.pixels) return;
+    const { tool, action } = this;
+    const s = { tool, action, head: this.shape.head, startCell: cell, endCell: cell };
+    this.stroke = s;
+    if (s.tool === "brush") {
+      s.visited = new Set();
+      this.brushTo(cell);
+    } else if (s.tool === "lasso") {
+      s.points = [point];
+    }
+    this.draw();
+  }
+
+  extend(event) {
+    const s = this.stroke;
+    const point = this.gridPoint(event);
+    const { rows, cols } = this.shape;
+    const clamp = (v, size) => Math.min(Math.max(v, 0), size - 1e-6);
+    const clamped = [clamp(point[0], cols), clamp(point[1], rows)];
+    s.endCell = [Math.floor(clamped[1]), Math.floor(clamped[0])];
+    if (s.tool === "brush") this.brushTo(s.endCell);
+    else if (s.tool === "lasso") s.points.push(clamped);
+    this.draw();
+  }
+
+  // Paint brush squares along the line from the last cell to `cell` (no gaps on a fast drag).
+  brushTo(cell) {
+    const s = this.stroke;
+    const [r1, c1] = cell;
+    const [r0, c0] = s.last || cell;
+    const steps = Math.max(Math.abs(r1 - r0), Math.abs(c1 - c0), 1);
+    const changed = [];
+    const { rows, cols } = this.shape;
+    const half = (this.size - 1) >> 1;
+    for (let k = 0; k <= steps; k++) {
+      const r = Math.round(r0 + ((r1 - r0) * k) / steps);
+      const c = Math.round(c0 + ((c1 - c0) * k) / steps);
+      for (let dr = 0; dr < this.size; dr++) {
+        for (let dc = 0; dc < this.size; dc++) {
+          const rr = r - half + dr, cc = c - half + dc;
+          if (rr < 0 || rr >= rows || cc < 0 || cc >= cols) continue;
+          const i = rr * cols + cc;
+          if (s.visited.has(i)) continue;
+          s.visited.add(i);
+          this.apply(i, s.action);
+          changed.push(i);
+        }
+      }
+    }
+    s.last = cell;
+    this.repaint(changed);
+  }
+
+  // The region a finished (or in-progress) stroke paints, as Python reads it.
+  region(s) {
+    const { rows, cols } = this.shape;
+    const [ra, ca] = s.startCell, [rb, cb] = s.endCell;
+    const rlo = Math.min(ra, rb), rhi = Math.max(ra, rb);
+    const clo = Math.min(ca, cb), chi = Math.max(ca, cb);
+    switch (s.tool) {
+      case "brush":
+        return maskRegion(s.visited, cols);
+      case "lasso":
+        return maskRegion(lassoCells(s.points, rows, cols), cols);
+      case "rect":
+        return { kind: "rect", row0: rlo, col0: clo, row1: rhi, col1: chi };
+      case "row":
+        if (rlo === rhi) return { kind: "row", row: rlo };
+        return { kind: "rect", row0: rlo, col0: 0, row1: rhi, col1: cols - 1 };
+      case "column":
+        if (clo === chi) return { kind: "column", col: clo };
+        return { kind: "rect", row0: 0, col0: clo, row1: rows - 1, col1: chi };
+      default: {
+        const a = ca - ra, b = cb - rb;
+        return { kind: "band", lo: Math.min(a, b), hi: Math.max(a, b) };
+      }
+    }
+  }
+
+  finish() {
+    const s = this.stroke;
+    this.stroke = null;
+    const region = this.region(s);
+    if (!region) return this.draw();
+    if (s.tool !== "brush") {
+      const { rows, cols } = this.shape;
+      const changed = [];
+      eachCell(region, rows, cols, (i) => {
+        this.apply(i, s.action);
+        changed.push(i);
+      });
+      this.repaint(changed);
+    }
+    this.draw();
+    this.queue.push({ seq: ++this.seq, head: s.head, action: s.action, region });
+    this.flush();
+  }
+
+  cancel() {
+    if (!this.stroke) return;
+    this.stroke = null;
+    if (this.base) this.rebuild();
+  }
+
+  queueStep(op) {
+    this.cancel();
+    this.queue.push({ seq: ++this.seq, op });
+    this.flush();
+  }
+
+  flush() {
+    const strokes = this.queue.map(({ seq, op, head, action, region }) =>
+      op ? { seq, op } : { seq, op: "paint", head, action, region: wireRegion(region) },
+    );
+    this.send("edit", { strokes });
+  }
+
+  destroy() {
+    this.resize.disconnect();
+    this.root.remove();
+  }
+}
+

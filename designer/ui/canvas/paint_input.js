@@ -1,0 +1,129 @@
+// The paint canvas's input, as methods of the Editor (paint_canvas.js): where the pointer is on
+// the grid, the readout of the block under it, wheel zoom, Space- or middle-drag pan, the
+// pointer events that make strokes, and the keys.
+
+Object.assign(Editor.prototype, {
+  // ---------------------------------------------------------------- pointer geometry
+  // Pointer position as fractional (col, row) of the grid.
+  gridPoint(event) {
+    const box = this.canvas.getBoundingClientRect();
+    const { scale, x, y } = this.view;
+    const px = (event.clientX - box.left) * (parseFloat(this.canvas.style.width) / box.width);
+    const py = (event.clientY - box.top) * (parseFloat(this.canvas.style.height) / box.height);
+    return [(px - x) / scale, (py - y) / scale, px, py];
+  },
+
+  cellAt(point) {
+    const { rows, cols } = this.shape;
+    const c = Math.floor(point[0]), r = Math.floor(point[1]);
+    return r >= 0 && r < rows && c >= 0 && c < cols ? [r, c] : null;
+  },
+
+  // ---------------------------------------------------------------- readout, zoom, pan
+  showCell(event) {
+    const cell = this.cellAt(this.gridPoint(event));
+    if (!cell || !this.pixels) {
+      this.readout.textContent = "\u00a0";
+      return;
+    }
+    const [r, c] = cell, i = r * this.shape.cols + c;
+    let what = "inactive";
+    if (this.shown[i] && !this.base[i]) what = "painted, tile on the way";
+    else if (this.shown[i]) {
+      const code = this.code(i) & 127;
+      const width = code ? this.data.widths[code - 1] : 0;
+      const approx = this.data.codes_scale > 1 ? "≈ " : "";
+      what = width ? `tile ${approx}${width}×${width}` : "active, no tile";
+    }
+    const { head } = this.shape;
+    this.readout.textContent = `head ${head} · query block ${r} · key block ${c} · ${what}`;
+  },
+
+  zoom(event) {
+    event.preventDefault();
+    const [, , px, py] = this.gridPoint(event);
+    const view = this.view;
+    const wanted = view.scale * Math.exp(-event.deltaY * 0.0015);
+    const scale = Math.min(Math.max(wanted, view.fit), Math.max(view.fit, MAX_CELL_PX));
+    const k = scale / view.scale;
+    Object.assign(view, { scale, x: px - (px - view.x) * k, y: py - (py - view.y) * k });
+    this.clampView();
+    this.draw();
+  },
+
+  clampView() {
+    const view = this.view, { rows, cols } = this.shape;
+    const w = cols * view.fit, h = rows * view.fit;
+    view.x = Math.min(0, Math.max(w - cols * view.scale, view.x));
+    view.y = Math.min(0, Math.max(h - rows * view.scale, view.y));
+    view.fitted = view.scale === view.fit;
+  },
+
+  listen() {
+    const canvas = this.canvas, stage = this.stage;
+    let pan = null;
+    this.spaceDown = false;
+    canvas.addEventListener("pointerdown", (event) => {
+      stage.focus({ preventScroll: true });
+      if (event.button === 1 || (event.button === 0 && this.spaceDown)) {
+        event.preventDefault();
+        pan = { x: event.clientX, y: event.clientY };
+        canvas.setPointerCapture(event.pointerId);
+        return;
+      }
+      if (event.button !== 0) return;
+      canvas.setPointerCapture(event.pointerId);
+      this.begin(event);
+    });
+    canvas.addEventListener("pointermove", (event) => {
+      if (pan) {
+        this.view.x += event.clientX - pan.x;
+        this.view.y += event.clientY - pan.y;
+        pan = { x: event.clientX, y: event.clientY };
+        this.clampView();
+        this.draw();
+      } else if (this.stroke) this.extend(event);
+      this.showCell(event);
+    });
+    const release = () => {
+      if (pan) pan = null;
+      else if (this.stroke) this.finish();
+    };
+    canvas.addEventListener("pointerup", release);
+    canvas.addEventListener("pointercancel", () => {
+      pan = null;
+      this.cancel();
+    });
+    canvas.addEventListener("pointerleave", () => {
+      if (!this.stroke) this.readout.textContent = "\u00a0";
+    });
+    canvas.addEventListener("auxclick", (event) => event.preventDefault());
+    canvas.addEventListener("wheel", (event) => this.zoom(event), { passive: false });
+    stage.addEventListener("keydown", (event) => this.key(event, true));
+    stage.addEventListener("keyup", (event) => this.key(event, false));
+    this.resize = new ResizeObserver(() => this.shape && this.layout(false));
+    this.resize.observe(this.root);
+  },
+
+  key(event, down) {
+    const k = event.key.toLowerCase(), command = event.ctrlKey || event.metaKey;
+    let handled = true;
+    if (k === " ") {
+      this.spaceDown = down;
+      this.stage.classList.toggle("panning", down);
+    } else if (!down) handled = false;
+    else if (command && k === "z") this.queueStep(event.shiftKey ? "redo" : "undo");
+    else if (command && k === "y") this.queueStep("redo");
+    else if (command || event.altKey) handled = false;
+    else if (k === "escape") this.cancel();
+    else {
+      const tool = TOOLS.find(([, , key]) => key && key === k);
+      if (tool) this.setTool(tool[0]);
+      else handled = false;
+    }
+    if (handled) {
+      event.preventDefault();
+      event.stopPropagation(); // Streamlit's own keys (R reruns) stay out of the canvas
+    }
+  },
+});

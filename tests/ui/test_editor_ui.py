@@ -1,0 +1,52 @@
+"""The Paint tab's widgets beside the canvas, driven headless with ``AppTest``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from designer.ui import keys
+from designer.ui.storage import DATA_DIR_ENV
+
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
+
+
+@pytest.fixture
+def paint(tmp_path, monkeypatch):
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.session_state["tab"] = "Paint"
+    at.run()
+    assert not at.exception
+    return at
+
+
+def expander(at, label):
+    return next(e for e in at.expander if e.label == label)
+
+
+def test_an_expander_showing_its_error_stays_open(paint):
+    at = paint
+    at.number_input(key=keys.BAND_LOW).set_value(5)
+    at.number_input(key=keys.BAND_HIGH).set_value(1).run()
+    at.button(key="apply_band").click().run()
+    band = expander(at, "Diagonal band")
+    assert band.proto.expanded and "lo <= hi" in band.error[0].value
+    at.button(key="copy_head").click().run()
+    copy = expander(at, "Copy this head")
+    assert copy.proto.expanded and "Pick the heads" in copy.error[0].value
+    assert not at.session_state[keys.HISTORY].can_undo
+
+
+def test_painting_blocks_already_painted_records_no_undo_step(paint):
+    at = paint
+    before = at.session_state[keys.HISTORY].present
+    assert before.layout.blocks[:, range(64), range(64)].all()  # the diagonal is painted
+    at.button(key="apply_band").click().run()  # set the diagonal again
+    history = at.session_state[keys.HISTORY]
+    assert not history.can_undo and history.present.recipe == before.recipe
+    at.segmented_control(key=keys.EDIT_ACTION).set_value("toggle").run()
+    at.button(key="apply_band").click().run()
+    assert len(at.session_state[keys.HISTORY].past) == 1

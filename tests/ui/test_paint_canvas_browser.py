@@ -1,0 +1,274 @@
+"""The paint canvas in a real browser: strokes, tools, keys and zoom, checked block by block.
+
+Each test opens a new browser session (a fresh default design: 8 heads × 64² blocks), paints
+with the mouse, waits until Python has applied the strokes, then reads the session's autosave:
+the design itself, not only what the canvas shows.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from designer.ui.storage import DesignStore, load_default_design
+from tests.ui.browser_app import (
+    CANVAS,
+    CHROMIUM,
+    canvas_pixel,
+    canvas_point,
+    drag,
+    launch,
+    pick,
+    serve_app,
+    trace,
+    wait_canvas,
+    zoom_at,
+    zoomed_point,
+)
+
+pytestmark = pytest.mark.e2e
+playwright = pytest.importorskip("playwright.sync_api")
+
+EMPTY = [244, 246, 250]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    home = tmp_path_factory.mktemp("paint")
+    try:
+        with serve_app(home) as (url, log_path):
+            yield url, DesignStore(home / "data"), log_path
+    except RuntimeError as error:
+        pytest.fail(str(error))
+
+
+@pytest.fixture
+def browser(server):
+    with playwright.sync_playwright() as driver:
+        yield launch(driver)
+
+
+class Paint:
+    """One browser session on the Paint tab, and its design as Python holds it."""
+
+    def __init__(self, browser, server, design=None):
+        url, self.store, self.log_path = server
+        self.session = secrets.token_urlsafe(12)
+        self.store.autosave(self.session, design or load_default_design())
+        self.page = browser.new_page(viewport={"width": 1480, "height": 1000})
+        self.page.set_default_timeout(60_000)
+        self.page.goto(f"{url}/?session={self.session}")
+        self.page.get_by_role("tab", name="Paint").click()
+        wait_canvas(self.page, timeout_s=120)
+        self.applied = 0
+
+    def blocks(self, head: int = 0) -> np.ndarray:
+        return self.store.restore(self.session).layout.blocks[head].numpy().copy()
+
+    def done(self, strokes: int = 1) -> np.ndarray:
+        """Wait until Python has applied ``strokes`` more strokes; the head's blocks then."""
+        self.applied += strokes
+        wait_canvas(self.page, self.applied)
+        return self.blocks()
+
+    def action(self, name: str) -> None:
+        self.page.get_by_text(name, exact=True).click()
+        self.page.wait_for_function("() => true")
+        time.sleep(0.5)
+        wait_canvas(self.page, self.applied)
+
+    def assert_shows(self, blocks: np.ndarray, cells) -> None:
+        for row, col in cells:
+            assert (canvas_pixel(self.page, row, col) != EMPTY) == blocks[row, col], (row, col)
+
+    def assert_no_errors(self) -> None:
+        assert self.page.locator('[data-testid="stException"]').count() == 0
+        assert self.page.locator('[data-testid="stAlertContentError"]').count() == 0
+        assert "Traceback" not in self.log_path.read_text()
+
+
+def box_mask(rows, cols, shape=(64, 64)):
+    mask = np.zeros(shape, dtype=bool)
+    mask[rows[0] : rows[1] + 1, cols[0] : cols[1] + 1] = True
+    return mask
+
+
+def test_test_hooks_and_the_initial_zoom(browser, server):
+    paint = Paint(browser, server)
+    canvas = paint.page.locator(CANVAS)
+    assert (canvas.get_attribute("data-rows"), canvas.get_attribute("data-cols")) == ("64", "64")
+    assert canvas.get_attribute("data-head") == "0"
+    blocks = paint.blocks()
+    paint.assert_shows(blocks, [(r, c) for r in range(0, 64, 3) for c in range(0, 64, 3)])
+
+
+def test_brush_click_and_drag_with_each_width(browser, server):
+    paint = Paint(browser, server)
+    page = paint.page
+    before = paint.blocks()
+    page.mouse.click(*canvas_point(page, 40, 10))
+    after = paint.done()
+    assert np.array_equal(after, before | box_mask((40, 40), (10, 10)))
+    page.mouse.click(*canvas_point(page, 40, 12))  # the brush stays: a second click paints too
+    after = paint.done()
+    assert after[40, 12]
+    drag(page, [(50, 2), (50, 30)], steps=6)  # a fast drag leaves no gaps
+    after = paint.done()
+    assert after[50, 2:31].all()
+    widths = [(2, (30, 5), ((30, 31), (5, 6))), (4, (20, 4), ((19, 22), (3, 6)))]
+    for size, (row, col), box in widths:
+        pick(page, str(size))
+        before = after
+        page.mouse.click(*canvas_point(page, row, col))
+        after = paint.done()
+        assert np.array_equal(after, before | box_mask(*box)), size
+    pick(page, "8")
+    drag(page, [(60, 4), (60, 10)])
+    after = paint.done()
+    assert after[57:64, 1:15].all()
+    paint.assert_shows(after, [(r, c) for r in range(16, 64, 2) for c in range(0, 32, 2)])
+    paint.assert_no_errors()
+
+
+def test_rectangle_and_lasso_paint_every_cell_they_touch(browser, server):
+    paint = Paint(browser, server)
+    page = paint.page
+    page.keyboard.press("r")  # no focus yet: the key reaches the canvas only after a click
+    pick(page, "rect")
+    before = paint.blocks()
+    # From near the bottom-right corner of block (40, 8) to near the top-left of (43, 12): the
+    # corner blocks are barely touched, their centres are outside the box, and still painted.
+    drag(page, [(40.45, 8.45), (42.55, 11.55)])
+    after = paint.done()
+    assert np.array_equal(after, before | box_mask((40, 43), (8, 12)))
+
+    page.keyboard.press("l")  # the canvas has the focus now: L picks the lasso
+    before = after
+    corners = [(20.2, 30.2), (20.2, 34.8), (23.8, 34.8), (23.8, 30.2), (20.2, 30.2)]
+    trace(page, corners, steps=6)
+    after = paint.done()
+    assert np.array_equal(after, before | box_mask((20, 23), (30, 34)))
+
+    before = after
+    triangle = [(50.1, 20.1), (50.1, 35.9), (62.9, 20.1), (50.1, 20.1)]
+    trace(page, triangle, steps=12)
+    after = paint.done()
+    added = after & ~before
+    assert after[50, 20:36].all() and after[50:63, 20].all() and after[55, 25]
+    assert not added[62, 34] and not added[49].any() and not added[:, 37:].any()
+
+
+def test_row_column_and_band_tools(browser, server):
+    paint = Paint(browser, server)
+    page = paint.page
+    before = paint.blocks()
+    pick(page, "row")
+    page.mouse.click(*canvas_point(page, 41, 20))
+    after = paint.done()
+    assert np.array_equal(after, before | box_mask((41, 41), (0, 63)))
+    drag(page, [(44, 3), (46, 9)])  # a drag over rows paints them all
+    after, before = paint.done(), after
+    assert np.array_equal(after, before | box_mask((44, 46), (0, 63)))
+    pick(page, "column")
+    page.mouse.click(*canvas_point(page, 10, 50))
+    after, before = paint.done(), after
+    assert np.array_equal(after, before | box_mask((0, 63), (50, 50)))
+    pick(page, "band")
+    drag(page, [(30, 10), (35, 12)])  # offsets col - row from -20 to -23
+    after, before = paint.done(), after
+    offsets = np.arange(64)[None, :] - np.arange(64)[:, None]
+    assert np.array_equal(after, before | ((offsets >= -23) & (offsets <= -20)))
+    paint.assert_no_errors()
+
+
+def test_toggle_twice_and_undo_redo_by_keyboard(browser, server):
+    paint = Paint(browser, server)
+    page = paint.page
+    paint.action("toggle")
+    before = paint.blocks()
+    page.mouse.click(*canvas_point(page, 33, 7))
+    once = paint.done()
+    assert once[33, 7] != before[33, 7] and (once != before).sum() == 1
+    page.mouse.click(*canvas_point(page, 33, 7))
+    twice = paint.done()
+    assert np.array_equal(twice, before)
+    page.keyboard.press("Control+z")
+    assert np.array_equal(paint.done(), once)
+    page.keyboard.press("Control+z")
+    assert np.array_equal(paint.done(), before)
+    page.keyboard.press("Control+Shift+z")
+    assert np.array_equal(paint.done(), once)
+    paint.assert_shows(once, [(33, 7), (33, 8)])
+    paint.assert_no_errors()
+
+
+def test_escape_cancels_a_stroke(browser, server):
+    paint = Paint(browser, server)
+    page = paint.page
+    before = paint.blocks()
+    page.mouse.move(*canvas_point(page, 45, 3))
+    page.mouse.down()
+    page.mouse.move(*canvas_point(page, 45, 20), steps=5)
+    page.keyboard.press("Escape")
+    page.mouse.up()
+    time.sleep(1)
+    assert page.locator(CANVAS).get_attribute("data-applied") == "0"
+    assert np.array_equal(paint.blocks(), before)
+    paint.assert_shows(before, [(45, c) for c in range(3, 21)])
+
+
+def test_zoom_then_paint_the_right_cell(browser, server):
+    paint = Paint(browser, server)
+    page = paint.page
+    zoom_at(page, 45, 12, 5)
+    scale = float(page.locator(CANVAS).get_attribute("data-view").split()[0])
+    assert scale > 30  # zoomed from 10 px a block
+    before = paint.blocks()
+    page.mouse.click(*zoomed_point(page, 46, 13))
+    after = paint.done()
+    assert np.array_equal(after, before | box_mask((46, 46), (13, 13)))
+    assert canvas_pixel(page, 46, 13) != EMPTY
+    page.keyboard.down("Space")  # pan with Space held
+    page.mouse.move(500, 500)
+    page.mouse.down()
+    page.mouse.move(400, 420, steps=4)
+    page.mouse.up()
+    page.keyboard.up("Space")
+    moved = page.locator(CANVAS).get_attribute("data-view").split()
+    assert float(moved[1]) < 0 and paint.blocks()[45:48, 10:16].sum() == after[45:48, 10:16].sum()
+    pick(page, "fit")
+    assert page.locator(CANVAS).get_attribute("data-view").split()[1:] == ["0", "0"]
+
+
+def test_painting_at_4_heads_of_4096_blocks(browser, server):
+    default = load_default_design()
+    recipe = replace(default.recipe, n_heads=4, n_q_blocks=4096, n_k_blocks=4096, block_size=16)
+    paint = Paint(browser, server, default.with_layout(recipe.build(), recipe=recipe))
+    page = paint.page
+    canvas = page.locator(CANVAS)
+    assert (canvas.get_attribute("data-rows"), canvas.get_attribute("data-cols")) == ("4096",) * 2
+    zoom_at(page, 3000, 1000, 14)
+    before = recipe.build().blocks[0].numpy()
+    cell = (3001, 1002)
+    assert not before[cell]
+    page.mouse.click(*zoomed_point(page, *cell))
+    after = paint.done()
+    assert after[cell] and (after != before).sum() == 1
+    assert canvas_pixel(page, *cell) != EMPTY
+    paint.assert_no_errors()
+
+
+def test_an_expander_showing_its_error_stays_open(browser, server):
+    paint = Paint(browser, server)
+    page = paint.page
+    page.get_by_text("Copy this head").click()
+    page.get_by_role("button", name="Copy", exact=True).click()
+    page.get_by_text("Pick the heads to copy this head to.").wait_for()
+    assert page.get_by_role("button", name="Copy", exact=True).is_visible()
