@@ -18,6 +18,8 @@ from designer.validate import MAX_HEADS, check_bool, check_int
 
 #: Most tokens on a side the app accepts (the layout size limit bounds it further).
 MAX_SEQ_LEN = 1 << 20
+#: Widest segmentation start width, in blocks (as ``Design`` allows).
+MAX_START_WIDTH = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,8 @@ def edit(design: Design, op: Edit) -> Design:
 
 def settings(design: Design, *, name: str, causal: bool, start_width: int | None) -> Design:
     """The design with a new name, causal flag or segmentation start width (``None``: auto)."""
+    if start_width is not None:
+        check_int("segmentation start width", start_width, low=0, high=MAX_START_WIDTH)
     changed = replace(
         design, name=name.strip(), causal=check_bool("causal", causal), start_width=start_width
     )

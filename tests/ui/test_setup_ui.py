@@ -1,0 +1,47 @@
+"""The sidebar's setup widgets, driven headless with ``AppTest``."""
+
+from __future__ import annotations
+
+import pytest
+
+from designer.ui import keys
+from tests.ui.test_app import assert_clean, current, data_dir, open_app  # noqa: F401
+
+
+@pytest.mark.parametrize(("block", "width"), [(16, 8), (128, 1), (64, 2)])
+def test_auto_start_width_box_follows_the_block_size(data_dir, block, width):  # noqa: F811
+    at = open_app()
+    at.selectbox(key=keys.BLOCK_SIZE).set_value(block).run()
+    assert_clean(at)
+    assert current(at).effective_start_width == width
+    assert at.number_input(key=keys.START_WIDTH).value == width
+
+
+def test_a_negative_start_width_is_refused_with_a_message(data_dir):  # noqa: F811
+    at = open_app()
+    at.toggle(key=keys.AUTO_START_WIDTH).set_value(False).run()
+    before = current(at)
+    at.number_input(key=keys.START_WIDTH).set_value(-1).run()
+    assert_clean(at)
+    assert [e.value for e in at.error] == [
+        "segmentation start width must be in [0, 65536], got -1"
+    ]
+    assert current(at).start_width == before.start_width
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (keys.N_HEADS, 0, "heads must be in [1, "),
+        (keys.SEQ_LEN_Q, 0, "query tokens must be in [64, "),
+        (keys.SEQ_LEN_K, -64, "key tokens must be in [64, "),
+    ],
+)
+def test_out_of_range_numbers_say_what_is_allowed(data_dir, key, value, message):  # noqa: F811
+    at = open_app()
+    before = current(at).layout
+    at.number_input(key=key).set_value(value).run()
+    assert_clean(at)
+    assert len(at.error) == 1 and at.error[0].value.startswith(message), at.error
+    assert f"got {value}" in at.error[0].value
+    assert current(at).layout.shape == before.shape
