@@ -23,9 +23,7 @@ def test_a_negative_start_width_is_refused_with_a_message(data_dir):  # noqa: F8
     before = current(at)
     at.number_input(key=keys.START_WIDTH).set_value(-1).run()
     assert_clean(at)
-    assert [e.value for e in at.error] == [
-        "segmentation start width must be in [0, 65536], got -1"
-    ]
+    assert [e.value for e in at.error] == ["segmentation start width must be in [0, 65536], got -1"]
     assert current(at).start_width == before.start_width
 
 
