@@ -93,31 +93,47 @@ def segment_stats(layout: Layout, segments: Segments, *, head_dim: int) -> Segme
     (4, 4.0, True)
     """
     _check_layout(layout)
-    head_dim = check_int("head_dim", head_dim, low=1)
     active = np.count_nonzero(layout.to_numpy())  # numpy: torch's threads would spin after it
+    tiles: dict[int, int] = {}
+    for width, rows in _checked_segments(segments):
+        tiles[width] = tiles.get(width, 0) + len(rows) // (width * width)
+    return tile_count_stats(layout, tiles, active, head_dim=head_dim)
+
+
+def tile_count_stats(
+    layout: Layout, tiles: dict[int, int], active: int, *, head_dim: int
+) -> SegmentStats:
+    """The same numbers from the tile count of each width and the active block count, for
+    callers that segment head by head and add the counts up.
+
+    >>> layout = Layout(torch.ones(1, 4, 4, dtype=torch.bool), 64)
+    >>> tile_count_stats(layout, {2: 4}, 16, head_dim=64).coverage
+    1.0
+    """
+    _check_layout(layout)
+    head_dim = check_int("head_dim", head_dim, low=1)
     b = layout.block_size
     rows = []
-    for width, tile_rows in _checked_segments(segments):
-        tiles = len(tile_rows) // (width * width)
+    for width in sorted(tiles, reverse=True):
         tokens = width * b
         rows.append(
             WidthStats(
                 width=width,
-                tiles=tiles,
-                blocks=len(tile_rows),
-                coverage=_share(len(tile_rows), active),
+                tiles=tiles[width],
+                blocks=tiles[width] * width * width,
+                coverage=_share(tiles[width] * width * width, active),
                 tile_tokens=tokens,
-                flops=2 * tokens * tokens * head_dim * tiles,
+                flops=2 * tokens * tokens * head_dim * tiles[width],
             )
         )
-    tiles = sum(row.tiles for row in rows)
+    n_tiles = sum(row.tiles for row in rows)
     blocks = sum(row.blocks for row in rows)
-    mean_tile_blocks = _share(blocks, tiles)
+    mean_tile_blocks = _share(blocks, n_tiles)
     return SegmentStats(
         block_size=b,
         head_dim=head_dim,
         active_blocks=active,
-        tiles=tiles,
+        tiles=n_tiles,
         blocks=blocks,
         coverage=_share(blocks, active),
         mean_tile_blocks=mean_tile_blocks,

@@ -1,4 +1,4 @@
-"""What every view shares: applying a change from a callback, messages, cached analysis."""
+"""What every view shares: applying a change from a callback, messages, the analysis."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import streamlit as st
 
 from designer.design import Design
 from designer.ui import keys, state
-from designer.ui.analysis import Analysis, analyse, design_digest
+from designer.ui.analysis import Analysis, cached_analysis
 from designer.ui.storage import DesignStore, load_default_design
 
 
@@ -56,13 +56,6 @@ def show_message(place: str) -> None:
         st.error(text, icon=":material/error:")
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def _cached_analysis(digest: str, _design: Design) -> Analysis:
-    return analyse(_design)
-
-
 def current_analysis() -> tuple[str, Analysis]:
-    """The current design's digest and analysis (segmented once per distinct layout)."""
-    current = state.design(st.session_state)
-    digest = design_digest(current)
-    return digest, _cached_analysis(digest, current)
+    """The current design's analysis key and analysis (each head segmented once per content)."""
+    return cached_analysis(state.design(st.session_state))

@@ -43,3 +43,13 @@ def test_out_of_range_numbers_say_what_is_allowed(data_dir, key, value, message)
     assert len(at.error) == 1 and at.error[0].value.startswith(message), at.error
     assert f"got {value}" in at.error[0].value
     assert current(at).layout.shape == before.shape
+
+
+def test_start_width_zero_still_draws_the_active_blocks(data_dir):  # noqa: F811
+    at = open_app()
+    at.toggle(key=keys.AUTO_START_WIDTH).set_value(False).run()
+    at.number_input(key=keys.START_WIDTH).set_value(0).run()
+    assert_clean(at)
+    assert current(at).start_width == 0
+    legend = " ".join(html.proto.body for html in at.get("html"))
+    assert f"active, in no tile: {current(at).layout.nnz:,} blocks" in legend
