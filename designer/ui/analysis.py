@@ -14,14 +14,11 @@ key on it; ``design_digest`` is the stable name runs are stored under.
 from __future__ import annotations
 
 import hashlib
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
+from designer.cache import LruCache, head_key, head_keys
 from designer.design import Design
 from designer.lints import Lint, lint_design
 from designer.segment import sdd_segment
@@ -83,55 +80,9 @@ class Analysis:
         return tuple(head.odd for head in self.heads)
 
 
-class LruCache:
-    """A thread-safe least-recently-used cache of immutable values, bounded by a total size.
-
-    Shared by every session of the server (the values are never modified), so an undo finds
-    the heads it had before.
-    """
-
-    def __init__(self, budget: int, size: Callable[[Any], int] = lambda value: 1) -> None:
-        self._items: OrderedDict[Hashable, Any] = OrderedDict()
-        self._lock = threading.Lock()
-        self._budget, self._size, self._used = budget, size, 0
-
-    def get(self, key: Hashable, make: Callable[[], Any]) -> Any:
-        """The value under ``key``, made (outside the lock) and kept when missing."""
-        with self._lock:
-            if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
-        value = make()
-        self.put(key, value)
-        return value
-
-    def put(self, key: Hashable, value: Any) -> None:
-        with self._lock:
-            if key in self._items:
-                self._used -= self._size(self._items.pop(key))
-            self._items[key] = value
-            self._used += self._size(value)
-            while self._used > self._budget and len(self._items) > 1:
-                _, dropped = self._items.popitem(last=False)
-                self._used -= self._size(dropped)
-
-    def peek(self, key: Hashable) -> Any | None:
-        with self._lock:
-            return self._items.get(key)
-
-
 _HEADS = LruCache(HEAD_CACHE_BYTES, size=lambda head: head.nbytes)
 _LINTS = LruCache(LINT_CACHE_ENTRIES)
 _ANALYSES = LruCache(ANALYSIS_CACHE_ENTRIES)
-#: ``id(design) -> (design, analysis_key)``: a rerun asks for the same design's key many times.
-_KEYS = LruCache(ANALYSIS_CACHE_ENTRIES)
-
-
-def head_key(blocks: np.ndarray) -> str:
-    """A digest of one head's ``[M, N]`` blocks: its shape and every block (bit-packed)."""
-    digest = hashlib.blake2b(repr(blocks.shape).encode(), digest_size=16)
-    digest.update(np.packbits(np.asarray(blocks, dtype=bool)).tobytes())
-    return digest.hexdigest()
 
 
 def head_tiles(blocks: np.ndarray, start_width: int) -> HeadTiles:
@@ -141,17 +92,17 @@ def head_tiles(blocks: np.ndarray, start_width: int) -> HeadTiles:
     >>> tiles.tiles, tiles.active
     (((2, 4),), 16)
     """
-    return _heads_tiles(np.asarray(blocks)[None], start_width)[0]
+    blocks = np.asarray(blocks)
+    return _heads_tiles(blocks[None], (head_key(blocks),), start_width)[0]
 
 
 def analysis_key(design: Design) -> str:
     """A digest of all an analysis depends on: every head, block size, start width, causal."""
     layout = design.layout
-    blocks = layout.to_numpy()
     settings = (layout.shape, layout.block_size, design.effective_start_width, design.causal)
     digest = hashlib.blake2b(repr(settings).encode(), digest_size=16)
-    for head in blocks:
-        digest.update(head_key(head).encode())
+    for key in head_keys(layout):
+        digest.update(key.encode())
     return digest.hexdigest()
 
 
@@ -176,7 +127,7 @@ def analyse(design: Design, key: str | None = None) -> Analysis:
     [(2, 4)]
     """
     layout = design.layout
-    heads = _heads_tiles(layout.to_numpy(), design.effective_start_width)
+    heads = _heads_tiles(layout.to_numpy(), head_keys(layout), design.effective_start_width)
     counts: dict[int, int] = {}
     for head in heads:
         for width, tiles in head.tiles:
@@ -190,17 +141,15 @@ def analyse(design: Design, key: str | None = None) -> Analysis:
 
 def cached_analysis(design: Design) -> tuple[str, Analysis]:
     """``(analysis_key(design), analyse(design))``, both computed once per design."""
-    known = _KEYS.peek(id(design))
-    if known is None or known[0] is not design:
-        known = (design, analysis_key(design))
-        _KEYS.put(id(design), known)
-    key = known[1]
+    key = analysis_key(design)
     return key, _ANALYSES.get(key, lambda: analyse(design, key))
 
 
-def _heads_tiles(blocks: np.ndarray, start_width: int) -> tuple[HeadTiles, ...]:
+def _heads_tiles(
+    blocks: np.ndarray, names: tuple[str, ...], start_width: int
+) -> tuple[HeadTiles, ...]:
     """Every head's ``HeadTiles``: cached ones reused, the others segmented together."""
-    keys = [(head_key(head), start_width) for head in blocks]
+    keys = [(name, start_width) for name in names]
     found = [_HEADS.peek(key) for key in keys]
     missing = [h for h, head in enumerate(found) if head is None]
     if missing:

@@ -58,9 +58,8 @@ def tile_maps(blocks: np.ndarray, segments: Segments) -> tuple[np.ndarray, np.nd
     """
     shape = blocks.shape
     n_heads, n_rows, n_cols = shape
-    widths = np.zeros(n_heads * n_rows * n_cols, dtype=np.uint16)
+    widths = (np.asarray(blocks).reshape(-1) != 0) * np.uint16(UNTILED)
     odd = np.zeros(n_heads * n_rows * n_cols, dtype=bool)
-    widths[np.flatnonzero(blocks)] = UNTILED
     for width, rows in segments:
         cells = rows.numpy() if isinstance(rows, torch.Tensor) else np.asarray(rows)
         flat = (cells[:, 0] * n_rows + cells[:, 1]) * n_cols + cells[:, 2]
