@@ -8,6 +8,7 @@ layout (``Recipe.with_edit``) rather than replaying the whole recipe.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from designer.design import Design, now_iso
@@ -18,6 +19,7 @@ from designer.validate import MAX_HEADS, check_bool, check_int
 
 #: Most tokens on a side the app accepts (the layout size limit bounds it further).
 MAX_SEQ_LEN = 1 << 20
+_STEP_INDEX = re.compile(r"\bsteps\[(\d+)\]")
 #: Widest segmentation start width, in blocks (as ``Design`` allows).
 MAX_START_WIDTH = 1 << 16
 
@@ -96,8 +98,21 @@ def rebuild(
     A design imported without a recipe starts one at its shape, replacing the imported blocks.
     """
     base = design.recipe or _empty_recipe(design.layout)
-    recipe = replace(base, steps=steps, edits=base.edits if edits is None else edits)
-    return design.with_layout(recipe.build(), recipe=recipe)
+    try:
+        recipe = replace(base, steps=steps, edits=base.edits if edits is None else edits)
+        layout = recipe.build()
+    except (ValueError, TypeError) as error:
+        raise type(error)(step_names(str(error))) from error
+    return design.with_layout(layout, recipe=recipe)
+
+
+def step_names(message: str) -> str:
+    """A recipe message as the app words it: the API's ``steps[1]`` is the app's "Step 2".
+
+    >>> step_names("steps[1] (sliding_window): window_blocks must be in [1, 64], got 0")
+    'Step 2 (sliding_window): window_blocks must be in [1, 64], got 0'
+    """
+    return _STEP_INDEX.sub(lambda match: f"Step {int(match[1]) + 1}", message)
 
 
 def set_step(design: Design, index: int, step: RecipeStep) -> Design:

@@ -53,3 +53,31 @@ def test_start_width_zero_still_draws_the_active_blocks(data_dir):  # noqa: F811
     assert current(at).start_width == 0
     legend = " ".join(html.proto.body for html in at.get("html"))
     assert f"active, in no tile: {current(at).layout.nnz:,} blocks" in legend
+
+
+def test_vary_per_head_starts_from_the_current_value(data_dir):  # noqa: F811
+    at = open_app()
+    at.selectbox(key=keys.step_key(0, "pattern")).set_value("sliding_window").run()
+    before = current(at).layout
+    at.toggle(key=keys.per_head_key(0, "window_blocks")).set_value(True).run()
+    assert_clean(at)
+    assert not at.error
+    n_heads = before.n_heads
+    assert at.text_input(key=keys.values_key(0, "window_blocks")).value == ", ".join(
+        ["4"] * n_heads
+    )
+    assert current(at).layout == before
+    assert current(at).recipe.steps[0].params["window_blocks"] == (4,) * n_heads
+
+
+def test_recipe_messages_name_steps_as_the_app_does(data_dir):  # noqa: F811
+    at = open_app()
+    at.button(key="add_step").click().run()
+    at.selectbox(key=keys.step_key(1, "pattern")).set_value("sliding_window").run()
+    at.multiselect(key=keys.step_key(1, "heads")).select(1).select(2).run()
+    at.toggle(key=keys.per_head_key(1, "window_blocks")).set_value(True).run()
+    at.text_input(key=keys.values_key(1, "window_blocks")).input("3").run()
+    assert_clean(at)
+    (error,) = at.error
+    assert error.value.startswith("Step 2 (sliding_window): window_blocks must be one value or")
+    assert "steps[" not in error.value
