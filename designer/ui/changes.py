@@ -9,11 +9,15 @@ layout (``Recipe.with_edit``) rather than replaying the whole recipe.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from designer.design import Design, now_iso
 from designer.edit import Band, Edit, EditOp, apply_edit
 from designer.layout import MAX_BLOCK_SIZE, Layout
+from designer.patterns.neighborhood_2d import covering_image
+from designer.patterns.packed_documents import covering_documents
 from designer.recipe import Recipe, RecipeStep
 from designer.validate import MAX_HEADS, check_bool, check_int
 
@@ -115,6 +119,17 @@ def step_names(message: str) -> str:
     return _STEP_INDEX.sub(lambda match: f"Step {int(match[1]) + 1}", message)
 
 
+def fitted_step(pattern: str, n_q_blocks: int, **step: Any) -> RecipeStep:
+    """A new step of ``pattern`` with its default parameters, those that depend on the grid
+    (document lengths, image size) fitted to ``n_q_blocks`` so that no query row is left out.
+
+    >>> fitted_step("neighborhood_2d", 16).params["height"]
+    4
+    """
+    fit = _FITTED_DEFAULTS.get(pattern)
+    return RecipeStep(pattern, fit(n_q_blocks) if fit else {}, **step)
+
+
 def set_step(design: Design, index: int, step: RecipeStep) -> Design:
     """Replace pattern step ``index`` (or add it when ``index`` is one past the last)."""
     steps = list(design.recipe.steps) if design.recipe else []
@@ -157,6 +172,12 @@ def settings(design: Design, *, name: str, causal: bool, start_width: int | None
         design, name=name.strip(), causal=check_bool("causal", causal), start_width=start_width
     )
     return replace(changed, modified=now_iso()) if changed != design else design
+
+
+_FITTED_DEFAULTS: dict[str, Callable[[int], dict[str, Any]]] = {
+    "packed_documents": lambda n: {"doc_blocks": covering_documents(n)},
+    "neighborhood_2d": lambda n: dict(zip(("height", "width"), covering_image(n), strict=True)),
+}
 
 
 def _empty_recipe(layout: Layout) -> Recipe:

@@ -176,8 +176,9 @@ def _on_per_head(store: DesignStore, index: int, name: str) -> None:
 
 def _on_pattern(store: DesignStore, index: int) -> None:
     session = st.session_state
-    step = RecipeStep(
+    step = changes.fitted_step(
         session[keys.step_key(index, "pattern")],
+        state.design(session).layout.n_q_blocks,
         heads=tuple(session[keys.step_key(index, "heads")]) or None,
         combine=session[keys.step_key(index, "combine")],
     )

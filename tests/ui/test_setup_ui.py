@@ -81,3 +81,13 @@ def test_recipe_messages_name_steps_as_the_app_does(data_dir):  # noqa: F811
     (error,) = at.error
     assert error.value.startswith("Step 2 (sliding_window): window_blocks must be one value or")
     assert "steps[" not in error.value
+
+
+@pytest.mark.parametrize("pattern", ["packed_documents", "neighborhood_2d"])
+def test_picked_patterns_cover_every_query_row(data_dir, pattern):  # noqa: F811
+    at = open_app()
+    at.selectbox(key=keys.step_key(0, "pattern")).set_value(pattern).run()
+    assert_clean(at)
+    assert current(at).recipe.steps[0].pattern == pattern
+    assert current(at).layout.blocks.any(dim=2).all()  # no query row attends to nothing
+    assert "no active key block" not in " ".join(m.value for m in at.markdown)
