@@ -16,6 +16,7 @@ callbacks are inside the timed rerun. Prints the median and every sample, in sec
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import tempfile
 import time
@@ -48,7 +49,8 @@ def cap_design() -> Design:
 
 def medium_design() -> Design:
     """16 × 256² blocks, 50 % random: the costliest of its size to segment."""
-    recipe = Recipe(16, 256, 256, 64, steps=(RecipeStep("random_probability", {"probability": 0.5, "seed": 7}),))  # fmt: skip
+    step = RecipeStep("random_probability", {"probability": 0.5, "seed": 7})
+    recipe = Recipe(16, 256, 256, 64, steps=(step,))
     return Design(recipe.build(), name="medium", recipe=recipe)
 
 
@@ -114,8 +116,6 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="samples per action")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as data_dir:
-        import os
-
         os.environ[DATA_DIR_ENV] = data_dir
         at, store = open_app(cap_design(), Path(data_dir))
         edits, undos, seeds = [], [], []
