@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import streamlit as st
 
+from designer.ui.bench.panel import gpu_panel_ui
 from designer.ui.common import start_run
 from designer.ui.editor_ui import editor_ui
 from designer.ui.files_ui import files_ui
-from designer.ui.gpu_panel import gpu_panel_ui
 from designer.ui.overview_ui import overview_ui
 from designer.ui.recipe_ui import recipe_ui
 from designer.ui.setup_ui import setup_ui

@@ -11,7 +11,7 @@ from designer.ui import changes, keys, state
 from designer.ui.common import change_design, current_analysis, show_message
 from designer.ui.figures import head_density_figure
 from designer.ui.storage import DesignStore
-from designer.ui.units import bytes_text
+from designer.units import bytes_text
 
 _BADGE = {"error": "red", "warning": "orange", "info": "blue"}
 #: Bytes per attention score in the packed ``[B, H·nnz, block, block]`` tensor (fp16/bf16).

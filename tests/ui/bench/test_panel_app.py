@@ -20,19 +20,22 @@ from streamlit.testing.v1 import AppTest
 
 from designer.design import Design
 from designer.recipe import Recipe, RecipeStep
-from designer.ui import gpu_panel, gpu_panel_errors, gpu_panel_runner, gpu_panel_store, keys
-from designer.ui import gpu_panel_settings as settings
+from designer.ui import keys
 from designer.ui.analysis import design_digest
-from designer.ui.gpu_panel_data import document_bytes
-from designer.ui.gpu_panel_runner import GpuCoordinator
-from designer.ui.gpu_panel_store import RunStore
-from designer.ui.gpu_panel_views import OVERLAY_PICK
+from designer.ui.bench import panel as gpu_panel
+from designer.ui.bench import settings
 from designer.ui.storage import DATA_DIR_ENV, DesignStore
 from gpu import block_sparse_attention
 from gpu.bench import CONTENDERS, DEFAULT_CONTENDERS, BenchSession
-from tests.ui.test_gpu_panel_data import fake_harness, make_doc
+from gpu.bench import details as gpu_panel_errors
+from gpu.bench import runner as gpu_panel_runner
+from gpu.bench import store as gpu_panel_store
+from gpu.bench.results import document_bytes
+from gpu.bench.runner import GpuCoordinator
+from gpu.bench.store import RunStore
+from tests.gpu.bench.test_results import fake_harness, make_doc
 
-APP = str(Path(__file__).resolve().parents[2] / "app.py")
+APP = str(Path(__file__).resolve().parents[3] / "app.py")
 SESSION = "gpupaneltest01"
 GiB = 1 << 30
 #: 2 heads, 512 tokens, blocks of 64, a bidirectional window: small enough for CPU references.
@@ -113,14 +116,14 @@ def test_without_a_gpu_the_panel_says_why_checks_on_the_cpu_and_shows_stored_res
     assert [s.value for s in at.subheader][-2:] == ["Runs of this design", "Committed results"]
     assert len(at.get("download_button")) == 2  # the stored run and the committed file
     assert chart_titles(at).count("Speedup over dense attention") == 2
-    at.multiselect(key=OVERLAY_PICK).set_value([first.name, second.name]).run()
+    at.multiselect(key=keys.GPU_OVERLAY_PICK).set_value([first.name, second.name]).run()
     specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
     overlay = next(s for s in specs if s["layout"]["title"]["text"] == "Two runs overlaid")
     assert [bar["y"][0] for bar in overlay["data"]] == [1.0, 0.5]  # fused, first then second
 
-    at.button(key=settings.CPU_BUTTON).click().run()
+    at.button(key=keys.GPU_CPU_BUTTON).click().run()
     assert_clean(at)
-    check = at.session_state[settings.LAST_CPU_CHECK]["doc"]["cases"][0]
+    check = at.session_state[keys.GPU_LAST_CPU_CHECK]["doc"]["cases"][0]
     assert check["layout"]["shape"] == [2, 8, 8] and check["results"][0]["status"] == "ok"
     assert check["results"][0]["rel_error"] < 1e-2
     assert "Error against the fp64 reference, per head" in chart_titles(at)
@@ -143,12 +146,12 @@ def test_a_run_shows_its_numbers_and_charts_and_is_stored(data_dir, fake_gpu):
     at = open_panel()
     # start width 2 at blocks of 64: SDD at width 1 is added to show what the tiles buy
     defaults = [c for c in DEFAULT_CONTENDERS if c not in settings.SLOW_TO_COMPILE] + ["sdd_w1"]
-    assert at.multiselect(key=settings.CONTENDER_PICK).value == defaults
-    at.multiselect(key=settings.CONTENDER_PICK).select("reference").run()
-    at.button(key=settings.RUN_BUTTON).click().run()
+    assert at.multiselect(key=keys.GPU_CONTENDER_PICK).value == defaults
+    at.multiselect(key=keys.GPU_CONTENDER_PICK).select("reference").run()
+    at.button(key=keys.GPU_RUN_BUTTON).click().run()
     assert_clean(at)
     assert not at.error
-    doc = at.session_state[settings.LAST_RUN]["doc"]
+    doc = at.session_state[keys.GPU_LAST_RUN]["doc"]
     case = doc["cases"][0]
     assert case["config"]["contenders"] == [c for c in CONTENDERS if c in {*defaults, "reference"}]
     assert {r["name"]: r["ms"] for r in case["results"]}["fused"] == 1.0
@@ -168,8 +171,8 @@ def test_a_run_shows_its_numbers_and_charts_and_is_stored(data_dir, fake_gpu):
 
 def test_refused_then_out_of_memory_then_the_next_run_works(data_dir, fake_gpu, monkeypatch):
     at = open_panel()
-    at.number_input(key=settings.BATCH).set_value(1024).run()
-    at.button(key=settings.RUN_BUTTON).click().run()
+    at.number_input(key=keys.GPU_BATCH).set_value(1024).run()
+    at.button(key=keys.GPU_RUN_BUTTON).click().run()
     assert_clean(at)
     assert at.error[0].value.startswith("Refused before launch: this case needs about")
     assert "but only 4.0 GiB are free" in at.error[0].value
@@ -182,17 +185,17 @@ def test_refused_then_out_of_memory_then_the_next_run_works(data_dir, fake_gpu, 
         return real(config, layout, **kwargs)
 
     monkeypatch.setattr(gpu_panel_runner, "run_benchmark", huge_fails)
-    at.number_input(key=settings.MARGIN).set_value(0.0).run()
-    at.button(key=settings.RUN_BUTTON).click().run()
+    at.number_input(key=keys.GPU_MARGIN).set_value(0.0).run()
+    at.button(key=keys.GPU_RUN_BUTTON).click().run()
     assert_clean(at)
     assert at.error[0].value == "Out of memory: CUDA out of memory. Tried to allocate 96.00 GiB"
     assert at.session_state[keys.HISTORY].present.layout == DESIGN.layout
     assert RunStore(data_dir).runs(design_digest(DESIGN)) == ([], [])
 
-    at.number_input(key=settings.BATCH).set_value(1).run()
-    at.button(key=settings.RUN_BUTTON).click().run()
+    at.number_input(key=keys.GPU_BATCH).set_value(1).run()
+    at.button(key=keys.GPU_RUN_BUTTON).click().run()
     assert_clean(at)
-    assert not at.error and at.session_state[settings.LAST_RUN]["doc"] is not None
+    assert not at.error and at.session_state[keys.GPU_LAST_RUN]["doc"] is not None
 
 
 def test_a_run_waits_for_another_session_and_says_so(data_dir, fake_gpu):
@@ -212,8 +215,8 @@ def test_a_run_waits_for_another_session_and_says_so(data_dir, fake_gpu):
         assert at.info[0].value.startswith(
             "Another session is running a benchmark: someone's design: timing flex (40%)"
         )
-        at.number_input(key=settings.WAIT_S).set_value(1).run()
-        at.button(key=settings.RUN_BUTTON).click().run()
+        at.number_input(key=keys.GPU_WAIT_S).set_value(1).run()
+        at.button(key=keys.GPU_RUN_BUTTON).click().run()
         assert_clean(at)
         assert at.error[0].value.startswith(
             "The GPU is still busy after 1 s (someone's design: timing flex (40%)"
@@ -221,27 +224,27 @@ def test_a_run_waits_for_another_session_and_says_so(data_dir, fake_gpu):
     finally:
         release.set()
         thread.join(5)
-    at.button(key=settings.RUN_BUTTON).click().run()
-    assert not at.error and at.session_state[settings.LAST_RUN]["doc"] is not None
+    at.button(key=keys.GPU_RUN_BUTTON).click().run()
+    assert not at.error and at.session_state[keys.GPU_LAST_RUN]["doc"] is not None
 
 
 def test_sweeps_over_length_and_density(data_dir, fake_gpu):
     at = open_panel()
-    at.multiselect(key=settings.CONTENDER_PICK).set_value(["fused", "sdpa_cudnn"]).run()
-    at.multiselect(key=settings.SWEEP_LENGTH_PICK).set_value([1024, 2048]).run()
-    at.button(key=settings.SWEEP_BUTTON).click().run()
+    at.multiselect(key=keys.GPU_CONTENDER_PICK).set_value(["fused", "sdpa_cudnn"]).run()
+    at.multiselect(key=keys.GPU_SWEEP_LENGTH_PICK).set_value([1024, 2048]).run()
+    at.button(key=keys.GPU_SWEEP_BUTTON).click().run()
     assert_clean(at)
-    doc = at.session_state[settings.LAST_SWEEP]["doc"]
+    doc = at.session_state[keys.GPU_LAST_SWEEP]["doc"]
     assert [c["config"]["seq_q"] for c in doc["cases"]] == [512, 1024, 2048]
     assert [c["sweep"]["kind"] for c in doc["cases"]] == ["current", "length", "length"]
     titles = chart_titles(at)
     assert "Speedup against sparsity" in titles and "Time against sequence length" in titles
 
-    at.segmented_control(key=settings.SWEEP_KIND).set_value("density").run()
-    at.multiselect(key=settings.SWEEP_FACTOR_PICK).set_value([2.0]).run()
-    at.button(key=settings.SWEEP_BUTTON).click().run()
+    at.segmented_control(key=keys.GPU_SWEEP_KIND).set_value("density").run()
+    at.multiselect(key=keys.GPU_SWEEP_FACTOR_PICK).set_value([2.0]).run()
+    at.button(key=keys.GPU_SWEEP_BUTTON).click().run()
     assert_clean(at)
-    doc = at.session_state[settings.LAST_SWEEP]["doc"]
+    doc = at.session_state[keys.GPU_LAST_SWEEP]["doc"]
     kinds = sorted(c["sweep"]["kind"] for c in doc["cases"])
     assert kinds == ["current", "random", "random", "scaled"]
     runs, _ = RunStore(data_dir).runs(design_digest(DESIGN))

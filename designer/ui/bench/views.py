@@ -1,6 +1,6 @@
 """How the panel shows benchmark documents: one case, a sweep, the stored runs, an overlay.
 
-Every view takes a plain document (``gpu_panel_data``), so a fresh run, a run stored with the
+Every view takes a plain document (``gpu.bench.results``), so a fresh run, a run stored with the
 design and a committed ``benchmarks/results`` file look the same. ``prefix`` keeps the element
 keys of two documents on one page apart.
 """
@@ -12,18 +12,9 @@ from typing import Any
 import streamlit as st
 
 from designer.design import Design
+from designer.ui import keys
 from designer.ui.analysis import design_digest
-from designer.ui.gpu_panel_data import (
-    case_label,
-    document_bytes,
-    ideal_speedup,
-    measured,
-    problems,
-    short_label,
-    speedup_vs_dense,
-    table_rows,
-)
-from designer.ui.gpu_panel_figures import (
+from designer.ui.bench.figures import (
     cases_speedup_figure,
     error_map_figure,
     head_error_figure,
@@ -34,11 +25,18 @@ from designer.ui.gpu_panel_figures import (
     sweep_speedup_figure,
     tflops_figure,
 )
-from designer.ui.gpu_panel_store import RunStore, StoredDocument, committed_results
+from gpu.bench.results import (
+    case_label,
+    document_bytes,
+    ideal_speedup,
+    measured,
+    problems,
+    short_label,
+    speedup_vs_dense,
+    table_rows,
+)
+from gpu.bench.store import RunStore, StoredDocument, committed_results
 
-STORED_PICK = "gpu_stored_pick"
-OVERLAY_PICK = "gpu_overlay_pick"
-COMMITTED_PICK = "gpu_committed_pick"
 _NUMBER_FORMATS = {
     "ms": "%.3f", "TFLOP/s": "%.1f", "x dense": "%.2f", "x cuDNN": "%.2f", "x Flex": "%.2f",
     "max abs err": "%.2e", "rel err": "%.2e",
@@ -148,7 +146,7 @@ def stored_ui(run_store: RunStore, current: Design) -> None:
     if not runs:
         st.caption("No runs stored for this exact layout yet: every benchmark run is kept here.")
     else:
-        _pick_and_show(runs, STORED_PICK, current.effective_start_width, "stored")
+        _pick_and_show(runs, keys.GPU_STORED_PICK, current.effective_start_width, "stored")
         _overlay_ui(runs)
     st.subheader("Committed results", anchor=False)
     committed, unreadable = committed_results()
@@ -157,7 +155,7 @@ def stored_ui(run_store: RunStore, current: Design) -> None:
     if not committed:
         st.caption("No results are committed under benchmarks/results yet.")
         return
-    _pick_and_show(committed, COMMITTED_PICK, current.effective_start_width, "committed")
+    _pick_and_show(committed, keys.GPU_COMMITTED_PICK, current.effective_start_width, "committed")
 
 
 def _keep_choice(key: str, options: list[str]) -> str:
@@ -182,7 +180,7 @@ def _overlay_ui(runs: list[StoredDocument]) -> None:
         return
     chosen = st.multiselect(
         "Overlay two runs", list(single), format_func=lambda n: single[n].label,
-        max_selections=2, key=OVERLAY_PICK,
+        max_selections=2, key=keys.GPU_OVERLAY_PICK,
     )  # fmt: skip
     if len(chosen) == 2:
         first, second = (single[name] for name in chosen)

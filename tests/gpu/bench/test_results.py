@@ -14,18 +14,7 @@ import pytest
 import torch
 
 from designer.layout import Layout
-from designer.ui.gpu_panel_data import (
-    case_label,
-    dense_baseline,
-    document_bytes,
-    failure_kind,
-    ideal_speedup,
-    problems,
-    read_document,
-    speedup_vs_dense,
-    table_rows,
-)
-from designer.ui.gpu_panel_figures import (
+from designer.ui.bench.figures import (
     cases_speedup_figure,
     error_map_figure,
     head_error_figure,
@@ -36,10 +25,21 @@ from designer.ui.gpu_panel_figures import (
     sweep_speedup_figure,
     tflops_figure,
 )
-from designer.ui.gpu_panel_store import RunStore, committed_results
 from gpu.bench import BenchConfig, BenchSession, document, run_benchmark
 from gpu.bench import harness as harness_module
 from gpu.bench.contenders import Prepared
+from gpu.bench.results import (
+    case_label,
+    dense_baseline,
+    document_bytes,
+    failure_kind,
+    ideal_speedup,
+    problems,
+    read_document,
+    speedup_vs_dense,
+    table_rows,
+)
+from gpu.bench.store import RunStore, committed_results
 from gpu.reference import dense_masked_attention
 
 #: Milliseconds each fake contender takes.

@@ -1,6 +1,6 @@
 """Plotly figures of benchmark documents: plain dicts in, figures out, no Streamlit.
 
-Every chart reads the harness's JSON (``gpu_panel_data``), so a stored run, a committed result
+Every chart reads the harness's JSON (``gpu.bench.results``), so a stored run, a committed result
 and a fresh run are drawn by the same code. Speedups are against the dense SDPA baseline
 (cuDNN when it ran), and the ideal is the dense baseline's own FLOPs over the layout's.
 """
@@ -14,7 +14,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from designer.ui.gpu_panel_data import (
+from gpu.bench.results import (
     finite,
     ideal_speedup,
     measured,

@@ -16,9 +16,9 @@ import torch
 
 from designer.design import Design
 from designer.layout import Layout
-from designer.ui.gpu_panel_data import plain_document
 from gpu import block_sparse_attention
 from gpu.bench import BenchConfig, BenchSession, document, run_benchmark, seeded_inputs
+from gpu.bench.results import plain_document
 from gpu.reference import dense_masked_attention
 
 #: Most query-block rows kept per head in the error map (more are max-pooled together).
