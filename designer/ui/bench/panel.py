@@ -167,14 +167,15 @@ def _kernel_note(design: Design) -> str:
 
 def _cpu_check_ui(current: Design) -> None:
     session = st.session_state
-    st.caption(
-        'Runs our reference implementation (`impl="reference"`, fp32) against the fp64 '
-        f"reference on the CPU, on the first {CPU_CHECK_TOKENS} tokens of each side of the "
-        f"design (up to {CPU_CHECK_HEADS} heads)."
-    )
     left, right, button = st.columns([1, 1, 2], vertical_alignment="bottom")
     left.selectbox("Head dim", CUDA_HEAD_DIMS, key=keys.GPU_HEAD_DIM)
-    right.selectbox("dtype", ("bf16", "fp16"), key=keys.GPU_DTYPE)
+    dtype = right.selectbox("dtype", ("bf16", "fp16"), key=keys.GPU_DTYPE)
+    st.caption(
+        f'Runs our reference implementation (`impl="reference"`) on {dtype} q, k and v (it '
+        f"accumulates in fp32 and returns {dtype}) against the fp64 reference on the CPU, on "
+        f"the first {CPU_CHECK_TOKENS} tokens of each side of the design (up to "
+        f"{CPU_CHECK_HEADS} heads). The CPU has no dense baseline to compare speed with."
+    )
     if button.button("Run the CPU check", key=keys.GPU_CPU_BUTTON, icon=":material/play_arrow:"):
         with st.spinner("Computing on the CPU…"):
             doc = cpu_check(

@@ -38,16 +38,28 @@ from gpu.bench.results import (
 from gpu.bench.store import RunStore, StoredDocument, committed_results
 
 _NUMBER_FORMATS = {
-    "ms": "%.3f", "TFLOP/s": "%.1f", "x dense": "%.2f", "x cuDNN": "%.2f", "x Flex": "%.2f",
+    "ms": "%.3f", "TFLOP/s": "%.4g", "x dense": "%.2f", "x cuDNN": "%.2f", "x Flex": "%.2f",
     "max abs err": "%.2e", "rel err": "%.2e",
 }  # fmt: skip
 _CONFIG = {"displaylogo": False}
 
 
 def results_table(rows: list[dict[str, Any]], key: str) -> None:
-    """A table of benchmark rows with numbers formatted as the CLI prints them."""
+    """A table of benchmark rows with numbers formatted as the CLI prints them; columns that
+    no row has a value for (speedups without a baseline) are left out."""
+    rows = filled_columns(rows)
     columns = {name: st.column_config.NumberColumn(format=f) for name, f in _NUMBER_FORMATS.items()}
     st.dataframe(rows, hide_index=True, column_config=columns, key=key)
+
+
+def filled_columns(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` without the columns that are None in every row.
+
+    >>> filled_columns([{"a": 1, "b": None}, {"a": None, "b": None}])
+    [{'a': 1}, {'a': None}]
+    """
+    keep = [name for name in (rows[0] if rows else {}) if any(r[name] is not None for r in rows)]
+    return [{name: row[name] for name in keep} for row in rows]
 
 
 def case_ui(case: dict[str, Any], *, start_width: int, prefix: str) -> None:
@@ -88,7 +100,8 @@ def _errors_ui(case: dict[str, Any], prefix: str) -> None:
         "Error map of", mapped, key=_keep_choice(f"{prefix}_error_map_pick", mapped)
     )
     block_size = case["layout"]["block_size"]
-    st.plotly_chart(error_map_figure(details[name], block_size, name),
+    # theme=None: the figure's own colour scale, not Streamlit's theme colours
+    st.plotly_chart(error_map_figure(details[name], block_size, name), theme=None,
                     key=f"{prefix}_error_map", config=_CONFIG)  # fmt: skip
 
 

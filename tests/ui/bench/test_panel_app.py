@@ -290,3 +290,20 @@ def test_the_h200_check_script_passes_against_a_stand_in_gpu(data_dir, fake_gpu,
     assert "after out of memory: ms within ±15% of the command line" in names
     assert "two runs overlaid" in names and len(names) >= 20
     assert [row["ratio"] for row in summary["panel run table"]] == [1.0] * len(config.contenders)
+
+
+def test_the_cpu_check_says_its_dtype_and_shows_only_what_it_measured(data_dir, no_gpu):
+    at = open_panel()
+    at.selectbox(key=keys.GPU_DTYPE).set_value("bf16").run()
+    caption = next(c.value for c in at.caption if "impl=" in c.value)
+    assert "on bf16 q, k and v" in caption and "returns bf16" in caption
+    at.button(key=keys.GPU_CPU_BUTTON).click().run()
+    assert_clean(at)
+    table = at.dataframe[-1].value
+    assert list(table["contender"]) == ["reference"]
+    assert not {"x dense", "x cuDNN", "x Flex"} & set(table.columns)  # no baseline on the CPU
+    assert table["TFLOP/s"].notna().all()
+    charts = {
+        json.loads(c.proto.spec)["layout"]["title"]["text"]: c.proto for c in at.get("plotly_chart")
+    }
+    assert charts["reference: largest error per query-block row"].theme == ""  # its own colours
