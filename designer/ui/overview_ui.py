@@ -40,7 +40,8 @@ def overview_ui() -> None:
     ]
     cells = layout.n_q_blocks * layout.n_k_blocks
     captions = [f"head {h} · {head.active / cells:.1%}" for h, head in enumerate(analysis.heads)]
-    st.image(pictures, caption=captions, width="content")
+    # PNG as drawn: "auto" would re-encode RGB pictures as JPEG on every run (slow and blurry)
+    st.image(pictures, caption=captions, width="content", output_format="PNG")
     if by_tiles:
         st.html(legend_html(legend_entries(analysis)))
     else:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from streamlit.runtime.media_file_manager import MediaFileManager
 
 from designer.ui import keys
 from tests.ui.test_app import assert_clean, current, data_dir, open_app  # noqa: F401
@@ -91,3 +92,19 @@ def test_picked_patterns_cover_every_query_row(data_dir, pattern):  # noqa: F811
     assert current(at).recipe.steps[0].pattern == pattern
     assert current(at).layout.blocks.any(dim=2).all()  # no query row attends to nothing
     assert "no active key block" not in " ".join(m.value for m in at.markdown)
+
+
+def test_head_pictures_are_served_as_the_pngs_drawn(data_dir, monkeypatch):  # noqa: F811
+    served = []
+    original = MediaFileManager.add
+
+    def record(self, data, mimetype, *args, **kwargs):
+        served.append((mimetype, data))
+        return original(self, data, mimetype, *args, **kwargs)
+
+    monkeypatch.setattr(MediaFileManager, "add", record)
+    at = open_app()
+    n_heads = current(at).layout.n_heads
+    pictures = [data for mimetype, data in served if mimetype.startswith("image/")]
+    assert len(pictures) == n_heads
+    assert all(data.startswith(b"\x89PNG") for data in pictures)  # not re-encoded as JPEG
