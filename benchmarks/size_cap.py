@@ -10,7 +10,9 @@ bounds) on the Patterns tab, where every head is drawn:
 
 A paint edit is timed as the Paint tab's callback does it (``changes.edit`` and the commit with
 its autosave) plus the rerun after it; undo and seed changes go through their widgets, so their
-callbacks are inside the timed rerun. Prints the median and every sample, in seconds.
+callbacks are inside the timed rerun. Every change also rewrites the session's autosave, timed
+alone below each size. Prints the median and every sample, in seconds. The machine should be
+otherwise idle: the numbers are wall-clock.
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from streamlit.testing.v1 import AppTest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 
 from designer.design import Design
 from designer.edit import EditOp
@@ -104,6 +109,12 @@ def new_seed(at: AppTest, seed: int) -> float:
     return seconds
 
 
+def autosave(store: DesignStore, at: AppTest) -> float:
+    """The part of every change that writes the session's autosave, timed alone."""
+    session = at.session_state
+    return timed(lambda: store.autosave(session[keys.SESSION_ID], state.design(session)))
+
+
 def report(name: str, goal: float, samples: list[float]) -> None:
     median = statistics.median(samples)
     verdict = "ok" if median <= goal else "OVER"
@@ -126,10 +137,14 @@ def main() -> None:
         report("4 x 4096^2: paint edit of one head", GOALS_S["cap"], edits)
         report("4 x 4096^2: undo", GOALS_S["cap"], undos)
         report("4 x 4096^2: new seed (every head)", GOALS_S["cap"], seeds)
+        saves = [autosave(store, at) for _ in range(3)]
+        report("4 x 4096^2: of which the autosave", GOALS_S["cap"], saves)
 
         at, store = open_app(medium_design(), Path(data_dir))
         edits = [paint(at, store, head=i % 16, row=i * 16) for i in range(args.repeats * 2)]
         report("16 x 256^2: paint edit of one head", GOALS_S["16x256"], edits)
+        saves = [autosave(store, at) for _ in range(3)]
+        report("16 x 256^2: of which the autosave", GOALS_S["16x256"], saves)
 
 
 if __name__ == "__main__":

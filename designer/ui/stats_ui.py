@@ -134,9 +134,10 @@ def analysis_ui() -> None:
             help=f"Per batch element at head dim {stats.head_dim}; dense: "
             f"{stats.dense_flops / 1e9:,.1f} G",
         )
+    head_stats = layout.head_stats()
     with right:
         st.subheader("Density per head", anchor=False)
-        densities = [s.density for s in layout.head_stats()]
+        densities = [s.density for s in head_stats]
         st.plotly_chart(head_density_figure(densities), config={"displayModeBar": False})
     st.subheader("Per head", anchor=False)
     st.dataframe(
@@ -150,7 +151,7 @@ def analysis_ui() -> None:
                     f"{s.min_row_blocks} / {s.mean_row_blocks:.1f} / {s.max_row_blocks}"
                 ),
             }
-            for s in layout.head_stats()
+            for s in head_stats
         ],
         hide_index=True,
     )

@@ -22,14 +22,11 @@ from designer.design import Design
 from designer.recipe import Recipe, RecipeStep
 from designer.ui import keys
 from designer.ui.analysis import design_digest
-from designer.ui.bench import panel as gpu_panel
-from designer.ui.bench import settings
+from designer.ui.bench import panel, settings
 from designer.ui.storage import DATA_DIR_ENV, DesignStore
 from gpu import block_sparse_attention
-from gpu.bench import CONTENDERS, DEFAULT_CONTENDERS, BenchSession
-from gpu.bench import details as gpu_panel_errors
-from gpu.bench import runner as gpu_panel_runner
-from gpu.bench import store as gpu_panel_store
+from gpu.bench import CONTENDERS, DEFAULT_CONTENDERS, BenchSession, details, runner
+from gpu.bench import store as store_module
 from gpu.bench.results import document_bytes
 from gpu.bench.runner import GpuCoordinator
 from gpu.bench.store import RunStore
@@ -46,14 +43,14 @@ DESIGN = Design(RECIPE.build(), name="small band", recipe=RECIPE)
 @pytest.fixture
 def data_dir(tmp_path, monkeypatch):
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(gpu_panel_store, "RESULTS_DIR", tmp_path / "committed")
+    monkeypatch.setattr(store_module, "RESULTS_DIR", tmp_path / "committed")
     DesignStore(tmp_path).autosave(SESSION, DESIGN)
     return tmp_path
 
 
 @pytest.fixture
 def no_gpu(monkeypatch):
-    monkeypatch.setattr(gpu_panel, "unavailable_reason", lambda: "CuPy is not installed (test)")
+    monkeypatch.setattr(panel, "unavailable_reason", lambda: "CuPy is not installed (test)")
 
 
 @pytest.fixture
@@ -61,20 +58,20 @@ def fake_gpu(monkeypatch):
     """The panel believes in a GPU with 4 GiB free; the harness runs on the CPU."""
     timer = fake_harness(monkeypatch)
     coordinator = GpuCoordinator(lambda flush: BenchSession(torch.device("cpu"), timer=timer))
-    real_config = gpu_panel.bench_config
-    monkeypatch.setattr(gpu_panel, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(gpu_panel, "shared_coordinator", lambda: coordinator)
+    real_config = panel.bench_config
+    monkeypatch.setattr(panel, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(panel, "shared_coordinator", lambda: coordinator)
     monkeypatch.setattr(
-        gpu_panel, "bench_config",
+        panel, "bench_config",
         lambda design, values: replace(real_config(design, values), device="cpu"),
     )  # fmt: skip
-    for module in (gpu_panel, gpu_panel_runner):
+    for module in (panel, runner):
         monkeypatch.setattr(module, "free_gpu_bytes", lambda: 4 * GiB)
 
     def reference_for_every_impl(*args, impl, **kwargs):
         return block_sparse_attention(*args, **{**kwargs, "impl": "reference"})
 
-    monkeypatch.setattr(gpu_panel_errors, "block_sparse_attention", reference_for_every_impl)
+    monkeypatch.setattr(details, "block_sparse_attention", reference_for_every_impl)
     return coordinator
 
 
@@ -177,14 +174,14 @@ def test_refused_then_out_of_memory_then_the_next_run_works(data_dir, fake_gpu, 
     assert at.error[0].value.startswith("Refused before launch: this case needs about")
     assert "but only 4.0 GiB are free" in at.error[0].value
 
-    real = gpu_panel_runner.run_benchmark
+    real = runner.run_benchmark
 
     def huge_fails(config, layout, **kwargs):
         if config.batch > 64:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 96.00 GiB")
         return real(config, layout, **kwargs)
 
-    monkeypatch.setattr(gpu_panel_runner, "run_benchmark", huge_fails)
+    monkeypatch.setattr(runner, "run_benchmark", huge_fails)
     at.number_input(key=keys.GPU_MARGIN).set_value(0.0).run()
     at.button(key=keys.GPU_RUN_BUTTON).click().run()
     assert_clean(at)
@@ -262,16 +259,16 @@ def test_the_h200_check_script_passes_against_a_stand_in_gpu(data_dir, fake_gpu,
     monkeypatch.setattr(common, "load_default_design", lambda: DESIGN)
     monkeypatch.setattr(app_check, "unavailable_reason", lambda: None)
     monkeypatch.setattr(app_check, "gpu_memory", lambda: (GiB, GiB))
-    for module in (gpu_panel, gpu_panel_runner):
+    for module in (panel, runner):
         monkeypatch.setattr(module, "free_gpu_bytes", lambda: GiB)
-    real = gpu_panel_runner.run_benchmark
+    real = runner.run_benchmark
 
     def huge_fails(config, layout, **kwargs):
         if config.batch > 64:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.50 GiB")
         return real(config, layout, **kwargs)
 
-    monkeypatch.setattr(gpu_panel_runner, "run_benchmark", huge_fails)
+    monkeypatch.setattr(runner, "run_benchmark", huge_fails)
     case = cases.find_case("banded_7pct-b128-d64")
     contenders = app_check.contenders_for(app_check.parser().parse_args(["--out", "-"]), case)
     config = replace(case.config(quick=True), device="cpu", contenders=contenders)
