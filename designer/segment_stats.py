@@ -158,16 +158,16 @@ def deepspeed_defects(layout: Layout, start_width: int) -> DeepSpeedDefects:
     """
     _check_layout(layout)
     start_width = check_int("start_width", start_width, low=0)
-    repeats = deepspeed_repeats(layout, start_width)
-    present = layout.to_numpy().astype(bool)
-    phantoms = np.where(present, 0, repeats)
-    copies = np.where(present, repeats, 0)
+    repeats = deepspeed_repeats(layout, start_width).reshape(-1)
+    found = np.flatnonzero(repeats)  # few: work on these cells only, not the whole grid
+    present = layout.to_numpy().reshape(-1)[found].astype(bool)
+    phantoms, copies = found[~present], found[present]
     return DeepSpeedDefects(
         start_width=start_width,
-        phantom_rows=int(phantoms.sum()),
-        duplicate_rows=int(copies.sum()),
-        phantom_cells=_cells(phantoms),
-        duplicate_cells=_cells(copies),
+        phantom_rows=int(repeats[phantoms].sum()),
+        duplicate_rows=int(repeats[copies].sum()),
+        phantom_cells=_cells(phantoms, layout.shape),
+        duplicate_cells=_cells(copies, layout.shape),
     )
 
 
@@ -210,7 +210,7 @@ def _share(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
 
 
-def _cells(counts: np.ndarray) -> tuple[Cell, ...]:
-    """The ``(head, row, col)`` of every non-zero entry, in row-major order."""
-    heads, rows, cols = np.unravel_index(np.flatnonzero(counts), counts.shape)
+def _cells(flat: np.ndarray, shape: tuple[int, int, int]) -> tuple[Cell, ...]:
+    """The ``(head, row, col)`` of each flat index into ``shape`` (ascending: row-major)."""
+    heads, rows, cols = np.unravel_index(flat, shape)
     return tuple(zip(heads.tolist(), rows.tolist(), cols.tolist(), strict=True))
