@@ -6,7 +6,8 @@ bounds) on the Patterns tab, where every head is drawn:
 - 4 heads × 4096 × 4096 blocks (65,536 tokens at block 16, the largest design allowed), a
   BigBird-like design (window, globals, random blocks): a paint edit of one head, its undo, and
   a new seed for the random step (every head changes);
-- 16 heads × 256 × 256 blocks at 50 % random density: a paint edit of one head.
+- 16 heads × 256 × 256 blocks at 50 % random density: a paint edit of one head, with the
+  Patterns tab open (every head's picture) and with the Paint tab open.
 
 A paint edit is timed as the Paint tab's callback does it (``changes.edit`` and the commit with
 its autosave) plus the rerun after it; undo and seed changes go through their widgets, so their
@@ -59,13 +60,15 @@ def medium_design() -> Design:
     return Design(recipe.build(), name="medium", recipe=recipe)
 
 
-def open_app(design: Design, data_dir: Path) -> tuple[AppTest, DesignStore]:
-    """The app on ``design``, restored from an autosave as a returning visitor's would be."""
+def open_app(design: Design, data_dir: Path, tab: str = "Patterns") -> tuple[AppTest, DesignStore]:
+    """The app on ``design`` with ``tab`` open, restored from an autosave as a returning
+    visitor's would be."""
     store = DesignStore(data_dir)
     session_id = new_session_id()
     store.autosave(session_id, design)
     at = AppTest.from_file(APP, default_timeout=600)
     at.query_params[keys.SESSION_QUERY_PARAM] = session_id
+    at.session_state["tab"] = tab
     at.run()
     check(at)
     return at, store
@@ -140,9 +143,10 @@ def main() -> None:
         saves = [autosave(store, at) for _ in range(3)]
         report("4 x 4096^2: of which the autosave", GOALS_S["cap"], saves)
 
-        at, store = open_app(medium_design(), Path(data_dir))
-        edits = [paint(at, store, head=i % 16, row=i * 16) for i in range(args.repeats * 2)]
-        report("16 x 256^2: paint edit of one head", GOALS_S["16x256"], edits)
+        for tab in ("Patterns", "Paint"):
+            at, store = open_app(medium_design(), Path(data_dir), tab)
+            edits = [paint(at, store, head=i % 16, row=i * 16) for i in range(args.repeats * 2)]
+            report(f"16 x 256^2: paint edit, {tab} tab", GOALS_S["16x256"], edits)
         saves = [autosave(store, at) for _ in range(3)]
         report("16 x 256^2: of which the autosave", GOALS_S["16x256"], saves)
 
