@@ -24,7 +24,7 @@ from designer.ui import keys
 from designer.ui.analysis import design_digest
 from designer.ui.bench import panel, settings
 from designer.ui.storage import DATA_DIR_ENV, DesignStore
-from gpu import block_sparse_attention
+from gpu import block_sparse_attention, runtime
 from gpu.bench import CONTENDERS, DEFAULT_CONTENDERS, BenchSession, details, runner
 from gpu.bench import store as store_module
 from gpu.bench.results import document_bytes
@@ -304,3 +304,11 @@ def test_the_cpu_check_says_its_dtype_and_shows_only_what_it_measured(data_dir, 
         json.loads(c.proto.spec)["layout"]["title"]["text"]: c.proto for c in at.get("plotly_chart")
     }
     assert charts["reference: largest error per query-block row"].theme == ""  # its own colours
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the reason is only given without a GPU")
+def test_without_a_cuda_gpu_the_panel_says_so_before_anything_else(data_dir):
+    runtime.unavailable_reason.cache_clear()
+    at = open_panel()
+    warning = at.warning[0].value
+    assert warning.startswith("The GPU benchmark cannot run on this machine: no CUDA GPU")
