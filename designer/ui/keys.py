@@ -19,6 +19,15 @@ NOTICES = "notices"
 #: Bumped after each paint so the editor chart starts again with an empty selection.
 EDITOR_REVISION = "editor_revision"
 
+#: The open tab (``st.tabs``).
+TAB = "tab"
+UNDO, REDO = "undo", "redo"
+CLIP_CAUSAL = "clip_causal"
+
+# ----------------------------------------------------------------- recipe widgets
+ADD_STEP = "add_step"
+DROP_EDITS = "drop_edits"
+
 # ----------------------------------------------------------------- setup widgets
 NAME = "design_name"
 SEQ_LEN_Q = "seq_len_q"

@@ -45,7 +45,7 @@ def recipe_ui(store: DesignStore) -> None:
             "replayed after these patterns."
         )
         drop.button(
-            "Drop edits", key="drop_edits", on_click=_on_drop_edits, args=(store,),
+            "Drop edits", key=keys.DROP_EDITS, on_click=_on_drop_edits, args=(store,),
             help="Rebuild from the patterns alone (undo brings the edits back).",
         )  # fmt: skip
         show_message(keys.EDITS_PLACE)
@@ -54,7 +54,7 @@ def recipe_ui(store: DesignStore) -> None:
         icon=":material/add:",
         on_click=_on_add,
         args=(store, len(steps)),
-        key="add_step",
+        key=keys.ADD_STEP,
     )
 
 

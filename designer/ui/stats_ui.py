@@ -36,7 +36,7 @@ def header_ui(store: DesignStore) -> None:
         st.button(
             "Undo",
             icon=":material/undo:",
-            key="undo",
+            key=keys.UNDO,
             disabled=not history.can_undo,
             on_click=state.undo,
             args=(session, store),
@@ -44,7 +44,7 @@ def header_ui(store: DesignStore) -> None:
         st.button(
             "Redo",
             icon=":material/redo:",
-            key="redo",
+            key=keys.REDO,
             disabled=not history.can_redo,
             on_click=state.redo,
             args=(session, store),
@@ -91,7 +91,7 @@ def lints_ui(store: DesignStore, lints: tuple[Lint, ...]) -> None:
                 st.button(
                     "Clip to causal",
                     icon=":material/content_cut:",
-                    key="clip_causal",
+                    key=keys.CLIP_CAUSAL,
                     on_click=change_design,
                     args=(store, keys.LINTS_PLACE, changes.clip_causal),
                     help="Clear every block above the diagonal (an edit: undo brings them back).",
