@@ -9,6 +9,8 @@ Each finding names the heads and a few example blocks, so a view can point at th
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -229,13 +231,17 @@ def _deepspeed_defect_lints(layout: Layout, start_width: int, where: str) -> lis
 def _layout_defects(layout: Layout, start_width: int) -> DeepSpeedDefects:
     """``deepspeed_defects`` of the layout, worked out head by head (heads scan independently)
     and cached by each head's content, so an edit re-scans only the heads it changed."""
-    per_head = [
-        _DEFECTS.get(
-            (key, start_width),
-            lambda h=h: deepspeed_defects(Layout(layout.blocks[h : h + 1], 1), start_width),
-        )
-        for h, key in enumerate(head_keys(layout))
-    ]
+    keys = [(key, start_width) for key in head_keys(layout)]
+    first_of = {key: h for h, key in reversed(list(enumerate(keys)))}  # equal heads scan once
+    missing = [h for key, h in first_of.items() if _DEFECTS.peek(key) is None]
+
+    def scan(h: int) -> DeepSpeedDefects:
+        return deepspeed_defects(Layout(layout.blocks[h : h + 1], 1), start_width)
+
+    with ThreadPoolExecutor(max(1, min(len(missing), os.cpu_count() or 1))) as pool:
+        for h, found in zip(missing, pool.map(scan, missing), strict=True):  # scans drop the GIL
+            _DEFECTS.put(keys[h], found)
+    per_head = [_DEFECTS.peek(key) or scan(first_of[key]) for key in keys]
 
     def cells(name: str) -> tuple[tuple[int, int, int], ...]:
         return tuple(
