@@ -148,16 +148,18 @@ def cached_analysis(design: Design) -> tuple[str, Analysis]:
 def _heads_tiles(
     blocks: np.ndarray, names: tuple[str, ...], start_width: int
 ) -> tuple[HeadTiles, ...]:
-    """Every head's ``HeadTiles``: cached ones reused, the others segmented together."""
+    """Every head's ``HeadTiles``: cached ones reused, the others segmented together (heads
+    with equal blocks once)."""
     keys = [(name, start_width) for name in names]
-    found = [_HEADS.peek(key) for key in keys]
-    missing = [h for h, head in enumerate(found) if head is None]
+    made = {key: _HEADS.peek(key) for key in keys}
+    first_of = {key: h for h, key in reversed(list(enumerate(keys)))}
+    missing = [first_of[key] for key, head in made.items() if head is None]
     if missing:
-        made = _segment_heads(blocks[missing], [keys[h][0] for h in missing], start_width)
-        for h, head in zip(missing, made, strict=True):
+        segmented = _segment_heads(blocks[missing], [keys[h][0] for h in missing], start_width)
+        for h, head in zip(missing, segmented, strict=True):
             _HEADS.put(keys[h], head)
-            found[h] = head
-    return tuple(found)
+            made[keys[h]] = head
+    return tuple(made[key] for key in keys)
 
 
 def _segment_heads(blocks: np.ndarray, names: list[str], start_width: int) -> list[HeadTiles]:

@@ -83,3 +83,20 @@ def test_lints_come_with_the_analysis():
     layout = Layout(torch.tensor([[[1, 1], [0, 0]]]), 64)
     codes = [lint.code for lint in analyse(Design(layout, causal=True)).lints]
     assert codes == ["causal-violation", "empty-query-rows"]
+
+
+def test_equal_heads_are_segmented_once(rng, monkeypatch):
+    head = random_layout(rng, 1, 16, 16, density=0.3).blocks
+    layout = Layout(head.expand(3, -1, -1).clone(), 64)
+    segmented = []
+    real = analysis_module.sdd_segment
+
+    def counting(blocks, start_width):
+        segmented.append(len(blocks))
+        return real(blocks, start_width)
+
+    monkeypatch.setattr(analysis_module, "sdd_segment", counting)
+    analysis = analyse(Design(layout, start_width=3))
+    assert segmented == [1]
+    assert analysis.heads[0] is analysis.heads[1] is analysis.heads[2]
+    assert analysis.stats.active_blocks == layout.nnz
