@@ -108,3 +108,14 @@ def test_head_pictures_are_served_as_the_pngs_drawn(data_dir, monkeypatch):  # n
     pictures = [data for mimetype, data in served if mimetype.startswith("image/")]
     assert len(pictures) == n_heads
     assert all(data.startswith(b"\x89PNG") for data in pictures)  # not re-encoded as JPEG
+
+
+def test_out_of_range_pattern_parameters_say_what_is_allowed(data_dir):  # noqa: F811
+    at = open_app()
+    at.selectbox(key=keys.step_key(0, "pattern")).set_value("sliding_window").run()
+    before = current(at).layout
+    at.number_input(key=keys.step_key(0, "window_blocks")).set_value(0).run()
+    assert_clean(at)
+    (error,) = at.error
+    assert "window_blocks must be in [1, " in error.value and error.value.endswith("got 0")
+    assert current(at).layout == before
