@@ -1,6 +1,7 @@
 import dataclasses
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -52,17 +53,24 @@ def test_head_by_head_stats_equal_the_whole_layouts(seed, density, start_width):
     assert stats == whole
 
 
-def test_heads_are_segmented_once_per_content(rng, monkeypatch):
-    layout = random_layout(rng, 3, 16, 16, density=0.4)
-    first = analyse(Design(layout))
-    segmented = []
+@pytest.fixture
+def segmented(monkeypatch):
+    """The number of heads of each segmentation the analysis runs from now on."""
+    calls = []
     real = analysis_module.sdd_segment
 
     def counting(blocks, start_width):
-        segmented.append(len(blocks))
+        calls.append(len(blocks))
         return real(blocks, start_width)
 
     monkeypatch.setattr(analysis_module, "sdd_segment", counting)
+    return calls
+
+
+def test_heads_are_segmented_once_per_content(rng, segmented):
+    layout = random_layout(rng, 3, 16, 16, density=0.4)
+    first = analyse(Design(layout))
+    segmented.clear()
     edited = layout.blocks.clone()
     edited[1] = ~edited[1]
     second = analyse(Design(Layout(edited, layout.block_size)))
@@ -85,17 +93,9 @@ def test_lints_come_with_the_analysis():
     assert codes == ["causal-violation", "empty-query-rows"]
 
 
-def test_equal_heads_are_segmented_once(rng, monkeypatch):
+def test_equal_heads_are_segmented_once(rng, segmented):
     head = random_layout(rng, 1, 16, 16, density=0.3).blocks
     layout = Layout(head.expand(3, -1, -1).clone(), 64)
-    segmented = []
-    real = analysis_module.sdd_segment
-
-    def counting(blocks, start_width):
-        segmented.append(len(blocks))
-        return real(blocks, start_width)
-
-    monkeypatch.setattr(analysis_module, "sdd_segment", counting)
     analysis = analyse(Design(layout, start_width=3))
     assert segmented == [1]
     assert analysis.heads[0] is analysis.heads[1] is analysis.heads[2]
