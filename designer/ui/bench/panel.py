@@ -18,6 +18,7 @@ from designer.ui.analysis import design_digest
 from designer.ui.bench.run import run_tab_ui, sweep_tab_ui
 from designer.ui.bench.settings import (
     bench_config,
+    check_run_settings,
     offered_contenders,
     panel_defaults,
 )
@@ -31,7 +32,6 @@ from gpu import unavailable_reason
 from gpu.api import CUDA_BLOCK_SIZES, CUDA_HEAD_DIMS
 from gpu.bench import BenchConfig
 from gpu.bench.details import CPU_CHECK_HEADS, CPU_CHECK_TOKENS, cpu_check
-from gpu.bench.memory import MAX_MARGIN
 from gpu.bench.runner import GpuCoordinator, case_estimate, free_gpu_bytes
 from gpu.bench.store import RunStore
 
@@ -102,7 +102,7 @@ def _settings_ui(current: Design) -> BenchConfig | None:
     """The benchmark settings; None (with the reason shown) when they do not make a config."""
     session = st.session_state
     top = st.columns([1, 1, 1, 1, 4], vertical_alignment="bottom")
-    top[0].number_input("Batch", min_value=1, max_value=1024, key=keys.GPU_BATCH)
+    top[0].number_input("Batch", step=1, key=keys.GPU_BATCH)
     top[1].selectbox("Head dim", CUDA_HEAD_DIMS, key=keys.GPU_HEAD_DIM)
     top[2].selectbox("dtype", ("bf16", "fp16"), key=keys.GPU_DTYPE)
     top[3].toggle(
@@ -117,13 +117,11 @@ def _settings_ui(current: Design) -> BenchConfig | None:
     )
     with st.expander("Method and safety"):
         cols = st.columns(7, vertical_alignment="bottom")
-        cols[0].number_input("Warm-up runs", min_value=0, max_value=1000, key=keys.GPU_WARMUP)
-        cols[1].number_input("Timed runs", min_value=1, max_value=10000, key=keys.GPU_REPS)
-        cols[2].number_input("Seed", min_value=0, max_value=2**31, key=keys.GPU_SEED)
+        cols[0].number_input("Warm-up runs", step=1, key=keys.GPU_WARMUP)
+        cols[1].number_input("Timed runs", step=1, key=keys.GPU_REPS)
+        cols[2].number_input("Seed", step=1, key=keys.GPU_SEED)
         cols[3].number_input(
             "Memory margin",
-            min_value=0.0,
-            max_value=MAX_MARGIN,
             step=0.05,
             key=keys.GPU_MARGIN,
             help="Refuse a run when margin × estimate exceeds "
@@ -135,8 +133,7 @@ def _settings_ui(current: Design) -> BenchConfig | None:
         )
         cols[6].number_input(
             "Wait for the GPU (s)",
-            min_value=1,
-            max_value=3600,
+            step=1,
             key=keys.GPU_WAIT_S,
             help="How long a run waits while another session's run holds the GPU.",
         )
@@ -145,6 +142,7 @@ def _settings_ui(current: Design) -> BenchConfig | None:
         return None
     try:
         config = bench_config(current, session)
+        check_run_settings(session)
     except (ValueError, TypeError) as error:
         st.error(f"These settings cannot be benchmarked: {error}", icon="⚠️")
         return None

@@ -15,10 +15,14 @@ from typing import Any
 from designer.design import Design
 from designer.ui import keys
 from designer.ui.bench.sweep import DENSITY_FACTORS
+from designer.validate import check_float, check_int
 from gpu.bench import CONTENDERS, DEFAULT_CONTENDERS, BenchConfig
-from gpu.bench.memory import DEFAULT_MARGIN
+from gpu.bench.memory import DEFAULT_MARGIN, MAX_MARGIN
 from gpu.bench.runner import DEFAULT_WAIT_S
 
+#: Longest wait for another session's run, in seconds, and the largest seed offered.
+MAX_WAIT_S = 3600
+MAX_SEED = 2**31
 SWEEP_KINDS = ("sequence length", "density")
 #: Left out of the default contenders: they compile for minutes (autotuning) on first use.
 SLOW_TO_COMPILE = ("flex_tuned",)
@@ -82,6 +86,15 @@ def bench_config(design: Design, values: Mapping[str, Any]) -> BenchConfig:
         check_error=values[keys.GPU_CHECK_ERROR],
     )
     return config_for(config, design)
+
+
+def check_run_settings(values: Mapping[str, Any]) -> None:
+    """Check the settings a ``BenchConfig`` does not hold (memory margin, wait) and the seed's
+    range; raises naming the setting, its range and the value (the number boxes have no
+    bounds: the browser would refuse an out-of-range number without a word)."""
+    check_float("memory margin", values[keys.GPU_MARGIN], low=0.0, high=MAX_MARGIN)
+    check_int("wait for the GPU (s)", values[keys.GPU_WAIT_S], low=1, high=MAX_WAIT_S)
+    check_int("seed", values[keys.GPU_SEED], low=0, high=MAX_SEED)
 
 
 def config_for(config: BenchConfig, design: Design) -> BenchConfig:

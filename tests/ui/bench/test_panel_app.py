@@ -312,3 +312,11 @@ def test_without_a_cuda_gpu_the_panel_says_so_before_anything_else(data_dir):
     at = open_panel()
     warning = at.warning[0].value
     assert warning.startswith("The GPU benchmark cannot run on this machine: no CUDA GPU")
+
+
+def test_an_out_of_range_setting_is_named_not_ignored(data_dir, fake_gpu):
+    at = open_panel()
+    at.number_input(key=keys.GPU_BATCH).set_value(0).run()
+    assert_clean(at)
+    assert any("batch must be in [1, 1024], got 0" in e.value for e in at.error)
+    assert at.button(key=keys.GPU_RUN_BUTTON).disabled

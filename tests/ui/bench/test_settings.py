@@ -56,3 +56,18 @@ def test_config_for_follows_a_sweep_point():
     config = settings.bench_config(design(), settings.panel_defaults(design()))
     point = design(n_q=16, n_k=16)
     assert replace(config, seq_q=1024) == settings.config_for(config, point)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (keys.GPU_MARGIN, -0.5, r"memory margin must be in \[0.0, 10.0\], got -0.5"),
+        (keys.GPU_WAIT_S, 0, r"wait for the GPU \(s\) must be in \[1, 3600\], got 0"),
+        (keys.GPU_SEED, -1, r"seed must be in \[0, 2147483648\], got -1"),
+    ],
+)
+def test_run_settings_outside_their_range_say_so(key, value, message):
+    values = {**settings.panel_defaults(design()), key: value}
+    settings.check_run_settings(settings.panel_defaults(design()))  # the defaults pass
+    with pytest.raises(ValueError, match=message):
+        settings.check_run_settings(values)
