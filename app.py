@@ -9,10 +9,11 @@ from __future__ import annotations
 import streamlit as st
 import torch
 
+from designer.ui import keys
+from designer.ui.bench.panel import gpu_panel_ui
 from designer.ui.common import start_run
 from designer.ui.editor_ui import editor_ui
 from designer.ui.files_ui import files_ui
-from designer.ui.gpu_panel import gpu_panel_ui
 from designer.ui.overview_ui import overview_ui
 from designer.ui.recipe_ui import recipe_ui
 from designer.ui.setup_ui import setup_ui
@@ -33,7 +34,7 @@ def main() -> None:
         st.header("Block-Sparse Attention Designer", anchor=False)
         setup_ui(store)
     header_ui(store)
-    patterns, paint, analysis, files, gpu = st.tabs(TABS, key="tab", on_change="rerun")
+    patterns, paint, analysis, files, gpu = st.tabs(TABS, key=keys.TAB, on_change="rerun")
     if patterns.open:
         with patterns:
             steps, pictures = st.columns([1, 1], gap="large")

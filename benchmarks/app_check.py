@@ -47,14 +47,13 @@ from gpu.bench.report import environment
 
 try:  # the app needs Streamlit: without it the summary says so instead of a bare traceback
     from designer.design import Design
-    from designer.ui import gpu_panel_settings as settings
     from designer.ui import keys
     from designer.ui.analysis import design_digest
-    from designer.ui.gpu_panel_data import problems as problems_of
-    from designer.ui.gpu_panel_estimate import DEFAULT_MARGIN, estimate_memory
-    from designer.ui.gpu_panel_store import RunStore
-    from designer.ui.gpu_panel_views import OVERLAY_PICK
+    from designer.ui.bench import settings
     from designer.ui.storage import DATA_DIR_ENV, DesignStore
+    from gpu.bench.memory import DEFAULT_MARGIN, estimate_memory
+    from gpu.bench.results import problems as problems_of
+    from gpu.bench.store import RunStore
 except ImportError as error:
     APP_IMPORT_ERROR: ImportError | None = error
 else:
@@ -107,16 +106,16 @@ def open_app(session_id: str | None, timeout: float):
 
 
 def apply_settings(at, config) -> None:
-    at.number_input(key=settings.BATCH).set_value(config.batch)
-    at.selectbox(key=settings.HEAD_DIM).set_value(config.head_dim)
-    at.selectbox(key=settings.DTYPE).set_value(config.dtype)
-    at.toggle(key=settings.CAUSAL).set_value(config.causal)
-    at.multiselect(key=settings.CONTENDER_PICK).set_value(list(config.contenders))
-    at.number_input(key=settings.WARMUP).set_value(config.warmup)
-    at.number_input(key=settings.REPS).set_value(config.reps)
-    at.number_input(key=settings.SEED).set_value(config.seed)
-    at.toggle(key=settings.FLUSH).set_value(config.flush_l2)
-    at.toggle(key=settings.CHECK_ERROR).set_value(config.check_error)
+    at.number_input(key=keys.GPU_BATCH).set_value(config.batch)
+    at.selectbox(key=keys.GPU_HEAD_DIM).set_value(config.head_dim)
+    at.selectbox(key=keys.GPU_DTYPE).set_value(config.dtype)
+    at.toggle(key=keys.GPU_CAUSAL).set_value(config.causal)
+    at.multiselect(key=keys.GPU_CONTENDER_PICK).set_value(list(config.contenders))
+    at.number_input(key=keys.GPU_WARMUP).set_value(config.warmup)
+    at.number_input(key=keys.GPU_REPS).set_value(config.reps)
+    at.number_input(key=keys.GPU_SEED).set_value(config.seed)
+    at.toggle(key=keys.GPU_FLUSH).set_value(config.flush_l2)
+    at.toggle(key=keys.GPU_CHECK_ERROR).set_value(config.check_error)
     at.run()
 
 
@@ -195,9 +194,9 @@ def run_case_in_panel(summary, at, config, cli, args, label: str) -> dict | None
         torch.cuda.reset_peak_memory_stats()
     before = allocated_bytes()
     started = time.perf_counter()
-    click(at, settings.RUN_BUTTON, args.timeout)
+    click(at, keys.GPU_RUN_BUTTON, args.timeout)
     seconds = time.perf_counter() - started
-    record = at.session_state[settings.LAST_RUN]
+    record = at.session_state[keys.GPU_LAST_RUN]
     if not summary.check(
         f"{label}: runs without error",
         not problems(at) and record["doc"],
@@ -268,19 +267,19 @@ def failure_steps(summary, config, cli, design, args) -> None:
     batch = oom_batch(config)
     if not summary.check("a batch that cannot fit exists", batch is not None):
         return
-    at.number_input(key=settings.BATCH).set_value(batch)
-    at.selectbox(key=settings.HEAD_DIM).set_value(128).run()
+    at.number_input(key=keys.GPU_BATCH).set_value(batch)
+    at.selectbox(key=keys.GPU_HEAD_DIM).set_value(128).run()
     before = allocated_bytes()
-    click(at, settings.RUN_BUTTON, args.timeout)
+    click(at, keys.GPU_RUN_BUTTON, args.timeout)
     errors = [e.value for e in at.error]
     summary.check(
         "too large: refused before launch with the estimate",
         errors and errors[0].startswith("Refused before launch") and allocated_bytes() == before,
         errors,
     )
-    at.number_input(key=settings.MARGIN).set_value(0.0).run()
+    at.number_input(key=keys.GPU_MARGIN).set_value(0.0).run()
     free_before, _ = gpu_memory()
-    click(at, settings.RUN_BUTTON, args.timeout)
+    click(at, keys.GPU_RUN_BUTTON, args.timeout)
     errors = [e.value for e in at.error]
     free_after, _ = gpu_memory()
     summary.check(
@@ -302,7 +301,7 @@ def failure_steps(summary, config, cli, design, args) -> None:
     summary.check("out of memory: the rest of the app works", not at.exception)
     at.session_state["tab"] = "GPU benchmark"
     at.run()
-    at.number_input(key=settings.MARGIN).set_value(DEFAULT_MARGIN)
+    at.number_input(key=keys.GPU_MARGIN).set_value(DEFAULT_MARGIN)
     run_case_in_panel(summary, at, config, cli, args, "after out of memory")
 
 
@@ -310,7 +309,7 @@ def stored_steps(summary, design, data_dir: str, args) -> None:
     at = open_app(SESSIONS[0], args.timeout)
     runs, unreadable = RunStore(data_dir).runs(design_digest(design))
     names = [run.path.name for run in runs]
-    overlay = at.multiselect(key=OVERLAY_PICK)
+    overlay = at.multiselect(key=keys.GPU_OVERLAY_PICK)
     if summary.check(
         "stored runs listed",
         len(names) >= 2 and len(overlay.options) == len(names) and not unreadable,
@@ -322,10 +321,10 @@ def stored_steps(summary, design, data_dir: str, args) -> None:
 
 def sweep_step(summary, args) -> None:
     at = open_app(None, args.timeout)  # a new session on the default design
-    at.multiselect(key=settings.CONTENDER_PICK).set_value(["fused", "sdpa_cudnn"])
-    at.multiselect(key=settings.SWEEP_LENGTH_PICK).set_value([1024, 2048]).run()
-    click(at, settings.SWEEP_BUTTON, args.timeout)
-    record = at.session_state[settings.LAST_SWEEP]
+    at.multiselect(key=keys.GPU_CONTENDER_PICK).set_value(["fused", "sdpa_cudnn"])
+    at.multiselect(key=keys.GPU_SWEEP_LENGTH_PICK).set_value([1024, 2048]).run()
+    click(at, keys.GPU_SWEEP_BUTTON, args.timeout)
+    record = at.session_state[keys.GPU_LAST_SWEEP]
     titles = chart_titles(at)
     summary.check(
         "length sweep: measured, both charts shown",
@@ -342,8 +341,8 @@ def no_gpu_steps(summary, args) -> None:
         "no GPU: the panel says why",
         any("cannot run on this machine" in w.value for w in at.warning),
     )
-    click(at, settings.CPU_BUTTON, args.timeout)
-    record = at.session_state.get(settings.LAST_CPU_CHECK) if not at.exception else None
+    click(at, keys.GPU_CPU_BUTTON, args.timeout)
+    record = at.session_state.get(keys.GPU_LAST_CPU_CHECK) if not at.exception else None
     summary.check(
         "no GPU: the CPU check runs", record is not None and not problems(at), problems(at)
     )

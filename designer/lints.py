@@ -9,18 +9,27 @@ Each finding names the heads and a few example blocks, so a view can point at th
 
 from __future__ import annotations
 
+import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 
+from designer.cache import LruCache, head_keys
 from designer.design import Design
 from designer.layout import Layout
-from designer.segment_stats import deepspeed_defects, deepspeed_start_width
+from designer.segment_stats import DeepSpeedDefects, deepspeed_defects, deepspeed_start_width
 
 SEVERITIES = ("error", "warning", "info")
 
 #: Example blocks (or rows) a finding carries: enough to point at, few enough to read.
 MAX_EXAMPLES = 5
+#: Cells the cached per-head DeepSpeed findings may hold in all.
+DEFECT_CACHE_CELLS = 1 << 22
+
+_DEFECTS = LruCache(
+    DEFECT_CACHE_CELLS, size=lambda d: 1 + len(d.phantom_cells) + len(d.duplicate_cells)
+)
 
 
 @dataclass(frozen=True)
@@ -180,7 +189,7 @@ def _deepspeed_defect_lints(layout: Layout, start_width: int, where: str) -> lis
     """Phantom and duplicate findings for DeepSpeed's segmentation at ``start_width``."""
     if start_width < 3:  # widths 2 and 1 are exact (SDD_SEGMENT.md)
         return []
-    defects = deepspeed_defects(layout, start_width)
+    defects = _layout_defects(layout, start_width)
     at = f"DeepSpeed's segmentation at start width {start_width} ({where})"
     lints = []
     if defects.phantom_rows:
@@ -217,6 +226,35 @@ def _deepspeed_defect_lints(layout: Layout, start_width: int, where: str) -> lis
             )
         )
     return lints
+
+
+def _layout_defects(layout: Layout, start_width: int) -> DeepSpeedDefects:
+    """``deepspeed_defects`` of the layout, worked out head by head (heads scan independently)
+    and cached by each head's content, so an edit re-scans only the heads it changed."""
+    keys = [(key, start_width) for key in head_keys(layout)]
+    first_of = {key: h for h, key in reversed(list(enumerate(keys)))}  # equal heads scan once
+    missing = [h for key, h in first_of.items() if _DEFECTS.peek(key) is None]
+
+    def scan(h: int) -> DeepSpeedDefects:
+        return deepspeed_defects(Layout(layout.blocks[h : h + 1], 1), start_width)
+
+    with ThreadPoolExecutor(max(1, min(len(missing), os.cpu_count() or 1))) as pool:
+        for h, found in zip(missing, pool.map(scan, missing), strict=True):  # scans drop the GIL
+            _DEFECTS.put(keys[h], found)
+    per_head = [_DEFECTS.peek(key) or scan(first_of[key]) for key in keys]
+
+    def cells(name: str) -> tuple[tuple[int, int, int], ...]:
+        return tuple(
+            (h, row, col) for h, d in enumerate(per_head) for _, row, col in getattr(d, name)
+        )
+
+    return DeepSpeedDefects(
+        start_width=start_width,
+        phantom_rows=sum(d.phantom_rows for d in per_head),
+        duplicate_rows=sum(d.duplicate_rows for d in per_head),
+        phantom_cells=cells("phantom_cells"),
+        duplicate_cells=cells("duplicate_cells"),
+    )
 
 
 def _unique_heads(found: np.ndarray) -> tuple[int, ...]:

@@ -93,31 +93,47 @@ def segment_stats(layout: Layout, segments: Segments, *, head_dim: int) -> Segme
     (4, 4.0, True)
     """
     _check_layout(layout)
-    head_dim = check_int("head_dim", head_dim, low=1)
     active = np.count_nonzero(layout.to_numpy())  # numpy: torch's threads would spin after it
+    tiles: dict[int, int] = {}
+    for width, rows in _checked_segments(segments):
+        tiles[width] = tiles.get(width, 0) + len(rows) // (width * width)
+    return tile_count_stats(layout, tiles, active, head_dim=head_dim)
+
+
+def tile_count_stats(
+    layout: Layout, tiles: dict[int, int], active: int, *, head_dim: int
+) -> SegmentStats:
+    """The same numbers from the tile count of each width and the active block count, for
+    callers that segment head by head and add the counts up.
+
+    >>> layout = Layout(torch.ones(1, 4, 4, dtype=torch.bool), 64)
+    >>> tile_count_stats(layout, {2: 4}, 16, head_dim=64).coverage
+    1.0
+    """
+    _check_layout(layout)
+    head_dim = check_int("head_dim", head_dim, low=1)
     b = layout.block_size
     rows = []
-    for width, tile_rows in _checked_segments(segments):
-        tiles = len(tile_rows) // (width * width)
+    for width in sorted(tiles, reverse=True):
         tokens = width * b
         rows.append(
             WidthStats(
                 width=width,
-                tiles=tiles,
-                blocks=len(tile_rows),
-                coverage=_share(len(tile_rows), active),
+                tiles=tiles[width],
+                blocks=tiles[width] * width * width,
+                coverage=_share(tiles[width] * width * width, active),
                 tile_tokens=tokens,
-                flops=2 * tokens * tokens * head_dim * tiles,
+                flops=2 * tokens * tokens * head_dim * tiles[width],
             )
         )
-    tiles = sum(row.tiles for row in rows)
+    n_tiles = sum(row.tiles for row in rows)
     blocks = sum(row.blocks for row in rows)
-    mean_tile_blocks = _share(blocks, tiles)
+    mean_tile_blocks = _share(blocks, n_tiles)
     return SegmentStats(
         block_size=b,
         head_dim=head_dim,
         active_blocks=active,
-        tiles=tiles,
+        tiles=n_tiles,
         blocks=blocks,
         coverage=_share(blocks, active),
         mean_tile_blocks=mean_tile_blocks,
@@ -142,16 +158,16 @@ def deepspeed_defects(layout: Layout, start_width: int) -> DeepSpeedDefects:
     """
     _check_layout(layout)
     start_width = check_int("start_width", start_width, low=0)
-    repeats = deepspeed_repeats(layout, start_width)
-    present = layout.to_numpy().astype(bool)
-    phantoms = np.where(present, 0, repeats)
-    copies = np.where(present, repeats, 0)
+    repeats = deepspeed_repeats(layout, start_width).reshape(-1)
+    found = np.flatnonzero(repeats)  # few: work on these cells only, not the whole grid
+    present = layout.to_numpy().reshape(-1)[found].astype(bool)
+    phantoms, copies = found[~present], found[present]
     return DeepSpeedDefects(
         start_width=start_width,
-        phantom_rows=int(phantoms.sum()),
-        duplicate_rows=int(copies.sum()),
-        phantom_cells=_cells(phantoms),
-        duplicate_cells=_cells(copies),
+        phantom_rows=int(repeats[phantoms].sum()),
+        duplicate_rows=int(repeats[copies].sum()),
+        phantom_cells=_cells(phantoms, layout.shape),
+        duplicate_cells=_cells(copies, layout.shape),
     )
 
 
@@ -194,7 +210,7 @@ def _share(part: int, whole: int) -> float:
     return part / whole if whole else 0.0
 
 
-def _cells(counts: np.ndarray) -> tuple[Cell, ...]:
-    """The ``(head, row, col)`` of every non-zero entry, in row-major order."""
-    heads, rows, cols = np.unravel_index(np.flatnonzero(counts), counts.shape)
+def _cells(flat: np.ndarray, shape: tuple[int, int, int]) -> tuple[Cell, ...]:
+    """The ``(head, row, col)`` of each flat index into ``shape`` (ascending: row-major)."""
+    heads, rows, cols = np.unravel_index(flat, shape)
     return tuple(zip(heads.tolist(), rows.tolist(), cols.tolist(), strict=True))

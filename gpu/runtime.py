@@ -312,15 +312,16 @@ def _cache_dir() -> Path:
 
 
 def _find_problem() -> str | None:
+    # The GPU first: on a machine without one, installing CuPy would not help.
+    if not torch.cuda.is_available():
+        return (
+            f"no CUDA GPU: PyTorch {torch.__version__} sees no CUDA device (a CPU-only build, or "
+            "no GPU and driver); our kernels need an NVIDIA GPU and a CUDA build of PyTorch."
+        )
     try:
         import cupy
     except ImportError as error:
         return f"CuPy is not installed ({error}); {_INSTALL_HINT}."
-    if not torch.cuda.is_available():
-        return (
-            f"PyTorch {torch.__version__} sees no CUDA device (a CPU-only build, or no GPU and "
-            "driver); install a CUDA build of PyTorch on a machine with an NVIDIA GPU."
-        )
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as error:

@@ -189,7 +189,7 @@ GENERATORS: tuple[tuple[PatternSpec, Builder], ...] = (
                 ParamSpec(
                     "doc_blocks",
                     "int_list",
-                    (3, 5),
+                    (24, 40),
                     low=1,
                     high=MAX_BLOCKS,
                     help="length of each document in blocks",
@@ -231,8 +231,8 @@ GENERATORS: tuple[tuple[PatternSpec, Builder], ...] = (
             "generator",
             "image blocks within radius (Chebyshev, dilation apart) in a height x width grid",
             (
-                _blocks("height", 2, 1, "image height in blocks", per_head=False),
-                _blocks("width", 4, 1, "image width in blocks", per_head=False),
+                _blocks("height", 8, 1, "image height in blocks", per_head=False),
+                _blocks("width", 8, 1, "image width in blocks", per_head=False),
                 _blocks("radius", 1, 0, "reach in blocks along each image axis"),
                 _blocks("dilation", 1, 1, "distance between neighbours"),
             ),

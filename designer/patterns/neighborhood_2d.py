@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from designer.patterns._common import block_grid, blocks_check, stack_heads
@@ -54,3 +56,15 @@ def neighborhood_2d(
         return image & on_lattice & (torch.maximum(dy.abs(), dx.abs()) <= reach * step)
 
     return stack_heads(list(zip(radii, dilations, strict=True)), head)
+
+
+def covering_image(n_blocks: int) -> tuple[int, int]:
+    """``(height, width)`` of the squarest image of exactly ``n_blocks`` blocks, so every query
+    row is an image block.
+
+    >>> covering_image(64), covering_image(12), covering_image(7)
+    ((8, 8), (3, 4), (1, 7))
+    """
+    n_blocks = check_int("n_blocks", n_blocks, low=1, high=MAX_BLOCKS)
+    height = next(h for h in range(math.isqrt(n_blocks), 0, -1) if n_blocks % h == 0)
+    return height, n_blocks // height

@@ -7,7 +7,13 @@ import itertools
 import torch
 
 from designer.patterns._common import block_grid
-from designer.validate import MAX_BLOCKS, check_bool, check_int_list, check_layout_shape
+from designer.validate import (
+    MAX_BLOCKS,
+    check_bool,
+    check_int,
+    check_int_list,
+    check_layout_shape,
+)
 
 
 def packed_documents(
@@ -48,3 +54,14 @@ def packed_documents(
     if causal:
         blocks &= cols <= rows
     return blocks.expand(n_heads, -1, -1).contiguous()
+
+
+def covering_documents(n_blocks: int) -> list[int]:
+    """Two documents (3 : 5) that fill ``n_blocks`` blocks, so no query row is padding.
+
+    >>> covering_documents(64), covering_documents(8), covering_documents(1)
+    ([24, 40], [3, 5], [1])
+    """
+    n_blocks = check_int("n_blocks", n_blocks, low=1, high=MAX_BLOCKS)
+    first = n_blocks * 3 // 8
+    return [first, n_blocks - first] if first else [n_blocks]

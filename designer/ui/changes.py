@@ -8,16 +8,24 @@ layout (``Recipe.with_edit``) rather than replaying the whole recipe.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from designer.design import Design, now_iso
 from designer.edit import Band, Edit, EditOp, apply_edit
 from designer.layout import MAX_BLOCK_SIZE, Layout
+from designer.patterns.neighborhood_2d import covering_image
+from designer.patterns.packed_documents import covering_documents
 from designer.recipe import Recipe, RecipeStep
 from designer.validate import MAX_HEADS, check_bool, check_int
 
 #: Most tokens on a side the app accepts (the layout size limit bounds it further).
 MAX_SEQ_LEN = 1 << 20
+_STEP_INDEX = re.compile(r"\bsteps\[(\d+)\]")
+#: Widest segmentation start width, in blocks (as ``Design`` allows).
+MAX_START_WIDTH = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -94,8 +102,32 @@ def rebuild(
     A design imported without a recipe starts one at its shape, replacing the imported blocks.
     """
     base = design.recipe or _empty_recipe(design.layout)
-    recipe = replace(base, steps=steps, edits=base.edits if edits is None else edits)
-    return design.with_layout(recipe.build(), recipe=recipe)
+    try:
+        recipe = replace(base, steps=steps, edits=base.edits if edits is None else edits)
+        layout = recipe.build()
+    except (ValueError, TypeError) as error:
+        raise type(error)(step_names(str(error))) from error
+    return design.with_layout(layout, recipe=recipe)
+
+
+def step_names(message: str) -> str:
+    """A recipe message as the app words it: the API's ``steps[1]`` is the app's "Step 2".
+
+    >>> step_names("steps[1] (sliding_window): window_blocks must be in [1, 64], got 0")
+    'Step 2 (sliding_window): window_blocks must be in [1, 64], got 0'
+    """
+    return _STEP_INDEX.sub(lambda match: f"Step {int(match[1]) + 1}", message)
+
+
+def fitted_step(pattern: str, n_q_blocks: int, **step: Any) -> RecipeStep:
+    """A new step of ``pattern`` with its default parameters, those that depend on the grid
+    (document lengths, image size) fitted to ``n_q_blocks`` so that no query row is left out.
+
+    >>> fitted_step("neighborhood_2d", 16).params["height"]
+    4
+    """
+    fit = _FITTED_DEFAULTS.get(pattern)
+    return RecipeStep(pattern, fit(n_q_blocks) if fit else {}, **step)
 
 
 def set_step(design: Design, index: int, step: RecipeStep) -> Design:
@@ -134,10 +166,18 @@ def edit(design: Design, op: Edit) -> Design:
 
 def settings(design: Design, *, name: str, causal: bool, start_width: int | None) -> Design:
     """The design with a new name, causal flag or segmentation start width (``None``: auto)."""
+    if start_width is not None:
+        check_int("segmentation start width", start_width, low=0, high=MAX_START_WIDTH)
     changed = replace(
         design, name=name.strip(), causal=check_bool("causal", causal), start_width=start_width
     )
     return replace(changed, modified=now_iso()) if changed != design else design
+
+
+_FITTED_DEFAULTS: dict[str, Callable[[int], dict[str, Any]]] = {
+    "packed_documents": lambda n: {"doc_blocks": covering_documents(n)},
+    "neighborhood_2d": lambda n: dict(zip(("height", "width"), covering_image(n), strict=True)),
+}
 
 
 def _empty_recipe(layout: Layout) -> Recipe:

@@ -1,4 +1,4 @@
-"""What every view shares: applying a change from a callback, messages, cached analysis."""
+"""What every view shares: applying a change from a callback, messages, the analysis."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import streamlit as st
 
 from designer.design import Design
 from designer.ui import keys, state
-from designer.ui.analysis import Analysis, analyse, design_digest
-from designer.ui.bounded_cache import BoundedCache
+from designer.ui.analysis import Analysis, cached_analysis
 from designer.ui.storage import DesignStore, load_default_design
 
 
@@ -58,35 +57,9 @@ def show_message(place: str) -> None:
         st.error(text, icon=":material/error:")
 
 
-#: Analyses kept for every session of the server together: bytes, entries, seconds.
-ANALYSIS_CACHE_BYTES = 384 << 20
-ANALYSIS_CACHE_ENTRIES = 16
-ANALYSIS_CACHE_SECONDS = 15 * 60
-
-
-@st.cache_resource(show_spinner=False)
-def _analysis_cache() -> BoundedCache[Analysis]:
-    return BoundedCache(ANALYSIS_CACHE_BYTES, ANALYSIS_CACHE_ENTRIES, ANALYSIS_CACHE_SECONDS)
-
-
-def _analysis_bytes(analysis: Analysis) -> int:
-    return analysis.widths.nbytes + analysis.odd.nbytes
-
-
 def current_analysis() -> tuple[str, Analysis]:
-    """The current design's digest and analysis (segmented once per distinct layout).
-
-    The analysis is shared between sessions, read-only (its arrays cannot be written).
-    """
-    current = state.design(st.session_state)
-    digest = design_digest(current)
-    return digest, _analysis_cache().get(digest, lambda: _frozen(analyse(current)), _analysis_bytes)
-
-
-def _frozen(analysis: Analysis) -> Analysis:
-    analysis.widths.flags.writeable = False
-    analysis.odd.flags.writeable = False
-    return analysis
+    """The current design's analysis key and analysis (each head segmented once per content)."""
+    return cached_analysis(state.design(st.session_state))
 
 
 @st.cache_resource(show_spinner=False)

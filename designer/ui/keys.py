@@ -20,6 +20,15 @@ NOTICES = "notices"
 PAINT_CANVAS = "paint_canvas"
 PAINT_APPLIED = "paint_applied"
 
+#: The open tab (``st.tabs``).
+TAB = "tab"
+UNDO, REDO = "undo", "redo"
+CLIP_CAUSAL = "clip_causal"
+
+# ----------------------------------------------------------------- recipe widgets
+ADD_STEP = "add_step"
+DROP_EDITS = "drop_edits"
+
 # ----------------------------------------------------------------- setup widgets
 NAME = "design_name"
 SEQ_LEN_Q = "seq_len_q"
@@ -55,6 +64,33 @@ LIBRARY_NAME_OF = "library_name_of"
 LIBRARY_PICKED = "library_picked"
 #: ``("replace" | "delete", name)``: a library action waiting for confirmation.
 LIBRARY_CONFIRM = "library_pending_action"
+
+# ----------------------------------------------------------------- GPU panel widgets
+GPU_BATCH, GPU_HEAD_DIM, GPU_DTYPE, GPU_CAUSAL, GPU_CONTENDER_PICK = (
+    "gpu_batch", "gpu_head_dim", "gpu_dtype", "gpu_causal", "gpu_contenders"
+)  # fmt: skip
+GPU_WARMUP, GPU_REPS, GPU_FLUSH, GPU_SEED, GPU_MARGIN, GPU_CHECK_ERROR, GPU_WAIT_S = (
+    "gpu_warmup", "gpu_reps", "gpu_flush", "gpu_seed", "gpu_margin", "gpu_check_error",
+    "gpu_wait_s",
+)  # fmt: skip
+GPU_SWEEP_KIND, GPU_SWEEP_LENGTH_PICK, GPU_SWEEP_FACTOR_PICK, GPU_SWEEP_RANDOM = (
+    "gpu_sweep_kind", "gpu_sweep_lengths", "gpu_sweep_factors", "gpu_sweep_random",
+)  # fmt: skip
+GPU_SWEEP_CHECK = "gpu_sweep_check"
+GPU_RUN_BUTTON, GPU_SWEEP_BUTTON, GPU_CPU_BUTTON = "gpu_run", "gpu_sweep_run", "gpu_cpu_check_run"
+GPU_STORED_PICK, GPU_OVERLAY_PICK, GPU_COMMITTED_PICK = (
+    "gpu_stored_pick", "gpu_overlay_pick", "gpu_committed_pick"
+)  # fmt: skip
+# ----------------------------------------------------------------- the GPU panel's own state
+#: The design's causal flag the causal toggle was last set from.
+GPU_CAUSAL_FROM = "gpu_causal_from"
+#: The panel widgets' values as last drawn: Streamlit forgets a widget's value while its tab
+#: is hidden, and the panel restores them from here.
+GPU_REMEMBERED = "gpu_remembered"
+#: ``{"digest", "doc", "error"}`` of the last run / sweep / CPU check of this session.
+GPU_LAST_RUN, GPU_LAST_SWEEP, GPU_LAST_CPU_CHECK = (
+    "gpu_last_run", "gpu_last_sweep", "gpu_last_cpu_check"
+)  # fmt: skip
 
 # ----------------------------------------------------------------- message places
 SETUP_PLACE = "setup"

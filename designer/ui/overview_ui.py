@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import numpy as np
 import streamlit as st
 
-from designer.design import Design
 from designer.ui import keys, state
-from designer.ui.analysis import Analysis
+from designer.ui.analysis import Analysis, HeadTiles
 from designer.ui.common import current_analysis
 from designer.ui.figures import legend_html, png_bytes
 from designer.ui.pictures import (
@@ -29,12 +29,19 @@ MAX_UNSHRUNK_PX = 512
 def overview_ui() -> None:
     """Draw every head of the current design, and the tile-width legend."""
     current = state.design(st.session_state)
-    digest, analysis = current_analysis()
+    _, analysis = current_analysis()
     by_tiles = st.toggle("Colour by tile width", value=True, key=keys.SHOW_TILES)
-    pictures = _head_pngs(digest, by_tiles, _design=current, _analysis=analysis)
-    stats = current.layout.head_stats()
-    captions = [f"head {s.head} · {s.density:.1%}" for s in stats]
-    st.image(pictures, caption=captions, width="content")
+    layout = current.layout
+    long_side = max(layout.n_q_blocks, layout.n_k_blocks)
+    scale = scale_factors(long_side, max(THUMBNAIL_PX, min(long_side, MAX_UNSHRUNK_PX)))
+    pictures = [
+        _head_png(head.key, by_tiles, scale, _head=head, _blocks=blocks)
+        for blocks, head in zip(layout.to_numpy(), analysis.heads, strict=True)
+    ]
+    cells = layout.n_q_blocks * layout.n_k_blocks
+    captions = [f"head {h} · {head.active / cells:.1%}" for h, head in enumerate(analysis.heads)]
+    # PNG as drawn: "auto" would re-encode RGB pictures as JPEG on every run (slow and blurry)
+    st.image(pictures, caption=captions, width="content", output_format="PNG")
     if by_tiles:
         st.html(legend_html(legend_entries(analysis)))
     else:
@@ -42,27 +49,33 @@ def overview_ui() -> None:
 
 
 def legend_entries(analysis: Analysis) -> list[tuple[str, str]]:
-    """One legend entry per tile width present: colour and a label with its counts."""
-    return [
+    """One legend entry per tile width present (colour and a label with its counts), then
+    active blocks that no tile covers, if any, and inactive blocks."""
+    stats = analysis.stats
+    entries = [
         (
             width_colour(row.width),
             f"{row.width}×{row.width} ({row.tile_tokens} tokens): {row.tiles:,} tiles, "
             f"{row.coverage:.0%} of blocks",
         )
-        for row in analysis.stats.widths
-    ] + [(_hex(EMPTY_RGB), "inactive")]
+        for row in stats.widths
+    ]
+    if untiled := stats.active_blocks - stats.blocks:
+        entries.append((_hex(ACTIVE_RGB), f"active, in no tile: {untiled:,} blocks"))
+    return [*entries, (_hex(EMPTY_RGB), "inactive")]
 
 
-@st.cache_data(max_entries=16, show_spinner=False)
-def _head_pngs(digest: str, by_tiles: bool, *, _design: Design, _analysis: Analysis) -> list[bytes]:
-    layout = _design.layout
-    long_side = max(layout.n_q_blocks, layout.n_k_blocks)
-    shrink, grow = scale_factors(long_side, max(THUMBNAIL_PX, min(long_side, MAX_UNSHRUNK_PX)))
+@st.cache_data(max_entries=256, show_spinner=False)
+def _head_png(
+    key: str, by_tiles: bool, scale: tuple[int, int], *, _head: HeadTiles, _blocks: np.ndarray
+) -> bytes:
+    """One head's thumbnail, cached by its content: an edit redraws only the heads it changed."""
+    shrink, grow = scale
     if by_tiles:
-        images = tile_pictures(max_pool(_analysis.widths, shrink), max_pool(_analysis.odd, shrink))
+        image = tile_pictures(max_pool(_head.widths, shrink), max_pool(_head.odd, shrink))
     else:
-        images = plain_pictures(max_pool(layout.to_numpy(), shrink))
-    return [png_bytes(frame(enlarge(image, grow))) for image in images]
+        image = plain_pictures(max_pool(_blocks, shrink))
+    return png_bytes(frame(enlarge(image, grow)))
 
 
 def _hex(rgb: tuple[int, int, int]) -> str:

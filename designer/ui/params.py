@@ -24,13 +24,12 @@ _FALSE = ("false", "no", "off", "0")
 
 
 def number_bounds(spec: ParamSpec) -> tuple[float | None, float | None]:
-    """The bounds a number widget can take: the spec's, clipped to what the browser can hold."""
-    low = None if spec.low is None else max(spec.low, -JS_SAFE_INT)
-    high = None if spec.high is None else min(spec.high, JS_SAFE_INT)
+    """The bounds of a number widget: only what the browser can hold (JavaScript numbers), not
+    the spec's range, so that a value out of that range reaches ``make_pattern`` and its
+    message instead of being refused by the browser without a word."""
     if spec.kind == "int":
-        low = None if low is None else int(low)
-        high = None if high is None else int(high)
-    return low, high
+        return -JS_SAFE_INT, JS_SAFE_INT
+    return None, None
 
 
 def list_text(values: Any) -> str:

@@ -19,8 +19,12 @@ from designer.segment import Segments
 EMPTY_RGB = (244, 246, 250)
 #: The thin border around a picture.
 FRAME_RGB = (200, 206, 216)
-#: Active blocks when the picture is not coloured by tile width.
+#: Active blocks when the picture is not coloured by tile width, and active blocks that no
+#: tile covers when it is (start width 0): they still attend, so they are still drawn.
 ACTIVE_RGB = (47, 62, 92)
+#: The width map's mark for an active block in no tile (above any real width, so max-pooling
+#: keeps it visible).
+UNTILED = np.iinfo(np.uint16).max
 #: Tile colours by log2(width): single blocks (the least efficient tiles) amber, then blue,
 #: green, purple, red, … for 2–3, 4–7, 8–15, 16–31 blocks.
 WIDTH_PALETTE = (
@@ -44,14 +48,17 @@ def width_colour(width: int) -> str:
     return WIDTH_PALETTE[(int(width).bit_length() - 1) % len(WIDTH_PALETTE)]
 
 
-def tile_maps(shape: tuple[int, int, int], segments: Segments) -> tuple[np.ndarray, np.ndarray]:
-    """Per block: the width of its tile (0 where inactive) and whether its tile is an odd one.
+def tile_maps(blocks: np.ndarray, segments: Segments) -> tuple[np.ndarray, np.ndarray]:
+    """Per block: the width of its tile and whether its tile is an odd one.
 
-    ``segments`` is ``sdd_segment``'s output: ``(width, rows)`` with rows ``(head, row, col, idx)``
-    in groups of ``width²``. Returns ``(width [H, M, N] uint16, odd [H, M, N] bool)``.
+    ``blocks`` is the ``[H, M, N]`` layout and ``segments`` its ``sdd_segment`` output:
+    ``(width, rows)`` with rows ``(head, row, col, idx)`` in groups of ``width²``. Returns
+    ``(width [H, M, N] uint16, odd [H, M, N] bool)``; width is 0 where inactive and ``UNTILED``
+    where active but in no tile.
     """
+    shape = blocks.shape
     n_heads, n_rows, n_cols = shape
-    widths = np.zeros(n_heads * n_rows * n_cols, dtype=np.uint16)
+    widths = (np.asarray(blocks).reshape(-1) != 0) * np.uint16(UNTILED)
     odd = np.zeros(n_heads * n_rows * n_cols, dtype=bool)
     for width, rows in segments:
         cells = rows.numpy() if isinstance(rows, torch.Tensor) else np.asarray(rows)
@@ -62,13 +69,17 @@ def tile_maps(shape: tuple[int, int, int], segments: Segments) -> tuple[np.ndarr
 
 
 def tile_pictures(widths: np.ndarray, odd: np.ndarray) -> np.ndarray:
-    """``[..., M, N, 3]`` uint8: each active block in its tile width's colour, empty ones light."""
+    """``[..., M, N, 3]`` uint8: each active block in its tile width's colour, empty ones light,
+    active blocks in no tile (``UNTILED``) dark."""
     largest = int(widths.max(initial=0))
     colour_of_width = np.zeros(largest + 1, dtype=np.uint8)  # 0: empty, k: palette entry k - 1
     if largest:
         log2 = np.log2(np.arange(1, largest + 1)).astype(np.int64)
         colour_of_width[1:] = log2 % len(WIDTH_PALETTE) + 1
-    base = np.array([EMPTY_RGB] + [_rgb(c) for c in WIDTH_PALETTE], dtype=np.float64)
+    if largest == UNTILED:
+        colour_of_width[UNTILED] = len(WIDTH_PALETTE) + 1
+    palette = [EMPTY_RGB, *(_rgb(c) for c in WIDTH_PALETTE), ACTIVE_RGB]
+    base = np.array(palette, dtype=np.float64)
     darker = np.concatenate([base[:1], base[1:] * ALTERNATE_SHADE])
     index = colour_of_width[widths] + odd.view(np.uint8) * np.uint8(len(base))
     return _lookup(np.concatenate([base, darker]).astype(np.uint8), index)

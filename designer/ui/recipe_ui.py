@@ -15,7 +15,7 @@ from designer.patterns.registry import PATTERNS, ParamSpec
 from designer.recipe import COMBINES, RecipeStep
 from designer.ui import changes, keys, state
 from designer.ui.common import change_design, show_message
-from designer.ui.params import number_bounds, step_from_widgets, step_widget_values
+from designer.ui.params import list_text, number_bounds, step_from_widgets, step_widget_values
 from designer.ui.storage import DesignStore
 
 #: Patterns in menu order: block-level generators first, then DeepSpeed's configs.
@@ -45,7 +45,7 @@ def recipe_ui(store: DesignStore) -> None:
             "replayed after these patterns."
         )
         drop.button(
-            "Drop edits", key="drop_edits", on_click=_on_drop_edits, args=(store,),
+            "Drop edits", key=keys.DROP_EDITS, on_click=_on_drop_edits, args=(store,),
             help="Rebuild from the patterns alone (undo brings the edits back).",
         )  # fmt: skip
         show_message(keys.EDITS_PLACE)
@@ -54,7 +54,7 @@ def recipe_ui(store: DesignStore) -> None:
         icon=":material/add:",
         on_click=_on_add,
         args=(store, len(steps)),
-        key="add_step",
+        key=keys.ADD_STEP,
     )
 
 
@@ -142,8 +142,8 @@ def _params_ui(store: DesignStore, index: int, params: tuple[ParamSpec, ...]) ->
                 left.toggle(
                     param.name,
                     key=keys.per_head_key(index, param.name),
-                    on_change=_on_step,
-                    args=(store, index),
+                    on_change=_on_per_head,
+                    args=(store, index, param.name),
                 )
                 right.text_input(
                     f"{param.name}, one value per head of this step",
@@ -163,10 +163,22 @@ def _on_step(store: DesignStore, index: int) -> None:
     change_design(store, keys.step_place(index), make)
 
 
+def _on_per_head(store: DesignStore, index: int, name: str) -> None:
+    """Turning "per head" on starts from the current value, once for each head of the step."""
+    session = st.session_state
+    values = keys.values_key(index, name)
+    if session[keys.per_head_key(index, name)] and not session.get(values, "").strip():
+        heads = session[keys.step_key(index, "heads")]
+        count = len(heads) if heads else state.design(session).layout.n_heads
+        session[values] = list_text([session[keys.step_key(index, name)]] * count)
+    _on_step(store, index)
+
+
 def _on_pattern(store: DesignStore, index: int) -> None:
     session = st.session_state
-    step = RecipeStep(
+    step = changes.fitted_step(
         session[keys.step_key(index, "pattern")],
+        state.design(session).layout.n_q_blocks,
         heads=tuple(session[keys.step_key(index, "heads")]) or None,
         combine=session[keys.step_key(index, "combine")],
     )

@@ -8,7 +8,9 @@ from designer.design import DEFAULT_TILE_TOKENS
 from designer.ui import changes, keys, state
 from designer.ui.common import change_design, show_message
 from designer.ui.storage import DesignStore
-from designer.validate import MAX_HEADS
+
+# The number boxes have no min/max: the browser would refuse an out-of-range number without a
+# word. Every value reaches the callbacks, which check it and say what is allowed.
 
 #: Block sizes offered (the current design's own is added when it is another one).
 BLOCK_SIZES = (16, 32, 64, 128, 256)
@@ -24,8 +26,6 @@ def setup_ui(store: DesignStore) -> None:
     left, right = st.columns(2)
     left.number_input(
         "Query tokens",
-        min_value=1,
-        max_value=changes.MAX_SEQ_LEN,
         step=block,
         key=keys.SEQ_LEN_Q,
         on_change=_on_shape,
@@ -35,8 +35,6 @@ def setup_ui(store: DesignStore) -> None:
     )
     right.number_input(
         "Key tokens",
-        min_value=1,
-        max_value=changes.MAX_SEQ_LEN,
         step=block,
         key=keys.SEQ_LEN_K,
         on_change=_on_shape,
@@ -55,8 +53,7 @@ def setup_ui(store: DesignStore) -> None:
     )
     right.number_input(
         "Heads",
-        min_value=1,
-        max_value=MAX_HEADS,
+        step=1,
         key=keys.N_HEADS,
         on_change=_on_shape,
         args=(store,),
@@ -81,8 +78,7 @@ def setup_ui(store: DesignStore) -> None:
     )
     st.number_input(
         "Segmentation start width (blocks)",
-        min_value=0,
-        max_value=1 << 16,
+        step=1,
         key=keys.START_WIDTH,
         on_change=_on_settings,
         args=(store,),
@@ -113,7 +109,7 @@ def _on_shape(store: DesignStore) -> None:
 def _on_settings(store: DesignStore) -> None:
     session = st.session_state
     start_width = None if session[keys.AUTO_START_WIDTH] else session[keys.START_WIDTH]
-    changed = change_design(
+    change_design(
         store,
         keys.NAME,
         lambda current: changes.settings(
@@ -123,5 +119,3 @@ def _on_settings(store: DesignStore) -> None:
             start_width=start_width,
         ),
     )
-    if changed and start_width is None:
-        session[keys.START_WIDTH] = state.design(session).effective_start_width

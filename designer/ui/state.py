@@ -177,8 +177,15 @@ def sync_widgets(state: State) -> None:
 
 
 def refresh_widgets(state: State) -> None:
-    """Before drawing: every setup and recipe widget gets its value (see ``fill_defaults``)."""
-    fill_defaults(state, widget_values(design(state)))
+    """Before drawing: every setup and recipe widget gets its value (see ``fill_defaults``).
+
+    With the auto start width on, the start-width box always shows the width in use, which
+    changes with the block size.
+    """
+    current = design(state)
+    fill_defaults(state, widget_values(current))
+    if current.start_width is None:
+        state[keys.START_WIDTH] = current.effective_start_width
 
 
 def fill_defaults(state: State, values: Mapping[str, Any]) -> None:

@@ -12,7 +12,7 @@ from designer.ui.common import change_design, current_analysis, show_message
 from designer.ui.figures import head_density_figure
 from designer.ui.storage import DesignStore
 from designer.ui.text import plain
-from designer.ui.units import bytes_text
+from designer.units import bytes_text
 
 _BADGE = {"error": "red", "warning": "orange", "info": "blue"}
 #: Bytes per attention score in the packed ``[B, H·nnz, block, block]`` tensor (fp16/bf16).
@@ -37,7 +37,7 @@ def header_ui(store: DesignStore) -> None:
         st.button(
             "Undo",
             icon=":material/undo:",
-            key="undo",
+            key=keys.UNDO,
             disabled=not history.can_undo,
             on_click=state.undo,
             args=(session, store),
@@ -45,7 +45,7 @@ def header_ui(store: DesignStore) -> None:
         st.button(
             "Redo",
             icon=":material/redo:",
-            key="redo",
+            key=keys.REDO,
             disabled=not history.can_redo,
             on_click=state.redo,
             args=(session, store),
@@ -92,7 +92,7 @@ def lints_ui(store: DesignStore, lints: tuple[Lint, ...]) -> None:
                 st.button(
                     "Clip to causal",
                     icon=":material/content_cut:",
-                    key="clip_causal",
+                    key=keys.CLIP_CAUSAL,
                     on_click=change_design,
                     args=(store, keys.LINTS_PLACE, changes.clip_causal),
                     help="Clear every block above the diagonal (an edit: undo brings them back).",
@@ -135,9 +135,10 @@ def analysis_ui() -> None:
             help=f"Per batch element at head dim {stats.head_dim}; dense: "
             f"{stats.dense_flops / 1e9:,.1f} G",
         )
+    head_stats = layout.head_stats()
     with right:
         st.subheader("Density per head", anchor=False)
-        densities = [s.density for s in layout.head_stats()]
+        densities = [s.density for s in head_stats]
         st.plotly_chart(head_density_figure(densities), config={"displayModeBar": False})
     st.subheader("Per head", anchor=False)
     st.dataframe(
@@ -151,7 +152,7 @@ def analysis_ui() -> None:
                     f"{s.min_row_blocks} / {s.mean_row_blocks:.1f} / {s.max_row_blocks}"
                 ),
             }
-            for s in layout.head_stats()
+            for s in head_stats
         ],
         hide_index=True,
     )

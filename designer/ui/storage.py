@@ -28,13 +28,13 @@ import io
 import os
 import re
 import secrets
-import tempfile
 import time
 import unicodedata
 from dataclasses import replace
 from pathlib import Path
 
 from designer.design import Design, now_iso
+from designer.fileio import atomic_write
 from designer.formats import design_from_json, load_design, save_design
 from designer.formats.reader import MAX_LEGACY_FILE_BYTES
 from designer.validate import shown
@@ -60,36 +60,6 @@ def default_data_dir() -> Path:
         return Path(configured).expanduser()
     xdg = os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share"
     return Path(xdg) / "blocksparse-designer"
-
-
-def atomic_write(path: Path, data: bytes) -> None:
-    """Replace ``path`` with ``data`` all at once: readers see the old file or the new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "wb") as temp:
-            temp.write(data)
-            temp.flush()
-            os.fsync(temp.fileno())
-        os.replace(temp_name, path)
-    except BaseException:
-        Path(temp_name).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
-
-
-def _fsync_dir(directory: Path) -> None:
-    """Make a rename in ``directory`` durable (a no-op where directories cannot be opened)."""
-    try:
-        handle = os.open(directory, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(handle)
-    except OSError:
-        pass  # some file systems refuse fsync on directories; the rename itself stands
-    finally:
-        os.close(handle)
 
 
 def autosave_days() -> float:

@@ -22,7 +22,16 @@ def test_import_works_and_reason_is_a_sentence_or_none():
     assert reason is None or (isinstance(reason, str) and len(reason) > 20)
 
 
+def test_no_gpu_is_said_before_a_missing_cupy(monkeypatch, fresh_reason):
+    monkeypatch.setattr(runtime.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setitem(sys.modules, "cupy", None)  # makes `import cupy` raise ImportError
+    reason = runtime.unavailable_reason()
+    assert reason.startswith("no CUDA GPU")
+    assert "CuPy" not in reason
+
+
 def test_missing_cupy_is_explained_with_the_install_command(monkeypatch, fresh_reason):
+    monkeypatch.setattr(runtime.torch.cuda, "is_available", lambda: True)
     monkeypatch.setitem(sys.modules, "cupy", None)  # makes `import cupy` raise ImportError
     reason = runtime.unavailable_reason()
     assert "CuPy is not installed" in reason

@@ -121,3 +121,11 @@ def test_clip_causal_clears_above_the_diagonal():
     clipped = changes.clip_causal(design)
     assert torch.equal(clipped.layout.blocks, design.layout.blocks.tril())
     assert clipped.recipe.build() == clipped.layout
+
+
+@pytest.mark.parametrize("pattern", ["packed_documents", "neighborhood_2d"])
+@pytest.mark.parametrize("n_blocks", [1, 2, 7, 16, 61, 64, 250])
+def test_fitted_steps_leave_no_query_row_empty(pattern, n_blocks):
+    step = changes.fitted_step(pattern, n_blocks, combine="replace")
+    layout = Recipe(2, n_blocks, n_blocks, 64, steps=(step,)).build()
+    assert layout.blocks.any(dim=2).all()

@@ -8,6 +8,7 @@ from designer.ui.pictures import (
     ACTIVE_RGB,
     ALTERNATE_SHADE,
     EMPTY_RGB,
+    UNTILED,
     WIDTH_PALETTE,
     enlarge,
     frame,
@@ -37,10 +38,14 @@ def test_tile_maps_mark_width_and_alternate_tiles():
     # head 0: a 2x2 tile then two single blocks; head 1: one single block
     two = torch.tensor([[0, 0, 0, 0], [0, 0, 1, 1], [0, 1, 0, 2], [0, 1, 1, 3]])
     ones = torch.tensor([[0, 3, 3, 4], [0, 2, 3, 5], [1, 0, 1, 6]])
-    widths, odd = tile_maps((2, 4, 4), [(2, two), (1, ones)])
+    blocks = np.zeros((2, 4, 4), dtype=np.uint8)
+    blocks[0, :2, :2] = blocks[0, 3, 3] = blocks[0, 2, 3] = blocks[1, 0, 1] = 1
+    blocks[1, 3, 0] = 1  # active, in no tile
+    widths, odd = tile_maps(blocks, [(2, two), (1, ones)])
     expected = np.zeros((2, 4, 4), dtype=np.int32)
     expected[0, :2, :2] = 2
     expected[0, 3, 3] = expected[0, 2, 3] = expected[1, 0, 1] = 1
+    expected[1, 3, 0] = UNTILED
     assert np.array_equal(widths, expected)
     assert odd[0, 2, 3] and not odd[0, 3, 3] and not odd[0, 0, 0] and not odd[1, 0, 1]
 
@@ -55,6 +60,17 @@ def test_tile_pictures_colours_each_block_by_its_tile():
     assert tuple(image[0, 1, 0]) == rgb(width_colour(4))
     darker = tuple(int(c * ALTERNATE_SHADE) for c in rgb(width_colour(2)))
     assert tuple(image[0, 1, 1]) == darker
+
+
+def test_active_blocks_in_no_tile_are_drawn():
+    blocks = np.array([[[1, 0], [1, 1]]], dtype=np.uint8)
+    widths, odd = tile_maps(blocks, [])  # start width 0: no tiles at all
+    image = tile_pictures(widths, odd)
+    assert tuple(image[0, 0, 1]) == EMPTY_RGB
+    for row, col in ((0, 0), (1, 0), (1, 1)):
+        assert tuple(image[0, row, col]) == ACTIVE_RGB
+    pooled = tile_pictures(max_pool(widths, 2), max_pool(odd, 2))
+    assert tuple(pooled[0, 0, 0]) == ACTIVE_RGB
 
 
 def test_plain_pictures():

@@ -13,14 +13,14 @@ from hypothesis import strategies as st
 
 from designer.design import Design
 from designer.layout import Layout
-from designer.ui.gpu_panel_errors import (
+from gpu.bench import BenchConfig, run_benchmark
+from gpu.bench.details import (
     MAX_MAP_ROWS,
     cpu_check,
     error_details,
     head_errors,
     small_layout,
 )
-from gpu.bench import BenchConfig, run_benchmark
 from tests.factories import random_layout
 
 

@@ -1,6 +1,6 @@
 """The panel's settings: session-state keys, starting values, and the ``BenchConfig`` they make.
 
-Pure (no Streamlit): the widgets in ``gpu_panel`` are keyed by these names, and ``bench_config``
+Pure (no Streamlit): the widgets in ``panel`` are keyed by these names, and ``bench_config``
 turns their values and the design into the frozen config the harness takes, spelled as
 ``python -m gpu.bench`` spells the same case.
 """
@@ -13,33 +13,16 @@ from dataclasses import replace
 from typing import Any
 
 from designer.design import Design
-from designer.ui.gpu_panel_estimate import DEFAULT_MARGIN
-from designer.ui.gpu_panel_runner import DEFAULT_WAIT_S
-from designer.ui.gpu_panel_sweep import DENSITY_FACTORS
+from designer.ui import keys
+from designer.ui.bench.sweep import DENSITY_FACTORS
+from designer.validate import check_float, check_int
 from gpu.bench import CONTENDERS, DEFAULT_CONTENDERS, BenchConfig
+from gpu.bench.memory import DEFAULT_MARGIN, MAX_MARGIN
+from gpu.bench.runner import DEFAULT_WAIT_S
 
-# ----------------------------------------------------------------- widgets
-BATCH, HEAD_DIM, DTYPE, CAUSAL, CONTENDER_PICK = (
-    "gpu_batch", "gpu_head_dim", "gpu_dtype", "gpu_causal", "gpu_contenders"
-)  # fmt: skip
-WARMUP, REPS, FLUSH, SEED, MARGIN, CHECK_ERROR, WAIT_S = (
-    "gpu_warmup", "gpu_reps", "gpu_flush", "gpu_seed", "gpu_margin", "gpu_check_error",
-    "gpu_wait_s",
-)  # fmt: skip
-SWEEP_KIND, SWEEP_LENGTH_PICK, SWEEP_FACTOR_PICK, SWEEP_RANDOM, SWEEP_CHECK = (
-    "gpu_sweep_kind", "gpu_sweep_lengths", "gpu_sweep_factors", "gpu_sweep_random",
-    "gpu_sweep_check",
-)  # fmt: skip
-RUN_BUTTON, SWEEP_BUTTON, CPU_BUTTON = "gpu_run", "gpu_sweep_run", "gpu_cpu_check_run"
-# ----------------------------------------------------------------- the panel's own state
-#: The design's causal flag the causal toggle was last set from.
-CAUSAL_FROM = "gpu_causal_from"
-#: The widgets' values as last drawn: Streamlit forgets a widget's value while its tab is
-#: hidden, and the panel restores them from here.
-REMEMBERED = "gpu_remembered"
-#: ``{"digest", "doc", "error"}`` of the last run / sweep / CPU check of this session.
-LAST_RUN, LAST_SWEEP, LAST_CPU_CHECK = "gpu_last_run", "gpu_last_sweep", "gpu_last_cpu_check"
-
+#: Longest wait for another session's run, in seconds, and the largest seed offered.
+MAX_WAIT_S = 3600
+MAX_SEED = 2**31
 SWEEP_KINDS = ("sequence length", "density")
 #: Left out of the default contenders: they compile for minutes (autotuning) on first use.
 SLOW_TO_COMPILE = ("flex_tuned",)
@@ -66,31 +49,52 @@ def default_contenders(design: Design) -> list[str]:
 def panel_defaults(design: Design) -> dict[str, Any]:
     """Every panel widget's starting value (the harness's standard method)."""
     return {
-        BATCH: 1, HEAD_DIM: 64, DTYPE: "bf16", CAUSAL: design.causal,
-        CONTENDER_PICK: default_contenders(design), WARMUP: 3, REPS: 10, FLUSH: True, SEED: 0,
-        MARGIN: DEFAULT_MARGIN, CHECK_ERROR: True, WAIT_S: int(DEFAULT_WAIT_S),
-        SWEEP_KIND: SWEEP_KINDS[0], SWEEP_LENGTH_PICK: [1024, 4096, 16384],
-        SWEEP_FACTOR_PICK: list(DENSITY_FACTORS), SWEEP_RANDOM: True, SWEEP_CHECK: False,
-    }  # fmt: skip
+        keys.GPU_BATCH: 1,
+        keys.GPU_HEAD_DIM: 64,
+        keys.GPU_DTYPE: "bf16",
+        keys.GPU_CAUSAL: design.causal,
+        keys.GPU_CONTENDER_PICK: default_contenders(design),
+        keys.GPU_WARMUP: 3,
+        keys.GPU_REPS: 10,
+        keys.GPU_FLUSH: True,
+        keys.GPU_SEED: 0,
+        keys.GPU_MARGIN: DEFAULT_MARGIN,
+        keys.GPU_CHECK_ERROR: True,
+        keys.GPU_WAIT_S: int(DEFAULT_WAIT_S),
+        keys.GPU_SWEEP_KIND: SWEEP_KINDS[0],
+        keys.GPU_SWEEP_LENGTH_PICK: [1024, 4096, 16384],
+        keys.GPU_SWEEP_FACTOR_PICK: list(DENSITY_FACTORS),
+        keys.GPU_SWEEP_RANDOM: True,
+        keys.GPU_SWEEP_CHECK: False,
+    }
 
 
 def bench_config(design: Design, values: Mapping[str, Any]) -> BenchConfig:
     """The ``BenchConfig`` the widget ``values`` describe for ``design``'s layout."""
-    picked = values[CONTENDER_PICK]
+    picked = values[keys.GPU_CONTENDER_PICK]
     config = BenchConfig(
-        batch=values[BATCH],
-        head_dim=values[HEAD_DIM],
-        dtype=values[DTYPE],
-        causal=values[CAUSAL],
+        batch=values[keys.GPU_BATCH],
+        head_dim=values[keys.GPU_HEAD_DIM],
+        dtype=values[keys.GPU_DTYPE],
+        causal=values[keys.GPU_CAUSAL],
         contenders=tuple(c for c in CONTENDERS if c in picked),
-        warmup=values[WARMUP],
-        reps=values[REPS],
-        flush_l2=values[FLUSH],
+        warmup=values[keys.GPU_WARMUP],
+        reps=values[keys.GPU_REPS],
+        flush_l2=values[keys.GPU_FLUSH],
         start_width=design.start_width,
-        seed=values[SEED],
-        check_error=values[CHECK_ERROR],
+        seed=values[keys.GPU_SEED],
+        check_error=values[keys.GPU_CHECK_ERROR],
     )
     return config_for(config, design)
+
+
+def check_run_settings(values: Mapping[str, Any]) -> None:
+    """Check the settings a ``BenchConfig`` does not hold (memory margin, wait) and the seed's
+    range; raises naming the setting, its range and the value (the number boxes have no
+    bounds: the browser would refuse an out-of-range number without a word)."""
+    check_float("memory margin", values[keys.GPU_MARGIN], low=0.0, high=MAX_MARGIN)
+    check_int("wait for the GPU (s)", values[keys.GPU_WAIT_S], low=1, high=MAX_WAIT_S)
+    check_int("seed", values[keys.GPU_SEED], low=0, high=MAX_SEED)
 
 
 def config_for(config: BenchConfig, design: Design) -> BenchConfig:

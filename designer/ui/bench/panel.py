@@ -1,9 +1,9 @@
 """The GPU benchmark panel: our kernels on the design on screen, against dense attention.
 
 A fragment, so a run reruns only this panel. The settings build a ``BenchConfig`` and the run
-goes through the same harness as ``python -m gpu.bench`` (``gpu_panel_runner``), one run at a
+goes through the same harness as ``python -m gpu.bench`` (``gpu.bench.runner``), one run at a
 time for the whole server: a session that has to wait says so. Every run and sweep is stored
-with the design (``gpu_panel_store``) and shown by ``gpu_panel_views``. Without a GPU the panel
+with the design (``gpu.bench.store``) and shown by ``views``. Without a GPU the panel
 says why, runs the reference implementation against fp64 on the CPU at a small size, and still
 shows the stored results.
 """
@@ -13,41 +13,28 @@ from __future__ import annotations
 import streamlit as st
 
 from designer.design import Design
-from designer.ui import state
+from designer.ui import keys, state
 from designer.ui.analysis import design_digest
-from designer.ui.gpu_panel_errors import CPU_CHECK_HEADS, CPU_CHECK_TOKENS, cpu_check
-from designer.ui.gpu_panel_estimate import MAX_MARGIN
-from designer.ui.gpu_panel_run import run_tab_ui, sweep_tab_ui
-from designer.ui.gpu_panel_runner import GpuCoordinator, case_estimate, free_gpu_bytes
-from designer.ui.gpu_panel_settings import (
-    BATCH,
-    CAUSAL,
-    CAUSAL_FROM,
-    CHECK_ERROR,
-    CONTENDER_PICK,
-    CPU_BUTTON,
-    DTYPE,
-    FLUSH,
-    HEAD_DIM,
-    LAST_CPU_CHECK,
-    MARGIN,
-    REMEMBERED,
-    REPS,
-    SEED,
-    WAIT_S,
-    WARMUP,
+from designer.ui.bench.run import run_tab_ui, sweep_tab_ui
+from designer.ui.bench.settings import (
     bench_config,
+    check_run_settings,
     offered_contenders,
     panel_defaults,
 )
-from designer.ui.gpu_panel_store import RunStore
-from designer.ui.gpu_panel_views import case_ui, stored_ui
+from designer.ui.bench.views import (
+    case_ui,
+    stored_ui,
+)
 from designer.ui.storage import DesignStore
 from designer.ui.text import plain
-from designer.ui.units import bytes_text
+from designer.units import bytes_text
 from gpu import unavailable_reason
 from gpu.api import CUDA_BLOCK_SIZES, CUDA_HEAD_DIMS
 from gpu.bench import BenchConfig
+from gpu.bench.details import CPU_CHECK_HEADS, CPU_CHECK_TOKENS, cpu_check
+from gpu.bench.runner import GpuCoordinator, case_estimate, free_gpu_bytes
+from gpu.bench.store import RunStore
 
 INSTALL_HELP = (
     "To run it you need an NVIDIA GPU of compute capability 8.0 or newer (Ampere, Ada, Hopper), "
@@ -67,10 +54,14 @@ def gpu_panel_ui(store: DesignStore) -> None:
     """Draw the panel for the current design."""
     session = st.session_state
     current = state.design(session)
-    state.fill_defaults(session, {**panel_defaults(current), **session.get(REMEMBERED, {})})
-    if session.get(CAUSAL_FROM, current.causal) != current.causal:  # the design's flag changed
-        session[CAUSAL] = current.causal
-    session[CAUSAL_FROM] = current.causal
+    state.fill_defaults(
+        session, {**panel_defaults(current), **session.get(keys.GPU_REMEMBERED, {})}
+    )
+    if (
+        session.get(keys.GPU_CAUSAL_FROM, current.causal) != current.causal
+    ):  # the design's flag changed
+        session[keys.GPU_CAUSAL] = current.causal
+    session[keys.GPU_CAUSAL_FROM] = current.causal
     runs = RunStore(store.root)
     reason = unavailable_reason()
     if reason is not None:
@@ -85,8 +76,11 @@ def gpu_panel_ui(store: DesignStore) -> None:
         return
     coordinator = shared_coordinator()
     if coordinator.status is not None:
-        st.info(f"Another session is running a benchmark: {plain(coordinator.status.describe())}. "
-                "A run started now waits for it.", icon="⏳")  # fmt: skip
+        st.info(
+            f"Another session is running a benchmark: {plain(coordinator.status.describe())}. "
+            "A run started now waits for it.",
+            icon="⏳",
+        )
     config = _settings_ui(current)
     run, sweep, stored = st.tabs(["Run", "Sweep", "Stored runs"])
     with run:
@@ -100,38 +94,56 @@ def gpu_panel_ui(store: DesignStore) -> None:
 
 def _remember(current: Design) -> None:
     session = st.session_state
-    session[REMEMBERED] = {key: session[key] for key in panel_defaults(current) if key in session}
+    session[keys.GPU_REMEMBERED] = {
+        key: session[key] for key in panel_defaults(current) if key in session
+    }
 
 
 def _settings_ui(current: Design) -> BenchConfig | None:
     """The benchmark settings; None (with the reason shown) when they do not make a config."""
     session = st.session_state
     top = st.columns([1, 1, 1, 1, 4], vertical_alignment="bottom")
-    top[0].number_input("Batch", min_value=1, max_value=1024, key=BATCH)
-    top[1].selectbox("Head dim", CUDA_HEAD_DIMS, key=HEAD_DIM)
-    top[2].selectbox("dtype", ("bf16", "fp16"), key=DTYPE)
-    top[3].toggle("Causal", key=CAUSAL, help="Mask q < k inside blocks (the design's flag).")
-    top[4].multiselect("Contenders", offered_contenders(), key=CONTENDER_PICK,
-                       help="fused / sdd: ours; sdd_w1: SDD at start width 1; flex: "
-                       "FlexAttention; sdpa*: dense PyTorch attention")  # fmt: skip
+    top[0].number_input("Batch", step=1, key=keys.GPU_BATCH)
+    top[1].selectbox("Head dim", CUDA_HEAD_DIMS, key=keys.GPU_HEAD_DIM)
+    top[2].selectbox("dtype", ("bf16", "fp16"), key=keys.GPU_DTYPE)
+    top[3].toggle(
+        "Causal", key=keys.GPU_CAUSAL, help="Mask q < k inside blocks (the design's flag)."
+    )
+    top[4].multiselect(
+        "Contenders",
+        offered_contenders(),
+        key=keys.GPU_CONTENDER_PICK,
+        help="fused / sdd: ours; sdd_w1: SDD at start width 1; flex: "
+        "FlexAttention; sdpa*: dense PyTorch attention",
+    )
     with st.expander("Method and safety"):
         cols = st.columns(7, vertical_alignment="bottom")
-        cols[0].number_input("Warm-up runs", min_value=0, max_value=1000, key=WARMUP)
-        cols[1].number_input("Timed runs", min_value=1, max_value=10000, key=REPS)
-        cols[2].number_input("Seed", min_value=0, max_value=2**31, key=SEED)
-        cols[3].number_input("Memory margin", min_value=0.0, max_value=MAX_MARGIN, step=0.05,
-                             key=MARGIN, help="Refuse a run when margin × estimate exceeds "
-                             "the free GPU memory; 0 skips the check.")  # fmt: skip
-        cols[4].toggle("Flush L2", key=FLUSH, help="Write 256 MiB before each timed run.")
-        cols[5].toggle("Check errors", key=CHECK_ERROR, help="Compare with the fp64 reference.")
-        cols[6].number_input("Wait for the GPU (s)", min_value=1, max_value=3600, key=WAIT_S,
-                             help="How long a run waits while another session's run holds "
-                             "the GPU.")  # fmt: skip
-    if not session[CONTENDER_PICK]:
+        cols[0].number_input("Warm-up runs", step=1, key=keys.GPU_WARMUP)
+        cols[1].number_input("Timed runs", step=1, key=keys.GPU_REPS)
+        cols[2].number_input("Seed", step=1, key=keys.GPU_SEED)
+        cols[3].number_input(
+            "Memory margin",
+            step=0.05,
+            key=keys.GPU_MARGIN,
+            help="Refuse a run when margin × estimate exceeds "
+            "the free GPU memory; 0 skips the check.",
+        )
+        cols[4].toggle("Flush L2", key=keys.GPU_FLUSH, help="Write 256 MiB before each timed run.")
+        cols[5].toggle(
+            "Check errors", key=keys.GPU_CHECK_ERROR, help="Compare with the fp64 reference."
+        )
+        cols[6].number_input(
+            "Wait for the GPU (s)",
+            step=1,
+            key=keys.GPU_WAIT_S,
+            help="How long a run waits while another session's run holds the GPU.",
+        )
+    if not session[keys.GPU_CONTENDER_PICK]:
         st.info("Pick at least one contender.")
         return None
     try:
         config = bench_config(current, session)
+        check_run_settings(session)
     except (ValueError, TypeError) as error:
         st.error(f"These settings cannot be benchmarked: {error}", icon="⚠️")
         return None
@@ -154,19 +166,26 @@ def _kernel_note(design: Design) -> str:
 
 def _cpu_check_ui(current: Design) -> None:
     session = st.session_state
-    st.caption(
-        'Runs our reference implementation (`impl="reference"`, fp32) against the fp64 '
-        f"reference on the CPU, on the first {CPU_CHECK_TOKENS} tokens of each side of the "
-        f"design (up to {CPU_CHECK_HEADS} heads)."
-    )
     left, right, button = st.columns([1, 1, 2], vertical_alignment="bottom")
-    left.selectbox("Head dim", CUDA_HEAD_DIMS, key=HEAD_DIM)
-    right.selectbox("dtype", ("bf16", "fp16"), key=DTYPE)
-    if button.button("Run the CPU check", key=CPU_BUTTON, icon=":material/play_arrow:"):
+    left.selectbox("Head dim", CUDA_HEAD_DIMS, key=keys.GPU_HEAD_DIM)
+    dtype = right.selectbox("dtype", ("bf16", "fp16"), key=keys.GPU_DTYPE)
+    st.caption(
+        f'Runs our reference implementation (`impl="reference"`) on {dtype} q, k and v (it '
+        f"accumulates in fp32 and returns {dtype}) against the fp64 reference on the CPU, on "
+        f"the first {CPU_CHECK_TOKENS} tokens of each side of the design (up to "
+        f"{CPU_CHECK_HEADS} heads). The CPU has no dense baseline to compare speed with."
+    )
+    if button.button("Run the CPU check", key=keys.GPU_CPU_BUTTON, icon=":material/play_arrow:"):
         with st.spinner("Computing on the CPU…"):
-            doc = cpu_check(current, head_dim=session[HEAD_DIM], dtype=session[DTYPE])
-        session[LAST_CPU_CHECK] = {"digest": design_digest(current), "doc": doc, "error": None}
-    last = session.get(LAST_CPU_CHECK)
+            doc = cpu_check(
+                current, head_dim=session[keys.GPU_HEAD_DIM], dtype=session[keys.GPU_DTYPE]
+            )
+        session[keys.GPU_LAST_CPU_CHECK] = {
+            "digest": design_digest(current),
+            "doc": doc,
+            "error": None,
+        }
+    last = session.get(keys.GPU_LAST_CPU_CHECK)
     if last is not None:
         if last["digest"] != design_digest(current):
             st.caption("This check ran on an earlier version of the design.")

@@ -1,6 +1,6 @@
 """Plotly figures of benchmark documents: plain dicts in, figures out, no Streamlit.
 
-Every chart reads the harness's JSON (``gpu_panel_data``), so a stored run, a committed result
+Every chart reads the harness's JSON (``gpu.bench.results``), so a stored run, a committed result
 and a fresh run are drawn by the same code. Speedups are against the dense SDPA baseline
 (cuDNN when it ran), and the ideal is the dense baseline's own FLOPs over the layout's.
 """
@@ -12,9 +12,10 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
+from plotly.colors import sequential
 from plotly.subplots import make_subplots
 
-from designer.ui.gpu_panel_data import (
+from gpu.bench.results import (
     finite,
     ideal_speedup,
     measured,
@@ -28,6 +29,10 @@ COLOURS = {
     "sdd_qk_w1": "#d4a6c8", "flex": "#4e79a7", "flex_tuned": "#76b7b2", "sdpa": "#9c9c9c",
     "sdpa_cudnn": "#59a14f", "sdpa_flash": "#8cd17d", "reference": "#bab0ac",
 }  # fmt: skip
+#: Most tick labels along the head axis (every head up to this many heads).
+MAX_HEAD_TICKS = 32
+#: Error magnitudes from small (light yellow) to large (dark red), like a heat scale.
+ERROR_COLOURS = list(sequential.YlOrRd)
 #: Marker of each sweep kind; the current design gets a large star.
 SYMBOLS = {"scaled": "circle", "length": "circle", "random": "x", "current": "star"}
 
@@ -84,43 +89,60 @@ def tflops_figure(case: dict[str, Any]) -> go.Figure:
 
 
 def head_error_figure(case: dict[str, Any]) -> go.Figure | None:
-    """Max-abs and relative error per head of each implementation with details (None if none)."""
+    """Max-abs and relative error per head of each implementation with details (None if none):
+    one marker per head, on whole-number head ticks."""
     details = {k: v for k, v in case.get("details", {}).items() if "head_max_abs" in v}
     if not details:
         return None
     figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
                            subplot_titles=("max |out − ref|", "‖out − ref‖ / ‖ref‖"))  # fmt: skip
+    n_heads = 1
     for name, detail in details.items():
         heads = np.arange(len(detail["head_max_abs"]))
+        n_heads = max(n_heads, len(heads))
         for row, key in ((1, "head_max_abs"), (2, "head_rel")):
             figure.add_trace(
                 go.Scatter(
                     x=heads, y=detail[key], name=name, legendgroup=name, showlegend=row == 1,
-                    mode="lines+markers", line={"color": COLOURS.get(name, "#777")},
+                    mode="markers", marker={"color": COLOURS.get(name, "#777"), "size": 9},
                     hovertemplate=f"{name} head %{{x}}: %{{y:.2e}}<extra></extra>",
                 ),
                 row=row, col=1,
             )  # fmt: skip
     figure.update_yaxes(type="log", exponentformat="e")
+    figure.update_xaxes(tick0=0, dtick=-(-n_heads // MAX_HEAD_TICKS), range=[-0.5, n_heads - 0.5])
     figure.update_xaxes(title_text="head", row=2, col=1)
     return _layout(figure, 420, title="Error against the fp64 reference, per head")
 
 
 def error_map_figure(detail: dict[str, Any], block_size: int, name: str) -> go.Figure:
-    """Where the largest errors sit: the max error of each (head, query block row)."""
+    """Where the largest errors sit: the max error of each (head, query block row), coloured
+    by its order of magnitude from light (small) to dark red (large); rows without error (no
+    active block) are left blank."""
     values = np.asarray(detail["block_max_abs"], dtype=np.float64)
     step = detail.get("rows_per_cell", 1)
+    with np.errstate(divide="ignore"):
+        magnitude = np.where(values > 0, np.log10(np.where(values > 0, values, 1.0)), np.nan)
+    finite_range = magnitude[np.isfinite(magnitude)]
+    low = float(np.floor(finite_range.min())) if finite_range.size else -8.0
+    high = float(np.ceil(finite_range.max())) if finite_range.size else 0.0
+    high = max(high, low + 1)
+    ticks = np.arange(low, high + 1)
     figure = go.Figure(
         go.Heatmap(
-            z=values,
+            z=magnitude,
             x=np.arange(values.shape[1]) * step,
-            colorscale="Inferno",
-            colorbar={"title": "max |err|", "exponentformat": "e"},
+            customdata=values,
+            colorscale=ERROR_COLOURS,
+            zmin=low,
+            zmax=high,
+            colorbar={"title": "max |err|", "tickvals": ticks,
+                      "ticktext": [f"1e{int(t)}" for t in ticks]},
             hovertemplate="head %{y}, query block %{x}"
             + (f"–+{step - 1}" if step > 1 else "")
-            + ": %{z:.2e}<extra></extra>",
+            + ": %{customdata:.2e}<extra></extra>",
         )
-    )
+    )  # fmt: skip
     figure.update_yaxes(title_text="head", autorange="reversed")
     figure.update_xaxes(title_text=f"query block ({block_size} tokens)")
     return _layout(figure, 300, title=f"{name}: largest error per query-block row")

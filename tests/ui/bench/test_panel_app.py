@@ -20,20 +20,20 @@ from streamlit.testing.v1 import AppTest
 
 from designer.design import Design
 from designer.recipe import Recipe, RecipeStep
-from designer.ui import gpu_panel, gpu_panel_errors, gpu_panel_runner, gpu_panel_store, keys
-from designer.ui import gpu_panel_settings as settings
+from designer.ui import keys
 from designer.ui.analysis import design_digest
-from designer.ui.gpu_panel_data import document_bytes
-from designer.ui.gpu_panel_runner import GpuCoordinator
-from designer.ui.gpu_panel_store import RunStore
-from designer.ui.gpu_panel_views import OVERLAY_PICK
+from designer.ui.bench import panel, settings
 from designer.ui.storage import DATA_DIR_ENV, DesignStore
 from designer.ui.text import plain
-from gpu import block_sparse_attention
-from gpu.bench import CONTENDERS, DEFAULT_CONTENDERS, BenchSession
-from tests.ui.test_gpu_panel_data import fake_harness, make_doc
+from gpu import block_sparse_attention, runtime
+from gpu.bench import CONTENDERS, DEFAULT_CONTENDERS, BenchSession, details, runner
+from gpu.bench import store as store_module
+from gpu.bench.results import document_bytes
+from gpu.bench.runner import GpuCoordinator
+from gpu.bench.store import RunStore
+from tests.gpu.bench.test_results import fake_harness, make_doc
 
-APP = str(Path(__file__).resolve().parents[2] / "app.py")
+APP = str(Path(__file__).resolve().parents[3] / "app.py")
 SESSION = "gpupaneltest01"
 GiB = 1 << 30
 #: 2 heads, 512 tokens, blocks of 64, a bidirectional window: small enough for CPU references.
@@ -44,14 +44,14 @@ DESIGN = Design(RECIPE.build(), name="small band", recipe=RECIPE)
 @pytest.fixture
 def data_dir(tmp_path, monkeypatch):
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(gpu_panel_store, "RESULTS_DIR", tmp_path / "committed")
+    monkeypatch.setattr(store_module, "RESULTS_DIR", tmp_path / "committed")
     DesignStore(tmp_path).autosave(SESSION, DESIGN)
     return tmp_path
 
 
 @pytest.fixture
 def no_gpu(monkeypatch):
-    monkeypatch.setattr(gpu_panel, "unavailable_reason", lambda: "CuPy is not installed (test)")
+    monkeypatch.setattr(panel, "unavailable_reason", lambda: "CuPy is not installed (test)")
 
 
 @pytest.fixture
@@ -59,20 +59,20 @@ def fake_gpu(monkeypatch):
     """The panel believes in a GPU with 4 GiB free; the harness runs on the CPU."""
     timer = fake_harness(monkeypatch)
     coordinator = GpuCoordinator(lambda flush: BenchSession(torch.device("cpu"), timer=timer))
-    real_config = gpu_panel.bench_config
-    monkeypatch.setattr(gpu_panel, "unavailable_reason", lambda: None)
-    monkeypatch.setattr(gpu_panel, "shared_coordinator", lambda: coordinator)
+    real_config = panel.bench_config
+    monkeypatch.setattr(panel, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(panel, "shared_coordinator", lambda: coordinator)
     monkeypatch.setattr(
-        gpu_panel, "bench_config",
+        panel, "bench_config",
         lambda design, values: replace(real_config(design, values), device="cpu"),
     )  # fmt: skip
-    for module in (gpu_panel, gpu_panel_runner):
+    for module in (panel, runner):
         monkeypatch.setattr(module, "free_gpu_bytes", lambda: 4 * GiB)
 
     def reference_for_every_impl(*args, impl, **kwargs):
         return block_sparse_attention(*args, **{**kwargs, "impl": "reference"})
 
-    monkeypatch.setattr(gpu_panel_errors, "block_sparse_attention", reference_for_every_impl)
+    monkeypatch.setattr(details, "block_sparse_attention", reference_for_every_impl)
     return coordinator
 
 
@@ -114,14 +114,14 @@ def test_without_a_gpu_the_panel_says_why_checks_on_the_cpu_and_shows_stored_res
     assert [s.value for s in at.subheader][-2:] == ["Runs of this design", "Committed results"]
     assert len(at.get("download_button")) == 2  # the stored run and the committed file
     assert chart_titles(at).count("Speedup over dense attention") == 2
-    at.multiselect(key=OVERLAY_PICK).set_value([first.name, second.name]).run()
+    at.multiselect(key=keys.GPU_OVERLAY_PICK).set_value([first.name, second.name]).run()
     specs = [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
     overlay = next(s for s in specs if s["layout"]["title"]["text"] == "Two runs overlaid")
     assert [bar["y"][0] for bar in overlay["data"]] == [1.0, 0.5]  # fused, first then second
 
-    at.button(key=settings.CPU_BUTTON).click().run()
+    at.button(key=keys.GPU_CPU_BUTTON).click().run()
     assert_clean(at)
-    check = at.session_state[settings.LAST_CPU_CHECK]["doc"]["cases"][0]
+    check = at.session_state[keys.GPU_LAST_CPU_CHECK]["doc"]["cases"][0]
     assert check["layout"]["shape"] == [2, 8, 8] and check["results"][0]["status"] == "ok"
     assert check["results"][0]["rel_error"] < 1e-2
     assert "Error against the fp64 reference, per head" in chart_titles(at)
@@ -144,12 +144,12 @@ def test_a_run_shows_its_numbers_and_charts_and_is_stored(data_dir, fake_gpu):
     at = open_panel()
     # start width 2 at blocks of 64: SDD at width 1 is added to show what the tiles buy
     defaults = [c for c in DEFAULT_CONTENDERS if c not in settings.SLOW_TO_COMPILE] + ["sdd_w1"]
-    assert at.multiselect(key=settings.CONTENDER_PICK).value == defaults
-    at.multiselect(key=settings.CONTENDER_PICK).select("reference").run()
-    at.button(key=settings.RUN_BUTTON).click().run()
+    assert at.multiselect(key=keys.GPU_CONTENDER_PICK).value == defaults
+    at.multiselect(key=keys.GPU_CONTENDER_PICK).select("reference").run()
+    at.button(key=keys.GPU_RUN_BUTTON).click().run()
     assert_clean(at)
     assert not at.error
-    doc = at.session_state[settings.LAST_RUN]["doc"]
+    doc = at.session_state[keys.GPU_LAST_RUN]["doc"]
     case = doc["cases"][0]
     assert case["config"]["contenders"] == [c for c in CONTENDERS if c in {*defaults, "reference"}]
     assert {r["name"]: r["ms"] for r in case["results"]}["fused"] == 1.0
@@ -169,31 +169,31 @@ def test_a_run_shows_its_numbers_and_charts_and_is_stored(data_dir, fake_gpu):
 
 def test_refused_then_out_of_memory_then_the_next_run_works(data_dir, fake_gpu, monkeypatch):
     at = open_panel()
-    at.number_input(key=settings.BATCH).set_value(1024).run()
-    at.button(key=settings.RUN_BUTTON).click().run()
+    at.number_input(key=keys.GPU_BATCH).set_value(1024).run()
+    at.button(key=keys.GPU_RUN_BUTTON).click().run()
     assert_clean(at)
     assert at.error[0].value.startswith("Refused before launch: this case needs about")
     assert "but only 4.0 GiB are free" in at.error[0].value
 
-    real = gpu_panel_runner.run_benchmark
+    real = runner.run_benchmark
 
     def huge_fails(config, layout, **kwargs):
         if config.batch > 64:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 96.00 GiB")
         return real(config, layout, **kwargs)
 
-    monkeypatch.setattr(gpu_panel_runner, "run_benchmark", huge_fails)
-    at.number_input(key=settings.MARGIN).set_value(0.0).run()
-    at.button(key=settings.RUN_BUTTON).click().run()
+    monkeypatch.setattr(runner, "run_benchmark", huge_fails)
+    at.number_input(key=keys.GPU_MARGIN).set_value(0.0).run()
+    at.button(key=keys.GPU_RUN_BUTTON).click().run()
     assert_clean(at)
     assert at.error[0].value == "Out of memory: CUDA out of memory. Tried to allocate 96.00 GiB"
     assert at.session_state[keys.HISTORY].present.layout == DESIGN.layout
     assert RunStore(data_dir).runs(design_digest(DESIGN)) == ([], [])
 
-    at.number_input(key=settings.BATCH).set_value(1).run()
-    at.button(key=settings.RUN_BUTTON).click().run()
+    at.number_input(key=keys.GPU_BATCH).set_value(1).run()
+    at.button(key=keys.GPU_RUN_BUTTON).click().run()
     assert_clean(at)
-    assert not at.error and at.session_state[settings.LAST_RUN]["doc"] is not None
+    assert not at.error and at.session_state[keys.GPU_LAST_RUN]["doc"] is not None
 
 
 def test_a_run_waits_for_another_session_and_says_so(data_dir, fake_gpu):
@@ -214,8 +214,8 @@ def test_a_run_waits_for_another_session_and_says_so(data_dir, fake_gpu):
             "Another session is running a benchmark: "
             + plain("someone's design: timing flex (40%)")
         )
-        at.number_input(key=settings.WAIT_S).set_value(1).run()
-        at.button(key=settings.RUN_BUTTON).click().run()
+        at.number_input(key=keys.GPU_WAIT_S).set_value(1).run()
+        at.button(key=keys.GPU_RUN_BUTTON).click().run()
         assert_clean(at)
         assert at.error[0].value.startswith(
             "The GPU is still busy after 1 s (someone's design: timing flex (40%)"
@@ -223,27 +223,27 @@ def test_a_run_waits_for_another_session_and_says_so(data_dir, fake_gpu):
     finally:
         release.set()
         thread.join(5)
-    at.button(key=settings.RUN_BUTTON).click().run()
-    assert not at.error and at.session_state[settings.LAST_RUN]["doc"] is not None
+    at.button(key=keys.GPU_RUN_BUTTON).click().run()
+    assert not at.error and at.session_state[keys.GPU_LAST_RUN]["doc"] is not None
 
 
 def test_sweeps_over_length_and_density(data_dir, fake_gpu):
     at = open_panel()
-    at.multiselect(key=settings.CONTENDER_PICK).set_value(["fused", "sdpa_cudnn"]).run()
-    at.multiselect(key=settings.SWEEP_LENGTH_PICK).set_value([1024, 2048]).run()
-    at.button(key=settings.SWEEP_BUTTON).click().run()
+    at.multiselect(key=keys.GPU_CONTENDER_PICK).set_value(["fused", "sdpa_cudnn"]).run()
+    at.multiselect(key=keys.GPU_SWEEP_LENGTH_PICK).set_value([1024, 2048]).run()
+    at.button(key=keys.GPU_SWEEP_BUTTON).click().run()
     assert_clean(at)
-    doc = at.session_state[settings.LAST_SWEEP]["doc"]
+    doc = at.session_state[keys.GPU_LAST_SWEEP]["doc"]
     assert [c["config"]["seq_q"] for c in doc["cases"]] == [512, 1024, 2048]
     assert [c["sweep"]["kind"] for c in doc["cases"]] == ["current", "length", "length"]
     titles = chart_titles(at)
     assert "Speedup against sparsity" in titles and "Time against sequence length" in titles
 
-    at.segmented_control(key=settings.SWEEP_KIND).set_value("density").run()
-    at.multiselect(key=settings.SWEEP_FACTOR_PICK).set_value([2.0]).run()
-    at.button(key=settings.SWEEP_BUTTON).click().run()
+    at.segmented_control(key=keys.GPU_SWEEP_KIND).set_value("density").run()
+    at.multiselect(key=keys.GPU_SWEEP_FACTOR_PICK).set_value([2.0]).run()
+    at.button(key=keys.GPU_SWEEP_BUTTON).click().run()
     assert_clean(at)
-    doc = at.session_state[settings.LAST_SWEEP]["doc"]
+    doc = at.session_state[keys.GPU_LAST_SWEEP]["doc"]
     kinds = sorted(c["sweep"]["kind"] for c in doc["cases"])
     assert kinds == ["current", "random", "random", "scaled"]
     runs, _ = RunStore(data_dir).runs(design_digest(DESIGN))
@@ -261,16 +261,16 @@ def test_the_h200_check_script_passes_against_a_stand_in_gpu(data_dir, fake_gpu,
     monkeypatch.setattr(common, "load_default_design", lambda: DESIGN)
     monkeypatch.setattr(app_check, "unavailable_reason", lambda: None)
     monkeypatch.setattr(app_check, "gpu_memory", lambda: (GiB, GiB))
-    for module in (gpu_panel, gpu_panel_runner):
+    for module in (panel, runner):
         monkeypatch.setattr(module, "free_gpu_bytes", lambda: GiB)
-    real = gpu_panel_runner.run_benchmark
+    real = runner.run_benchmark
 
     def huge_fails(config, layout, **kwargs):
         if config.batch > 64:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.50 GiB")
         return real(config, layout, **kwargs)
 
-    monkeypatch.setattr(gpu_panel_runner, "run_benchmark", huge_fails)
+    monkeypatch.setattr(runner, "run_benchmark", huge_fails)
     case = cases.find_case("banded_7pct-b128-d64")
     contenders = app_check.contenders_for(app_check.parser().parse_args(["--out", "-"]), case)
     config = replace(case.config(quick=True), device="cpu", contenders=contenders)
@@ -289,3 +289,36 @@ def test_the_h200_check_script_passes_against_a_stand_in_gpu(data_dir, fake_gpu,
     assert "after out of memory: ms within ±15% of the command line" in names
     assert "two runs overlaid" in names and len(names) >= 20
     assert [row["ratio"] for row in summary["panel run table"]] == [1.0] * len(config.contenders)
+
+
+def test_the_cpu_check_says_its_dtype_and_shows_only_what_it_measured(data_dir, no_gpu):
+    at = open_panel()
+    at.selectbox(key=keys.GPU_DTYPE).set_value("bf16").run()
+    caption = next(c.value for c in at.caption if "impl=" in c.value)
+    assert "on bf16 q, k and v" in caption and "returns bf16" in caption
+    at.button(key=keys.GPU_CPU_BUTTON).click().run()
+    assert_clean(at)
+    table = at.dataframe[-1].value
+    assert list(table["contender"]) == ["reference"]
+    assert not {"x dense", "x cuDNN", "x Flex"} & set(table.columns)  # no baseline on the CPU
+    assert table["TFLOP/s"].notna().all()
+    charts = {
+        json.loads(c.proto.spec)["layout"]["title"]["text"]: c.proto for c in at.get("plotly_chart")
+    }
+    assert charts["reference: largest error per query-block row"].theme == ""  # its own colours
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the reason is only given without a GPU")
+def test_without_a_cuda_gpu_the_panel_says_so_before_anything_else(data_dir):
+    runtime.unavailable_reason.cache_clear()
+    at = open_panel()
+    warning = at.warning[0].value
+    assert warning.startswith("The GPU benchmark cannot run on this machine: no CUDA GPU")
+
+
+def test_an_out_of_range_setting_is_named_not_ignored(data_dir, fake_gpu):
+    at = open_panel()
+    at.number_input(key=keys.GPU_BATCH).set_value(0).run()
+    assert_clean(at)
+    assert any("batch must be in [1, 1024], got 0" in e.value for e in at.error)
+    assert at.button(key=keys.GPU_RUN_BUTTON).disabled

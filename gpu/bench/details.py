@@ -1,9 +1,10 @@
 """Where the errors sit: per-head errors and a per-block-row map, against the fp64 reference.
 
-The harness reports one max-abs and one relative error per contender. The panel also wants them
-per head, and the largest error of each ``[head, query block]`` row of blocks, to show where in the
-layout they sit. ``error_details`` recomputes our kernels' outputs on the harness's own inputs
-(same seed, same draw order), so the largest per-head error equals the harness's max-abs error.
+The harness reports one max-abs and one relative error per contender (``metrics.errors``). The
+panel also wants them per head (the same measure, head by head), and the largest error of each
+``[head, query block]`` row of blocks, to show where in the layout they sit. ``error_details``
+recomputes our kernels' outputs on the harness's own inputs (same seed, same draw order, same
+``gpu.reference``), so the largest per-head error equals the harness's max-abs error.
 ``cpu_check`` is the same check for ``impl="reference"`` on a small crop of the design, for
 machines without a GPU.
 """
@@ -16,9 +17,10 @@ import torch
 
 from designer.design import Design
 from designer.layout import Layout
-from designer.ui.gpu_panel_data import plain_document
 from gpu import block_sparse_attention
 from gpu.bench import BenchConfig, BenchSession, document, run_benchmark, seeded_inputs
+from gpu.bench.metrics import errors
+from gpu.bench.results import plain_document
 from gpu.reference import dense_masked_attention
 
 #: Most query-block rows kept per head in the error map (more are max-pooled together).
@@ -46,11 +48,12 @@ def head_errors(out: torch.Tensor, ref: torch.Tensor, block_size: int) -> dict[s
     per_cell = -(-rows // MAX_MAP_ROWS)
     head_max, head_rel, block_max = [], [], []
     for h in range(heads):
-        diff = out[:, h].to(torch.float64) - ref[:, h].to(torch.float64)
-        norm = float(ref[:, h].to(torch.float64).norm())
-        head_rel.append(float(diff.norm()) / norm if norm > 0 else float(diff.norm()))
+        head_ref = ref[:, h].to(torch.float64)
+        max_abs, relative = errors(out[:, h], head_ref)  # the harness's own error measure
+        head_max.append(max_abs)
+        head_rel.append(relative)
+        diff = out[:, h].to(torch.float64) - head_ref
         row_max = diff.abs().amax(dim=(0, 2)) if diff.numel() else torch.zeros(seq_q)
-        head_max.append(float(row_max.max()) if row_max.numel() else 0.0)
         by_block = row_max[: rows * block_size].reshape(rows, block_size).amax(dim=1)
         padded = torch.nn.functional.pad(by_block, (0, per_cell * -(-rows // per_cell) - rows))
         block_max.append(padded.reshape(-1, per_cell).amax(dim=1).cpu().tolist())

@@ -3,7 +3,7 @@
 A document is the harness's JSON (``gpu.bench.document``: format, version, date, environment,
 cases), the same whether ``python -m gpu.bench`` wrote it or the panel did. The panel adds a few
 keys the harness ignores: ``design`` (name and digest), ``kind`` ("run" or "sweep"),
-``details`` (per-head errors, see ``gpu_panel_errors``) and, in a sweep, a ``sweep`` entry per
+``details`` (per-head errors, see ``gpu.bench.details``) and, in a sweep, a ``sweep`` entry per
 case. Everything here works on plain dicts, so stored and fresh runs are shown the same way.
 """
 

@@ -9,7 +9,8 @@ import torch
 
 from designer.design import Design
 from designer.layout import Layout
-from designer.ui import gpu_panel_settings as settings
+from designer.ui import keys
+from designer.ui.bench import settings
 from gpu.bench import CONTENDERS, DEFAULT_CONTENDERS
 
 
@@ -19,7 +20,7 @@ def design(n_q=4, n_k=4, block=64, **changes):
 
 def test_bench_config_takes_the_layout_shape_and_the_widgets():
     current = design(start_width=3)
-    values = {**settings.panel_defaults(current), settings.CONTENDER_PICK: ["sdpa", "fused"]}
+    values = {**settings.panel_defaults(current), keys.GPU_CONTENDER_PICK: ["sdpa", "fused"]}
     config = settings.bench_config(current, values)
     assert (config.heads, config.seq_q, config.seq_k) == (2, 256, None)
     assert config.contenders == ("fused", "sdpa")  # the harness's order
@@ -33,7 +34,7 @@ def test_bench_config_refuses_what_the_harness_refuses():
     current = design(start_width=0)  # the design allows "no tiles"; the SDD contenders do not
     with pytest.raises(ValueError, match="start_width must be in"):
         settings.bench_config(current, settings.panel_defaults(current))
-    values = {**settings.panel_defaults(design()), settings.BATCH: 0}
+    values = {**settings.panel_defaults(design()), keys.GPU_BATCH: 0}
     with pytest.raises(ValueError, match="batch must be in"):
         settings.bench_config(design(), values)
 
@@ -55,3 +56,18 @@ def test_config_for_follows_a_sweep_point():
     config = settings.bench_config(design(), settings.panel_defaults(design()))
     point = design(n_q=16, n_k=16)
     assert replace(config, seq_q=1024) == settings.config_for(config, point)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (keys.GPU_MARGIN, -0.5, r"memory margin must be in \[0.0, 10.0\], got -0.5"),
+        (keys.GPU_WAIT_S, 0, r"wait for the GPU \(s\) must be in \[1, 3600\], got 0"),
+        (keys.GPU_SEED, -1, r"seed must be in \[0, 2147483648\], got -1"),
+    ],
+)
+def test_run_settings_outside_their_range_say_so(key, value, message):
+    values = {**settings.panel_defaults(design()), key: value}
+    settings.check_run_settings(settings.panel_defaults(design()))  # the defaults pass
+    with pytest.raises(ValueError, match=message):
+        settings.check_run_settings(values)

@@ -20,8 +20,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from designer.ui.gpu_panel_data import document_bytes, document_label, read_document
-from designer.ui.storage import atomic_write
+from designer.fileio import atomic_write
+from gpu.bench.results import document_bytes, document_label, read_document
 
 RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 #: Larger files are not read (a sweep of every standard case is well under 1 MiB).

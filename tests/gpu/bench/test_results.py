@@ -1,4 +1,4 @@
-"""Benchmark documents as the panel reads them, stored runs, and the figures drawn from them.
+"""Benchmark documents as the panel reads them, and stored runs.
 
 Documents come from the real harness on the CPU with fake contenders and a fake timer
 (``fake_harness``), so they have exactly the schema ``python -m gpu.bench`` writes.
@@ -9,12 +9,14 @@ from __future__ import annotations
 import json
 import math
 
-import numpy as np
 import pytest
 import torch
 
 from designer.layout import Layout
-from designer.ui.gpu_panel_data import (
+from gpu.bench import BenchConfig, BenchSession, document, run_benchmark
+from gpu.bench import harness as harness_module
+from gpu.bench.contenders import Prepared
+from gpu.bench.results import (
     case_label,
     dense_baseline,
     document_bytes,
@@ -25,21 +27,7 @@ from designer.ui.gpu_panel_data import (
     speedup_vs_dense,
     table_rows,
 )
-from designer.ui.gpu_panel_figures import (
-    cases_speedup_figure,
-    error_map_figure,
-    head_error_figure,
-    overlay_figure,
-    segmentation_figure,
-    speedup_figure,
-    sweep_length_figure,
-    sweep_speedup_figure,
-    tflops_figure,
-)
-from designer.ui.gpu_panel_store import RunStore, committed_results
-from gpu.bench import BenchConfig, BenchSession, document, run_benchmark
-from gpu.bench import harness as harness_module
-from gpu.bench.contenders import Prepared
+from gpu.bench.store import RunStore, committed_results
 from gpu.reference import dense_masked_attention
 
 #: Milliseconds each fake contender takes.
@@ -203,75 +191,3 @@ def test_committed_results_are_read_from_a_folder(monkeypatch, tmp_path):
     assert [d.path.name for d in docs] == ["2026-11-29-h200.json"]
     assert unreadable == ["notes.json is not a benchmark document: format must be "
                           "'blocksparse-bench' version 1, got 'other' version None"]  # fmt: skip
-
-
-def test_speedup_and_tflops_figures(monkeypatch):
-    case = make_doc(monkeypatch)["cases"][0]
-    figure = speedup_figure(case)
-    bars = figure.data[0]
-    assert list(bars.x) == ["fused", "sdd", "sdd_w1", "flex", "sdpa_cudnn"]
-    assert list(bars.y) == pytest.approx([4.0, 2.0, 4 / 3, 4 / 1.5, 1.0])
-    lines = [shape.y0 for shape in figure.layout.shapes]
-    assert lines == pytest.approx([1.0, 1.6])  # dense and the ideal 1/density
-    assert "ideal 1/density = 1.6×" in [a.text for a in figure.layout.annotations]
-    tflops = tflops_figure(case).data[0]
-    assert tflops.y[0] == pytest.approx(case["flops"] / 1e-3 / 1e12)
-
-
-def test_segmentation_figure_needs_a_pair(monkeypatch):
-    case = make_doc(monkeypatch, contenders=("sdd", "sdd_w1", "sdd_qk", "sdd_qk_w1"))["cases"][0]
-    figure = segmentation_figure(case, 8)
-    assert [(t.name, list(t.y)) for t in figure.data] == [
-        ("start width 8", [2.0]), ("start width 1", [3.0]),
-        ("start width 8", [1.0]), ("start width 1", [1.5]),
-    ]  # fmt: skip
-    assert figure.data[1].text[0] == "1.50× slower"
-    alone = make_doc(monkeypatch, contenders=("sdd",))["cases"][0]
-    assert segmentation_figure(alone, 8) is None
-
-
-def test_error_figures():
-    case = {"details": {
-        "fused": {"head_max_abs": [1e-3, 2e-3], "head_rel": [1e-4, 3e-4],
-                  "block_max_abs": [[0, 1e-3], [2e-3, 0]], "rows_per_cell": 2},
-        "sdd": {"error": "GpuUnavailableError: no GPU"},
-    }}  # fmt: skip
-    figure = head_error_figure(case)
-    assert [(t.name, list(t.y)) for t in figure.data] == [
-        ("fused", [1e-3, 2e-3]), ("fused", [1e-4, 3e-4])
-    ]  # fmt: skip
-    heat = error_map_figure(case["details"]["fused"], 64, "fused").data[0]
-    assert np.array_equal(heat.z, [[0, 1e-3], [2e-3, 0]]) and list(heat.x) == [0, 2]
-    assert head_error_figure({"details": {"sdd": {"error": "x"}}}) is None
-
-
-def test_sweep_figures_mark_the_current_design(monkeypatch):
-    cases = []
-    for kind, value, time in (("length", 1024, 1.0), ("current", 2048, 2.0), ("length", 4096, 5.0)):
-        case = make_doc(monkeypatch, times={"fused": time})["cases"][0]
-        case["config"]["seq_q"] = value
-        case["sweep"] = {"kind": kind, "label": str(value), "value": value}
-        cases.append(case)
-    length = sweep_length_figure(cases)
-    names = [t.name for t in length.data]
-    assert "fused (length)" in names and "fused (current design)" in names
-    current = next(t for t in length.data if t.name == "fused (current design)")
-    assert list(current.x) == [2048] and current.marker.symbol == "star"
-    lengths = next(t for t in length.data if t.name == "fused (length)")
-    assert list(lengths.x) == [1024, 4096] and list(lengths.y) == [1.0, 5.0]
-    speed = sweep_speedup_figure(cases)
-    assert any(t.name == "ideal 1/density" for t in speed.data)
-    assert any(t.name == "fused (current design)" for t in speed.data)
-
-
-def test_overlay_and_cases_figures(monkeypatch):
-    first = make_doc(monkeypatch)["cases"][0]
-    second = make_doc(monkeypatch, times={"fused": 0.5})["cases"][0]
-    figure = overlay_figure(first, second, ("a", "b"))
-    assert [t.name for t in figure.data] == ["a", "b"]
-    assert figure.data[1].y[0] == 0.5 and figure.data[0].customdata[0] == 2.0
-    cases = cases_speedup_figure([first, second])
-    heat = cases.data[0]
-    assert list(heat.x) == ["fused", "sdd", "sdd_w1", "flex", "sdpa_cudnn"]
-    assert heat.text[0][0] == "4.00×" and heat.text[1][0] == "8.00×"
-    assert heat.z[1][0] == pytest.approx(3.0)  # log2 of 8

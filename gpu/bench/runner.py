@@ -27,12 +27,11 @@ from typing import Any
 import torch
 
 from designer.design import Design
-from designer.ui.analysis import design_digest
-from designer.ui.gpu_panel_data import failure_kind, plain_document
-from designer.ui.gpu_panel_errors import DETAIL_IMPLS, error_details
-from designer.ui.gpu_panel_estimate import MemoryEstimate, estimate_memory, refusal
 from gpu.bench import BenchConfig, BenchResult, BenchSession, document, run_benchmark
+from gpu.bench.details import DETAIL_IMPLS, error_details
+from gpu.bench.memory import MemoryEstimate, estimate_memory, refusal
 from gpu.bench.report import result_to_dict
+from gpu.bench.results import failure_kind, plain_document
 
 Progress = Callable[[str, float], None]
 #: How long a run waits for another session's run before giving up, in seconds.
@@ -206,10 +205,13 @@ def case_dict(measurement: Measurement, **extra: Any) -> dict[str, Any]:
     return case
 
 
-def run_document(cases: list[dict[str, Any]], design: Design, kind: str) -> dict[str, Any]:
-    """A benchmark document (``gpu.bench.document``) of ``cases`` measured on ``design``."""
+def run_document(
+    cases: list[dict[str, Any]], design: str, digest: str, kind: str
+) -> dict[str, Any]:
+    """A benchmark document (``gpu.bench.document``) of ``cases`` measured on the design named
+    ``design`` whose content has ``digest`` (the name its runs are stored under)."""
     doc = document([])
     doc["cases"] = cases
     doc["kind"] = kind
-    doc["design"] = {"name": design.name, "digest": design_digest(design)}
+    doc["design"] = {"name": design, "digest": digest}
     return plain_document(doc, "the new run")

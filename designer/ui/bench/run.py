@@ -2,7 +2,8 @@
 
 A run holds the server's one GPU lock (``GpuCoordinator.turn``); while another session holds
 it, the tab says whose run it waits for. Each measured run or sweep is stored with the design
-and kept in the session (``LAST_RUN`` / ``LAST_SWEEP``) to be shown until the next one.
+and kept in the session (``keys.GPU_LAST_RUN``,
+``keys.GPU_LAST_SWEEP``) to be shown until the next one.
 """
 
 from __future__ import annotations
@@ -14,8 +15,27 @@ from typing import Any
 import streamlit as st
 
 from designer.design import Design
+from designer.ui import keys
 from designer.ui.analysis import design_digest
-from designer.ui.gpu_panel_runner import (
+from designer.ui.bench.settings import (
+    SWEEP_KINDS,
+    config_for,
+)
+from designer.ui.bench.sweep import (
+    DENSITY_FACTORS,
+    SWEEP_LENGTHS,
+    SweepPoint,
+    density_points,
+    length_points,
+    random_points,
+)
+from designer.ui.bench.views import (
+    case_ui,
+    download_ui,
+    sweep_ui,
+)
+from gpu.bench import BenchConfig
+from gpu.bench.runner import (
     GpuBusy,
     GpuCoordinator,
     Progress,
@@ -24,32 +44,7 @@ from designer.ui.gpu_panel_runner import (
     measure,
     run_document,
 )
-from designer.ui.gpu_panel_settings import (
-    LAST_RUN,
-    LAST_SWEEP,
-    MARGIN,
-    RUN_BUTTON,
-    SWEEP_BUTTON,
-    SWEEP_CHECK,
-    SWEEP_FACTOR_PICK,
-    SWEEP_KIND,
-    SWEEP_KINDS,
-    SWEEP_LENGTH_PICK,
-    SWEEP_RANDOM,
-    WAIT_S,
-    config_for,
-)
-from designer.ui.gpu_panel_store import RunStore
-from designer.ui.gpu_panel_sweep import (
-    DENSITY_FACTORS,
-    SWEEP_LENGTHS,
-    SweepPoint,
-    density_points,
-    length_points,
-    random_points,
-)
-from designer.ui.gpu_panel_views import case_ui, download_ui, sweep_ui
-from gpu.bench import BenchConfig
+from gpu.bench.store import RunStore
 
 
 def hold_gpu(coordinator: GpuCoordinator, what: str, work: Callable[[Progress], Any]) -> Any:
@@ -62,7 +57,7 @@ def hold_gpu(coordinator: GpuCoordinator, what: str, work: Callable[[Progress], 
         waiting.info(f"Waiting for another run to finish: {status.describe()}", icon="⏳")
 
     try:
-        wait_s = st.session_state[WAIT_S]
+        wait_s = st.session_state[keys.GPU_WAIT_S]
         with coordinator.turn(what, on_wait=on_wait, wait_s=wait_s) as report:
             waiting.empty()
 
@@ -81,11 +76,16 @@ def run_tab_ui(
 ) -> None:
     """The run button and the last run's result."""
     session = st.session_state
-    clicked = st.button("Run benchmark", key=RUN_BUTTON, type="primary", disabled=config is None,
-                        icon=":material/play_arrow:")  # fmt: skip
+    clicked = st.button(
+        "Run benchmark",
+        key=keys.GPU_RUN_BUTTON,
+        type="primary",
+        disabled=config is None,
+        icon=":material/play_arrow:",
+    )
     if clicked and config is not None:
-        session[LAST_RUN] = _run_case(coordinator, config, current, runs)
-    last = session.get(LAST_RUN)
+        session[keys.GPU_LAST_RUN] = _run_case(coordinator, config, current, runs)
+    last = session.get(keys.GPU_LAST_RUN)
     if last is None:
         return
     if last["digest"] != design_digest(current):
@@ -100,19 +100,21 @@ def run_tab_ui(
 def _run_case(coordinator, config: BenchConfig, current: Design, runs: RunStore) -> dict:
     digest = design_digest(current)
     record: dict[str, Any] = {"digest": digest, "doc": None, "error": None}
-    margin = st.session_state[MARGIN]
+    margin = st.session_state[keys.GPU_MARGIN]
     try:
         measurement = hold_gpu(
-            coordinator, current.name,
-            lambda progress: measure(coordinator, config, current, margin=margin,
-                                     progress=progress),
-        )  # fmt: skip
+            coordinator,
+            current.name,
+            lambda progress: measure(
+                coordinator, config, current, margin=margin, progress=progress
+            ),
+        )
     except GpuBusy as error:
         record["error"] = str(error)
         return record
     record["error"] = measurement.error
     if measurement.result is not None:
-        record["doc"] = run_document([case_dict(measurement)], current, "run")
+        record["doc"] = run_document([case_dict(measurement)], current.name, digest, "run")
         record["error"] = _store(runs, digest, record["doc"], measurement.error)
     return record
 
@@ -131,27 +133,39 @@ def sweep_tab_ui(
 ) -> None:
     """What to sweep, the button, and the last sweep's charts."""
     session = st.session_state
-    kind = st.segmented_control("Sweep over", SWEEP_KINDS, key=SWEEP_KIND) or SWEEP_KINDS[0]
+    kind = (
+        st.segmented_control("Sweep over", SWEEP_KINDS, key=keys.GPU_SWEEP_KIND) or SWEEP_KINDS[0]
+    )
     if kind == SWEEP_KINDS[0]:
-        st.multiselect("Sequence lengths (tokens)", SWEEP_LENGTHS, key=SWEEP_LENGTH_PICK)
-        points, notes = length_points(current, tuple(session[SWEEP_LENGTH_PICK]) or (1024,))
+        st.multiselect("Sequence lengths (tokens)", SWEEP_LENGTHS, key=keys.GPU_SWEEP_LENGTH_PICK)
+        points, notes = length_points(
+            current, tuple(session[keys.GPU_SWEEP_LENGTH_PICK]) or (1024,)
+        )
     else:
-        st.multiselect("Density factors (the pattern's size parameters × factor)",
-                       DENSITY_FACTORS, key=SWEEP_FACTOR_PICK)  # fmt: skip
-        st.toggle("Also random layouts of the same density", key=SWEEP_RANDOM)
-        points, notes = density_points(current, tuple(session[SWEEP_FACTOR_PICK]))
-        if session[SWEEP_RANDOM]:
+        st.multiselect(
+            "Density factors (the pattern's size parameters × factor)",
+            DENSITY_FACTORS,
+            key=keys.GPU_SWEEP_FACTOR_PICK,
+        )
+        st.toggle("Also random layouts of the same density", key=keys.GPU_SWEEP_RANDOM)
+        points, notes = density_points(current, tuple(session[keys.GPU_SWEEP_FACTOR_PICK]))
+        if session[keys.GPU_SWEEP_RANDOM]:
             points = points + random_points(points)
-    st.toggle("Check errors at every point (one fp64 reference each)", key=SWEEP_CHECK)
+    st.toggle("Check errors at every point (one fp64 reference each)", key=keys.GPU_SWEEP_CHECK)
     for note in notes:
         st.caption(f"Not in the sweep: {note}")
     st.caption(f"{len(points)} cases. FlexAttention compiles once per sequence length.")
-    clicked = st.button("Run sweep", key=SWEEP_BUTTON, type="primary", disabled=config is None,
-                        icon=":material/play_arrow:")  # fmt: skip
+    clicked = st.button(
+        "Run sweep",
+        key=keys.GPU_SWEEP_BUTTON,
+        type="primary",
+        disabled=config is None,
+        icon=":material/play_arrow:",
+    )
     if clicked and config is not None:
-        config = replace(config, check_error=session[SWEEP_CHECK])
-        session[LAST_SWEEP] = _run_sweep(coordinator, config, current, points, notes, runs)
-    last = session.get(LAST_SWEEP)
+        config = replace(config, check_error=session[keys.GPU_SWEEP_CHECK])
+        session[keys.GPU_LAST_SWEEP] = _run_sweep(coordinator, config, current, points, notes, runs)
+    last = session.get(keys.GPU_LAST_SWEEP)
     if last is not None:
         if last["error"]:
             st.error(last["error"], icon="🛑")
@@ -162,7 +176,7 @@ def sweep_tab_ui(
 
 def _run_sweep(coordinator, config, current, points: list[SweepPoint], notes, runs) -> dict:
     digest = design_digest(current)
-    margin = st.session_state[MARGIN]
+    margin = st.session_state[keys.GPU_MARGIN]
 
     def work(progress: Progress) -> tuple[list[dict], list[str]]:
         cases, skipped = [], list(notes)
@@ -171,8 +185,14 @@ def _run_sweep(coordinator, config, current, points: list[SweepPoint], notes, ru
             def step(stage: str, fraction: float, i: int = i, label: str = point.label) -> None:
                 progress(f"{label} ({i + 1}/{len(points)}) {stage}", (i + fraction) / len(points))
 
-            measurement = measure(coordinator, config_for(config, point.design), point.design,
-                                  margin=margin, progress=step, with_details=False)  # fmt: skip
+            measurement = measure(
+                coordinator,
+                config_for(config, point.design),
+                point.design,
+                margin=margin,
+                progress=step,
+                with_details=False,
+            )
             if measurement.result is None:
                 skipped.append(f"{point.label}: {measurement.error}")
                 continue
@@ -189,7 +209,7 @@ def _run_sweep(coordinator, config, current, points: list[SweepPoint], notes, ru
     if not cases:
         record["error"] = "Nothing was measured:\n\n" + "\n\n".join(skipped)
         return record
-    doc = run_document(cases, current, "sweep")
+    doc = run_document(cases, current.name, digest, "sweep")
     doc["notes"] = skipped
     record["doc"] = doc
     record["error"] = _store(runs, digest, doc, None)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from designer.ui.units import bytes_text
+from designer.units import bytes_text
 from designer.validate import check_float, check_int
 from gpu.bench import BenchConfig
 from gpu.bench.flex import FLEX_BLOCK, MASK_GRANULARITY

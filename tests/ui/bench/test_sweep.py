@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from designer.design import Design
 from designer.layout import Layout
 from designer.recipe import Recipe, RecipeStep
-from designer.ui.gpu_panel_sweep import (
+from designer.ui.bench.sweep import (
     density_points,
     length_points,
     random_like,

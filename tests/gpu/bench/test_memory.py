@@ -7,13 +7,13 @@ import pytest
 import torch
 
 from designer.layout import Layout
-from designer.ui.gpu_panel_estimate import (
+from gpu.bench import BenchConfig, run_benchmark
+from gpu.bench.memory import (
     DEFAULT_MARGIN,
     MemoryEstimate,
     estimate_memory,
     refusal,
 )
-from gpu.bench import BenchConfig, run_benchmark
 
 MiB = 1 << 20
 

@@ -1,6 +1,6 @@
 """How the panel shows benchmark documents: one case, a sweep, the stored runs, an overlay.
 
-Every view takes a plain document (``gpu_panel_data``), so a fresh run, a run stored with the
+Every view takes a plain document (``gpu.bench.results``), so a fresh run, a run stored with the
 design and a committed ``benchmarks/results`` file look the same. ``prefix`` keeps the element
 keys of two documents on one page apart.
 """
@@ -12,18 +12,9 @@ from typing import Any
 import streamlit as st
 
 from designer.design import Design
+from designer.ui import keys
 from designer.ui.analysis import design_digest
-from designer.ui.gpu_panel_data import (
-    case_label,
-    document_bytes,
-    ideal_speedup,
-    measured,
-    problems,
-    short_label,
-    speedup_vs_dense,
-    table_rows,
-)
-from designer.ui.gpu_panel_figures import (
+from designer.ui.bench.figures import (
     cases_speedup_figure,
     error_map_figure,
     head_error_figure,
@@ -34,22 +25,41 @@ from designer.ui.gpu_panel_figures import (
     sweep_speedup_figure,
     tflops_figure,
 )
-from designer.ui.gpu_panel_store import RunStore, StoredDocument, committed_results
+from gpu.bench.results import (
+    case_label,
+    document_bytes,
+    ideal_speedup,
+    measured,
+    problems,
+    short_label,
+    speedup_vs_dense,
+    table_rows,
+)
+from gpu.bench.store import RunStore, StoredDocument, committed_results
 
-STORED_PICK = "gpu_stored_pick"
-OVERLAY_PICK = "gpu_overlay_pick"
-COMMITTED_PICK = "gpu_committed_pick"
 _NUMBER_FORMATS = {
-    "ms": "%.3f", "TFLOP/s": "%.1f", "x dense": "%.2f", "x cuDNN": "%.2f", "x Flex": "%.2f",
+    "ms": "%.3f", "TFLOP/s": "%.4g", "x dense": "%.2f", "x cuDNN": "%.2f", "x Flex": "%.2f",
     "max abs err": "%.2e", "rel err": "%.2e",
 }  # fmt: skip
 _CONFIG = {"displaylogo": False}
 
 
 def results_table(rows: list[dict[str, Any]], key: str) -> None:
-    """A table of benchmark rows with numbers formatted as the CLI prints them."""
+    """A table of benchmark rows with numbers formatted as the CLI prints them; columns that
+    no row has a value for (speedups without a baseline) are left out."""
+    rows = filled_columns(rows)
     columns = {name: st.column_config.NumberColumn(format=f) for name, f in _NUMBER_FORMATS.items()}
     st.dataframe(rows, hide_index=True, column_config=columns, key=key)
+
+
+def filled_columns(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` without the columns that are None in every row.
+
+    >>> filled_columns([{"a": 1, "b": None}, {"a": None, "b": None}])
+    [{'a': 1}, {'a': None}]
+    """
+    keep = [name for name in (rows[0] if rows else {}) if any(r[name] is not None for r in rows)]
+    return [{name: row[name] for name in keep} for row in rows]
 
 
 def case_ui(case: dict[str, Any], *, start_width: int, prefix: str) -> None:
@@ -90,7 +100,8 @@ def _errors_ui(case: dict[str, Any], prefix: str) -> None:
         "Error map of", mapped, key=_keep_choice(f"{prefix}_error_map_pick", mapped)
     )
     block_size = case["layout"]["block_size"]
-    st.plotly_chart(error_map_figure(details[name], block_size, name),
+    # theme=None: the figure's own colour scale, not Streamlit's theme colours
+    st.plotly_chart(error_map_figure(details[name], block_size, name), theme=None,
                     key=f"{prefix}_error_map", config=_CONFIG)  # fmt: skip
 
 
@@ -148,7 +159,7 @@ def stored_ui(run_store: RunStore, current: Design) -> None:
     if not runs:
         st.caption("No runs stored for this exact layout yet: every benchmark run is kept here.")
     else:
-        _pick_and_show(runs, STORED_PICK, current.effective_start_width, "stored")
+        _pick_and_show(runs, keys.GPU_STORED_PICK, current.effective_start_width, "stored")
         _overlay_ui(runs)
     st.subheader("Committed results", anchor=False)
     committed, unreadable = committed_results()
@@ -157,7 +168,7 @@ def stored_ui(run_store: RunStore, current: Design) -> None:
     if not committed:
         st.caption("No results are committed under benchmarks/results yet.")
         return
-    _pick_and_show(committed, COMMITTED_PICK, current.effective_start_width, "committed")
+    _pick_and_show(committed, keys.GPU_COMMITTED_PICK, current.effective_start_width, "committed")
 
 
 def _keep_choice(key: str, options: list[str]) -> str:
@@ -182,7 +193,7 @@ def _overlay_ui(runs: list[StoredDocument]) -> None:
         return
     chosen = st.multiselect(
         "Overlay two runs", list(single), format_func=lambda n: single[n].label,
-        max_selections=2, key=OVERLAY_PICK,
+        max_selections=2, key=keys.GPU_OVERLAY_PICK,
     )  # fmt: skip
     if len(chosen) == 2:
         first, second = (single[name] for name in chosen)

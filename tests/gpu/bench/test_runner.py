@@ -16,18 +16,17 @@ import torch
 
 from designer.design import Design
 from designer.layout import Layout
-from designer.ui import gpu_panel_runner as runner
 from designer.ui.analysis import design_digest
-from designer.ui.gpu_panel_data import read_document
-from designer.ui.gpu_panel_runner import (
+from gpu.bench import BenchConfig, BenchSession, runner
+from gpu.bench.results import read_document
+from gpu.bench.runner import (
     GpuBusy,
     GpuCoordinator,
     case_dict,
     measure,
     run_document,
 )
-from gpu.bench import BenchConfig, BenchSession
-from tests.ui.test_gpu_panel_data import fake_harness
+from tests.gpu.bench.test_results import fake_harness
 
 GiB = 1 << 30
 CONFIG = BenchConfig(heads=2, seq_q=64, head_dim=16, warmup=1, reps=3, device="cpu",
@@ -98,7 +97,7 @@ def test_measure_runs_the_harness_and_the_per_head_errors(cpu_gpu):
     assert result.details["fused"]["error"].startswith("GpuUnavailableError")  # no CUDA here
     assert len(result.details["reference"]["head_max_abs"]) == 2
     assert stages[-1] == "per-head errors" and cpu_gpu.released == [True]
-    doc = run_document([case_dict(result)], DESIGN, "run")
+    doc = run_document([case_dict(result)], DESIGN.name, design_digest(DESIGN), "run")
     assert read_document(json.dumps(doc), "doc") == doc
     assert doc["kind"] == "run" and doc["design"]["digest"] == design_digest(DESIGN)
     assert doc["cases"][0]["details"]["reference"]["head_max_abs"]

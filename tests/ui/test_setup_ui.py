@@ -1,0 +1,121 @@
+"""The sidebar's setup widgets, driven headless with ``AppTest``."""
+
+from __future__ import annotations
+
+import pytest
+from streamlit.runtime.media_file_manager import MediaFileManager
+
+from designer.ui import keys
+from tests.ui.test_app import assert_clean, current, data_dir, open_app  # noqa: F401
+
+
+@pytest.mark.parametrize(("block", "width"), [(16, 8), (128, 1), (64, 2)])
+def test_auto_start_width_box_follows_the_block_size(data_dir, block, width):  # noqa: F811
+    at = open_app()
+    at.selectbox(key=keys.BLOCK_SIZE).set_value(block).run()
+    assert_clean(at)
+    assert current(at).effective_start_width == width
+    assert at.number_input(key=keys.START_WIDTH).value == width
+
+
+def test_a_negative_start_width_is_refused_with_a_message(data_dir):  # noqa: F811
+    at = open_app()
+    at.toggle(key=keys.AUTO_START_WIDTH).set_value(False).run()
+    before = current(at)
+    at.number_input(key=keys.START_WIDTH).set_value(-1).run()
+    assert_clean(at)
+    assert [e.value for e in at.error] == ["segmentation start width must be in [0, 65536], got -1"]
+    assert current(at).start_width == before.start_width
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        (keys.N_HEADS, 0, "heads must be in [1, "),
+        (keys.SEQ_LEN_Q, 0, "query tokens must be in [64, "),
+        (keys.SEQ_LEN_K, -64, "key tokens must be in [64, "),
+    ],
+)
+def test_out_of_range_numbers_say_what_is_allowed(data_dir, key, value, message):  # noqa: F811
+    at = open_app()
+    before = current(at).layout
+    at.number_input(key=key).set_value(value).run()
+    assert_clean(at)
+    assert len(at.error) == 1 and at.error[0].value.startswith(message), at.error
+    assert f"got {value}" in at.error[0].value
+    assert current(at).layout.shape == before.shape
+
+
+def test_start_width_zero_still_draws_the_active_blocks(data_dir):  # noqa: F811
+    at = open_app()
+    at.toggle(key=keys.AUTO_START_WIDTH).set_value(False).run()
+    at.number_input(key=keys.START_WIDTH).set_value(0).run()
+    assert_clean(at)
+    assert current(at).start_width == 0
+    legend = " ".join(html.proto.body for html in at.get("html"))
+    assert f"active, in no tile: {current(at).layout.nnz:,} blocks" in legend
+
+
+def test_vary_per_head_starts_from_the_current_value(data_dir):  # noqa: F811
+    at = open_app()
+    at.selectbox(key=keys.step_key(0, "pattern")).set_value("sliding_window").run()
+    before = current(at).layout
+    at.toggle(key=keys.per_head_key(0, "window_blocks")).set_value(True).run()
+    assert_clean(at)
+    assert not at.error
+    n_heads = before.n_heads
+    assert at.text_input(key=keys.values_key(0, "window_blocks")).value == ", ".join(
+        ["4"] * n_heads
+    )
+    assert current(at).layout == before
+    assert current(at).recipe.steps[0].params["window_blocks"] == (4,) * n_heads
+
+
+def test_recipe_messages_name_steps_as_the_app_does(data_dir):  # noqa: F811
+    at = open_app()
+    at.button(key="add_step").click().run()
+    at.selectbox(key=keys.step_key(1, "pattern")).set_value("sliding_window").run()
+    at.multiselect(key=keys.step_key(1, "heads")).select(1).select(2).run()
+    at.toggle(key=keys.per_head_key(1, "window_blocks")).set_value(True).run()
+    at.text_input(key=keys.values_key(1, "window_blocks")).input("3").run()
+    assert_clean(at)
+    (error,) = at.error
+    assert error.value.startswith("Step 2 (sliding_window): window_blocks must be one value or")
+    assert "steps[" not in error.value
+
+
+@pytest.mark.parametrize("pattern", ["packed_documents", "neighborhood_2d"])
+def test_picked_patterns_cover_every_query_row(data_dir, pattern):  # noqa: F811
+    at = open_app()
+    at.selectbox(key=keys.step_key(0, "pattern")).set_value(pattern).run()
+    assert_clean(at)
+    assert current(at).recipe.steps[0].pattern == pattern
+    assert current(at).layout.blocks.any(dim=2).all()  # no query row attends to nothing
+    assert "no active key block" not in " ".join(m.value for m in at.markdown)
+
+
+def test_head_pictures_are_served_as_the_pngs_drawn(data_dir, monkeypatch):  # noqa: F811
+    served = []
+    original = MediaFileManager.add
+
+    def record(self, data, mimetype, *args, **kwargs):
+        served.append((mimetype, data))
+        return original(self, data, mimetype, *args, **kwargs)
+
+    monkeypatch.setattr(MediaFileManager, "add", record)
+    at = open_app()
+    n_heads = current(at).layout.n_heads
+    pictures = [data for mimetype, data in served if mimetype.startswith("image/")]
+    assert len(pictures) == n_heads
+    assert all(data.startswith(b"\x89PNG") for data in pictures)  # not re-encoded as JPEG
+
+
+def test_out_of_range_pattern_parameters_say_what_is_allowed(data_dir):  # noqa: F811
+    at = open_app()
+    at.selectbox(key=keys.step_key(0, "pattern")).set_value("sliding_window").run()
+    before = current(at).layout
+    at.number_input(key=keys.step_key(0, "window_blocks")).set_value(0).run()
+    assert_clean(at)
+    (error,) = at.error
+    assert "window_blocks must be in [1, " in error.value and error.value.endswith("got 0")
+    assert current(at).layout == before
