@@ -28,7 +28,9 @@ MAX_EXAMPLES = 5
 DEFECT_CACHE_CELLS = 1 << 22
 
 _DEFECTS = LruCache(
-    DEFECT_CACHE_CELLS, size=lambda d: 1 + len(d.phantom_cells) + len(d.duplicate_cells)
+    DEFECT_CACHE_CELLS,
+    size=lambda d: 1 + len(d.phantom_cells) + len(d.duplicate_cells),
+    ttl_seconds=15 * 60,
 )
 
 

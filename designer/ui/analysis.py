@@ -27,8 +27,11 @@ from designer.ui.pictures import tile_maps
 
 #: Head dimension the FLOP counts assume (they scale linearly with it).
 HEAD_DIM = 128
-#: Memory the per-head segmentations may keep (a 4096 × 4096-block head takes 48 MiB).
-HEAD_CACHE_BYTES = 768 << 20
+#: Memory the per-head segmentations of every session together may keep (a 4096 × 4096-block
+#: head takes 48 MiB: two designs at the size cap).
+HEAD_CACHE_BYTES = 384 << 20
+#: Seconds a cached result may go unasked before its memory is given back.
+CACHE_SECONDS = 15 * 60
 #: Whole-design lint lists kept (they are small).
 LINT_CACHE_ENTRIES = 16
 #: Whole analyses kept (they share their heads with the head cache).
@@ -80,9 +83,9 @@ class Analysis:
         return tuple(head.odd for head in self.heads)
 
 
-_HEADS = LruCache(HEAD_CACHE_BYTES, size=lambda head: head.nbytes)
-_LINTS = LruCache(LINT_CACHE_ENTRIES)
-_ANALYSES = LruCache(ANALYSIS_CACHE_ENTRIES)
+_HEADS = LruCache(HEAD_CACHE_BYTES, size=lambda head: head.nbytes, ttl_seconds=CACHE_SECONDS)
+_LINTS = LruCache(LINT_CACHE_ENTRIES, ttl_seconds=CACHE_SECONDS)
+_ANALYSES = LruCache(ANALYSIS_CACHE_ENTRIES, ttl_seconds=CACHE_SECONDS)
 
 
 def head_tiles(blocks: np.ndarray, start_width: int) -> HeadTiles:

@@ -55,3 +55,37 @@ def test_head_keys_are_computed_once_per_layout(rng):
     assert keys == tuple(head_key(head) for head in layout.to_numpy())
     copy = Layout(layout.blocks.clone(), layout.block_size)
     assert head_keys(copy) == keys and head_keys(copy) is not keys
+
+
+def test_lru_cache_drops_what_nobody_asked_for_within_its_ttl(monkeypatch):
+    clock = [0.0]
+    monkeypatch.setattr("designer.cache.time.monotonic", lambda: clock[0])
+    cache = LruCache(100, size=lambda value: value, ttl_seconds=60)
+    for key in "abc":
+        cache.get(key, lambda: 30)
+    assert cache.keys() == ["a", "b", "c"] and cache.used() == 90
+    assert cache.get("huge", lambda: 500) == 500
+    assert cache.keys() == ["a", "b", "c"], "a value larger than the whole budget is not kept"
+    clock[0] = 61.0
+    made = []
+    assert cache.get("a", lambda: made.append(1) or 30) == 30
+    assert made == [1] and cache.keys() == ["a"] and cache.used() == 30
+
+
+def test_lru_cache_is_shared_between_threads_safely():
+    import threading
+
+    cache = LruCache(8)
+    results = []
+
+    def worker():
+        for i in range(200):
+            results.append((i % 16, cache.get(i % 16, lambda i=i: i % 16)))
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 800 and all(key == value for key, value in results)
+    assert len(cache.keys()) <= 8 and cache.used() == len(cache.keys())
