@@ -10,21 +10,19 @@ in the canvas itself; the action and the heads an edit applies to are widgets be
 from __future__ import annotations
 
 import functools
-import hashlib
 
 import numpy as np
 import streamlit as st
 
 from designer.design import Design
 from designer.edit import ACTIONS, Band, CopyHead, EditOp
-from designer.segment import sdd_segment
 from designer.ui import changes, keys, state
+from designer.ui.analysis import HeadTiles, head_tiles
 from designer.ui.canvas import edit_value, paint_canvas
 from designer.ui.canvas.payload import Paint, head_payload, newest_seq, read_strokes
 from designer.ui.common import change_design, current_analysis, show_message
 from designer.ui.figures import legend_html
 from designer.ui.overview_ui import legend_entries
-from designer.ui.pictures import tile_maps
 from designer.ui.storage import DesignStore
 
 SCOPES = ("this head", "chosen heads", "all heads")
@@ -149,16 +147,13 @@ def _on_copy(store: DesignStore) -> None:
 
 
 def _head_data(current: Design, head: int) -> dict:
-    """The canvas payload of one head, segmented on its own and cached by its blocks."""
+    """The canvas payload of one head, from its segmentation cached by content."""
     blocks = current.layout.blocks[head].numpy()
-    digest = hashlib.blake2b(blocks.tobytes(), digest_size=16).hexdigest()
-    return _head_payload(digest, blocks.shape, current.effective_start_width, _blocks=blocks)
+    tiles = head_tiles(blocks, current.effective_start_width)
+    return _head_payload(tiles.key, current.effective_start_width, blocks, tiles)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def _head_payload(
-    digest: str, shape: tuple[int, int], start_width: int, *, _blocks: np.ndarray
-) -> dict:
-    segments = sdd_segment(_blocks[None], start_width)
-    widths, odd = tile_maps((1, *shape), segments)
-    return head_payload(_blocks, widths[0], odd[0])
+def _head_payload(key: str, start_width: int, _blocks: np.ndarray, _tiles: HeadTiles) -> dict:
+    """Cached by the head's content key and start width (the arguments not hashed follow)."""
+    return head_payload(_blocks, _tiles.widths, _tiles.odd)

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from designer.edit import ACTIONS, MAX_EDIT_CELLS, Cells, Rect, Region, region_from_dict
-from designer.ui.pictures import ALTERNATE_SHADE, EMPTY_RGB, max_pool, width_colour
+from designer.ui.pictures import ALTERNATE_SHADE, EMPTY_RGB, UNTILED, max_pool, width_colour
 from designer.validate import check_choice, check_int, check_keys
 
 #: Most bytes of run-length tile codes sent for one head before they are downsampled.
@@ -47,9 +47,10 @@ MAX_SEQ = (1 << 53) - 1
 # --------------------------------------------------------------------------- Python → canvas
 def head_payload(blocks: np.ndarray, widths: np.ndarray, odd: np.ndarray) -> dict[str, Any]:
     """The canvas's data for one head: ``blocks`` ``[M, N]`` bool, its tiles' ``widths``
-    (uint, 0 where no tile) and ``odd`` flags. Colours are the pictures' palette."""
+    (uint, 0 where inactive, ``UNTILED`` where active but in no tile) and ``odd`` flags. Colours
+    are the pictures' palette; blocks in no tile are drawn like active blocks."""
     n_rows, n_cols = blocks.shape
-    table = np.unique(widths[widths > 0])
+    table = np.unique(widths[(widths > 0) & (widths != UNTILED)])  # active in no tile: code 0
     if len(table) >= ODD_FLAG:
         raise ValueError(f"a head may have at most {ODD_FLAG - 1} tile widths, got {len(table)}")
     code_of_width = np.zeros(int(widths.max(initial=0)) + 1, dtype=np.uint8)

@@ -31,9 +31,20 @@ from gpu.bench.store import RunStore, committed_results
 from gpu.reference import dense_masked_attention
 
 #: Milliseconds each fake contender takes.
-TIMES = {"fused": 1.0, "sdd": 2.0, "sdd_w1": 3.0, "sdd_qk": 1.0, "sdd_qk_w1": 1.5, "flex": 1.5,
-         "flex_tuned": 1.2, "sdpa": 5.0, "sdpa_cudnn": 4.0, "sdpa_flash": 4.5,
-         "reference": 9.0}  # fmt: skip
+TIMES = {
+    "fused": 1.0,
+    "fused_api": 1.0,
+    "sdd": 2.0,
+    "sdd_w1": 3.0,
+    "sdd_qk": 1.0,
+    "sdd_qk_w1": 1.5,
+    "flex": 1.5,
+    "flex_tuned": 1.2,
+    "sdpa": 5.0,
+    "sdpa_cudnn": 4.0,
+    "sdpa_flash": 4.5,
+    "reference": 9.0,
+}
 SMALL = dict(heads=2, seq_q=64, head_dim=16, warmup=1, reps=3, device="cpu", flush_l2=False)
 
 

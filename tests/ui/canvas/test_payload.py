@@ -21,22 +21,22 @@ from designer.ui.canvas.payload import (
     read_head,
     read_strokes,
 )
-from designer.ui.pictures import max_pool, tile_maps, width_colour
+from designer.ui.pictures import UNTILED, max_pool, tile_maps, width_colour
 from designer.ui.storage import load_default_design
 
 KB, MB = 1000, 1000 * 1000
 
 
 def tiles(blocks, start_width):
-    widths, odd = tile_maps((1, *blocks.shape), sdd_segment(blocks[None], start_width))
+    widths, odd = tile_maps(blocks[None], sdd_segment(blocks[None], start_width))
     return widths[0], odd[0]
 
 
 def expected_codes(widths, odd):
-    table = sorted(set(widths[widths > 0].tolist()))
-    codes = np.array([0, *range(1, len(table) + 1)], dtype=np.uint8)[
-        np.searchsorted([0, *table], widths)
-    ]
+    table = sorted(set(widths[(widths > 0) & (widths != UNTILED)].tolist()))
+    codes = np.zeros(widths.shape, dtype=np.uint8)  # inactive, or active in no tile
+    for code, width in enumerate(table, 1):
+        codes[widths == width] = code
     return codes | (odd.astype(np.uint8) * ODD_FLAG), table
 
 
