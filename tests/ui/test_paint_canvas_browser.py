@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from designer.formats import load_design
 from designer.ui.storage import DesignStore, load_default_design
 from tests.ui.browser_app import (
     CANVAS,
@@ -248,14 +248,13 @@ def test_zoom_then_paint_the_right_cell(browser, server):
 
 
 def test_painting_at_4_heads_of_4096_blocks(browser, server):
-    default = load_default_design()
-    recipe = replace(default.recipe, n_heads=4, n_q_blocks=4096, n_k_blocks=4096, block_size=16)
-    paint = Paint(browser, server, default.with_layout(recipe.build(), recipe=recipe))
+    design = load_design(Path(__file__).parents[2] / "assets/examples/size_cap_window_globals.json")
+    paint = Paint(browser, server, design)
     page = paint.page
     canvas = page.locator(CANVAS)
     assert (canvas.get_attribute("data-rows"), canvas.get_attribute("data-cols")) == ("4096",) * 2
     zoom_at(page, 3000, 1000, 14)
-    before = recipe.build().blocks[0].numpy()
+    before = design.layout.blocks[0].numpy()
     cell = (3001, 1002)
     assert not before[cell]
     page.mouse.click(*zoomed_point(page, *cell))

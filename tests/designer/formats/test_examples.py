@@ -26,3 +26,12 @@ def test_bare_deepspeed_layout_loads_with_its_block_size():
     assert (
         torch.load(EXAMPLES / "deepspeed_fixed_layout.pt", weights_only=True).dtype == torch.int64
     )
+
+
+def test_size_cap_example_is_the_largest_design_and_builds_within_budget():
+    """The benchmarks' and browser tests' design at the size cap (4 × 4096² blocks of 16)."""
+    design = load_design(EXAMPLES / "size_cap_window_globals.json")
+    assert design.layout.shape == (4, 4096, 4096) and design.layout.block_size == 16
+    blocks = design.layout.blocks
+    assert blocks[1:].equal(blocks[1:2].expand(3, -1, -1))  # random blocks in head 0 only
+    assert (blocks[0] & ~blocks[1]).any()
