@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from designer.formats import load_design
+from designer.formats import load_design, save_design
 from tests.ui.browser_app import (
     CHROMIUM,
     CHROMIUM_ARGS,
@@ -149,3 +149,34 @@ def screenshot(page, path: Path) -> None:
     page.wait_for_timeout(500)  # let charts and images settle after the rerun
     page.screenshot(path=str(path), full_page=True)
     assert path.stat().st_size > 10_000
+
+
+def test_the_largest_design_round_trips_through_pt(server, page, tmp_path):
+    """4 × 4096² blocks: uploaded, downloaded as a compact .pt, and that file uploaded back."""
+    url, log_path = server
+    largest = load_design(ROOT / "assets" / "examples" / "size_cap_window_globals.json")
+    source = tmp_path / "size_cap.pt"
+    save_design(largest, source)
+    page.goto(url)
+    page.locator('[data-testid="stMetricValue"]').first.wait_for(timeout=STARTUP_S * 1000)
+    wait_until_idle(page)
+    blocks_default = metric(page, "Active blocks")
+    blocks_largest = f"{largest.layout.nnz:,}"
+
+    open_tab(page, "Files")
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(source)
+    assert wait_for_metric_change(page, "Active blocks", blocks_default) == blocks_largest
+    wait_until_idle(page)
+    with page.expect_download() as download:
+        page.get_by_role("button", name="Design (.pt)").click()
+    saved = tmp_path / download.value.suggested_filename
+    download.value.save_as(saved)
+    assert saved.stat().st_size <= 8 * 2**20 + 64 * 2**10  # bit-packed: 8 MiB and a little
+    assert load_design(saved).layout == largest.layout
+
+    page.get_by_role("button", name="Undo").click()
+    assert wait_for_metric_change(page, "Active blocks", blocks_largest) == blocks_default
+    page.locator('[data-testid="stFileUploaderDropzoneInput"]').set_input_files(saved)
+    assert wait_for_metric_change(page, "Active blocks", blocks_default) == blocks_largest
+    wait_until_idle(page)
+    assert_no_errors(page, log_path)
