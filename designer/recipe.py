@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from designer.cache import LruCache
 from designer.edit import (
     CopyHead,
     Edit,
@@ -166,6 +167,28 @@ def _edited_shape(index: int, op: Any, shape: Shape) -> Shape:
         return op.output_shape(shape)
 
 
+#: Generated step patterns kept for the next build (cells; a cell is one byte), and how long:
+#: changing one step of a large design (a seed, say) then regenerates that step alone.
+STEP_CACHE_CELLS = 256 << 20
+STEP_CACHE_SECONDS = 15 * 60
+_STEPS = LruCache(STEP_CACHE_CELLS, size=lambda blocks: blocks.numel(),
+                  ttl_seconds=STEP_CACHE_SECONDS)  # fmt: skip
+
+
+def _step_blocks(
+    step: RecipeStep, n_heads: int, n_q: int, n_k: int, block_size: int
+) -> torch.Tensor:
+    """The ``[n_heads, n_q, n_k]`` bool pattern of one step, generated once per its arguments
+    (read-only: builds combine it into their own grid)."""
+    key = (step.pattern, step.params, n_heads, n_q, n_k, block_size)
+    return _STEPS.get(
+        key,
+        lambda: (
+            make_pattern(step.pattern, n_heads, n_q, n_k, block_size, step.params.to_plain()).blocks
+        ),
+    )
+
+
 def _combine(current: torch.Tensor, made: torch.Tensor, how: str) -> torch.Tensor:
     if how == "union":
         return current | made
@@ -226,14 +249,10 @@ class Recipe:
         for i, step in enumerate(self.steps):
             heads = slice(None) if step.heads is None else list(step.heads)
             with error_context(f"steps[{i}] ({step.pattern})"):
-                made = make_pattern(
-                    step.pattern,
-                    self.n_heads if step.heads is None else len(step.heads),
-                    self.n_q_blocks,
-                    self.n_k_blocks,
-                    self.block_size,
-                    step.params.to_plain(),
-                ).blocks
+                made = _step_blocks(
+                    step, self.n_heads if step.heads is None else len(step.heads),
+                    self.n_q_blocks, self.n_k_blocks, self.block_size,
+                )  # fmt: skip
             blocks[heads] = _combine(blocks[heads], made, step.combine)
         for op in self.edits:
             blocks = replay_edit(blocks, op)

@@ -335,3 +335,27 @@ def test_missing_keys_are_named():
         recipe_from_dict({k: v for k, v in GOOD.items() if k not in ("steps", "edits")})
     with pytest.raises(TypeError, match="recipe must be a dict, got str"):
         recipe_from_dict("causal")
+
+
+def test_a_changed_step_alone_is_generated_again(monkeypatch):
+    import designer.recipe as recipe_module
+
+    made = []
+    real = recipe_module.make_pattern
+
+    def counting(pattern, *args):
+        made.append(pattern)
+        return real(pattern, *args)
+
+    monkeypatch.setattr(recipe_module, "make_pattern", counting)
+    monkeypatch.setattr(recipe_module, "_STEPS", recipe_module.LruCache(1 << 20))
+    window = RecipeStep("sliding_window", {"window_blocks": 3})
+    random = RecipeStep("random_probability", {"probability": 0.2, "seed": 1}, combine="union")
+    first = Recipe(2, 40, 40, 16, steps=(window, random)).build()
+    reseeded = RecipeStep("random_probability", {"probability": 0.2, "seed": 2}, combine="union")
+    second = Recipe(2, 40, 40, 16, steps=(window, reseeded)).build()
+    assert made == ["sliding_window", "random_probability", "random_probability"]
+    fresh = real("sliding_window", 2, 40, 40, 16, {"window_blocks": 3}).blocks
+    random_2 = {"probability": 0.2, "seed": 2}
+    fresh = fresh | real("random_probability", 2, 40, 40, 16, random_2).blocks
+    assert second.blocks.equal(fresh) and not second.blocks.equal(first.blocks)
