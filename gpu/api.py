@@ -88,8 +88,9 @@ def block_sparse_attention(
     compiling = torch.compiler.is_compiling()
     if impl != "reference" and not compiling and (reason := unavailable_reason()) is not None:
         raise GpuUnavailableError(f'impl="{impl}" needs a CUDA GPU: {reason}')
-    from_cupy = not isinstance(q, torch.Tensor) and _is_cupy(q)
+    from_cupy = False
     if not isinstance(q, torch.Tensor):
+        from_cupy = _is_cupy(q)
         q, k, v = (_as_torch(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
         out = None if out is None else _as_torch("out", out)
     check_attention_operands(
@@ -281,12 +282,12 @@ def _run_sdd(the_plan, q, k, v, scale, out, return_lse, start_width):
 
 def _run_reference(the_plan, q, k, v, scale, out, return_lse):
     compute = torch.float64 if q.dtype == torch.float64 else torch.float32
-    result, lse = dense_masked_attention(
+    result = dense_masked_attention(
         q, k, v, the_plan.blocks, the_plan.block_size, causal=the_plan.causal,
         causal_alignment=the_plan.causal_alignment, scale=scale, compute_dtype=compute,
-        return_lse=True,
+        return_lse=return_lse,
     )  # fmt: skip
-    lse = lse.float() if return_lse else None
+    result, lse = (result[0], result[1].float()) if return_lse else (result, None)
     if out is None:
         return result.to(q.dtype), lse
     out.copy_(result)

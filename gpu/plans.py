@@ -105,41 +105,43 @@ class BlockSparsePlan:
     def fused(self, dtype: torch.dtype, head_dim: int, k_row_stride: int, v_row_stride: int) -> Any:
         """The ``gpu.fused.FusedPlan`` for this dtype, head dim and K/V row strides (elements;
         compiled into the kernel), compiled on first use."""
-        key = (dtype, head_dim, k_row_stride, v_row_stride)
-        found = self._fused.get(key)
-        if found is not None:
-            return found
         from gpu.fused import choose_config, is_hopper, plan_fused_with
 
-        with self._lock:
-            if key not in self._fused:
-                config = choose_config(
-                    head_dim=head_dim, dtype=dtype, wgmma=is_hopper(self.device),
-                    k_row_stride=k_row_stride, v_row_stride=v_row_stride,
-                )  # fmt: skip
-                self._fused[key] = plan_fused_with(
-                    self._blocks, self.block_size, config, causal=self.causal,
-                    device=self.device, causal_offset=self.causal_offset, seq_q=self.seq_q,
-                    seq_k=self.seq_k, lut=self._lut(config.block_m, config.block_n),
-                )  # fmt: skip
-            return self._fused[key]
+        def make() -> Any:
+            config = choose_config(
+                head_dim=head_dim, dtype=dtype, wgmma=is_hopper(self.device),
+                k_row_stride=k_row_stride, v_row_stride=v_row_stride,
+            )  # fmt: skip
+            return plan_fused_with(
+                self._blocks, self.block_size, config, causal=self.causal, device=self.device,
+                causal_offset=self.causal_offset, seq_q=self.seq_q, seq_k=self.seq_k,
+                lut=self._lut(config.block_m, config.block_n),
+            )  # fmt: skip
+
+        return self._once(self._fused, (dtype, head_dim, k_row_stride, v_row_stride), make)
 
     def sdd(self, dtype: torch.dtype, head_dim: int, start_width: int | None, n_heads: int) -> Any:
         """The ``gpu.sdd.SddPlan`` for these settings (segmented and compiled on first use)."""
-        key = (dtype, head_dim, start_width, n_heads)
-        found = self._sdd.get(key)
-        if found is not None:
-            return found
         from gpu.sdd import plan_sdd
 
-        with self._lock:
-            if key not in self._sdd:
-                self._sdd[key] = plan_sdd(
-                    self._blocks.expand(n_heads, -1, -1).contiguous(), self.block_size,
-                    causal=self.causal, head_dim=head_dim, dtype=dtype, device=self.device,
-                    start_width=start_width,
-                )  # fmt: skip
-            return self._sdd[key]
+        def make() -> Any:
+            return plan_sdd(
+                self._blocks.expand(n_heads, -1, -1).contiguous(), self.block_size,
+                causal=self.causal, head_dim=head_dim, dtype=dtype, device=self.device,
+                start_width=start_width,
+            )  # fmt: skip
+
+        return self._once(self._sdd, (dtype, head_dim, start_width, n_heads), make)
+
+    def _once(self, cache: dict, key: tuple, make: Any) -> Any:
+        """``cache[key]``, made under the plan's lock the first time (a lookup takes no lock)."""
+        found = cache.get(key)
+        if found is None:
+            with self._lock:
+                found = cache.get(key)
+                if found is None:
+                    found = cache[key] = make()
+        return found
 
     def _lut(self, block_m: int, block_n: int) -> Any:
         from gpu.fused import upload_lut

@@ -57,7 +57,11 @@ def dense_masked_attention(
     offset = seq_k - seq_q if causal_alignment == "bottom_right" else 0
     if out is None:
         out = torch.empty(q.shape, dtype=compute_dtype, device=q.device)
-    lse = torch.empty((batch, n_heads, seq_q), dtype=compute_dtype, device=q.device)
+    lse = (
+        torch.empty((batch, n_heads, seq_q), dtype=compute_dtype, device=q.device)
+        if return_lse
+        else None
+    )
     bytes_per_row = batch * seq_k * torch.finfo(compute_dtype).bits // 8
     rows_per_chunk = max(1, chunk_bytes // max(1, bytes_per_row * block_size)) * block_size
     blocks = blocks.to(q.device)
