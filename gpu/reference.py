@@ -93,11 +93,80 @@ def _token_mask(head_blocks: torch.Tensor, block_size: int, row0: int, row1: int
     return rows.repeat_interleave(block_size, 1)
 
 
-def _masked_softmax_times(scores: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    """``softmax(scores) @ values`` per row, masked scores at ``-inf``; empty rows give zeros."""
+def _masked_softmax(scores: torch.Tensor) -> torch.Tensor:
+    """Row softmax with masked scores at ``-inf``; a row with no kept score gives zeros."""
     row_max = scores.amax(dim=-1, keepdim=True)
     row_max = torch.where(torch.isinf(row_max), torch.zeros_like(row_max), row_max)
     weights = torch.exp(scores - row_max)  # exp(-inf) = 0 for masked keys
     total = weights.sum(dim=-1, keepdim=True)
-    weights = weights / torch.where(total > 0, total, torch.ones_like(total))
-    return torch.matmul(weights, values)
+    return weights / torch.where(total > 0, total, torch.ones_like(total))
+
+
+def _masked_softmax_times(scores: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``softmax(scores) @ values`` per row, masked scores at ``-inf``; empty rows give zeros."""
+    return torch.matmul(_masked_softmax(scores), values)
+
+
+def dense_masked_attention_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    grad_out: torch.Tensor,
+    blocks: torch.Tensor,
+    block_size: int,
+    *,
+    causal: bool = False,
+    causal_alignment: str = "top_left",
+    scale: float | None = None,
+    compute_dtype: torch.dtype = torch.float64,
+    grad_lse: torch.Tensor | None = None,
+    chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv)`` of ``dense_masked_attention`` for the output gradient ``grad_out``.
+
+    The textbook formulas, chunk by chunk of query rows with the same masks as the forward:
+    ``P = softmax(scale·QKᵀ | mask)``, ``O = PV``, ``Δ = rowsum(dO ∘ O) - dLSE``,
+    ``dV = Pᵀ dO``, ``dS = P ∘ (dO Vᵀ - Δ)``, ``dQ = scale·dS K``, ``dK = scale·dSᵀ Q``; the
+    kv gradients of a GQA group are summed over its query heads. ``grad_lse`` is the gradient
+    of the logsumexp output, if it was used. Nothing is kept between chunks, so memory stays
+    bounded as in the forward. Results come in ``compute_dtype``.
+
+    >>> q = k = v = g = torch.randn(1, 1, 4, 8, dtype=torch.float64)
+    >>> [t.shape[2] for t in dense_masked_attention_backward(
+    ...     q, k, v, g, torch.ones(1, 2, 2, dtype=torch.bool), 2)]
+    [4, 4, 4]
+    """
+    batch, n_heads, seq_q, head_dim = q.shape
+    seq_k = k.shape[2]
+    group = n_heads // k.shape[1]
+    scale = head_dim**-0.5 if scale is None else scale
+    offset = seq_k - seq_q if causal_alignment == "bottom_right" else 0
+    dq = torch.zeros(q.shape, dtype=compute_dtype, device=q.device)
+    dk = torch.zeros(k.shape, dtype=compute_dtype, device=q.device)
+    dv = torch.zeros(v.shape, dtype=compute_dtype, device=q.device)
+    bytes_per_row = batch * seq_k * torch.finfo(compute_dtype).bits // 8
+    rows_per_chunk = max(1, chunk_bytes // max(1, bytes_per_row * block_size)) * block_size
+    blocks = blocks.to(q.device)
+    key_idx = torch.arange(seq_k, device=q.device)
+    for h in range(n_heads):
+        head_blocks = blocks[h if blocks.shape[0] > 1 else 0]
+        k_h = k[:, h // group].to(compute_dtype)
+        v_h = v[:, h // group].to(compute_dtype)
+        for row0 in range(0, seq_q, rows_per_chunk):
+            row1 = min(seq_q, row0 + rows_per_chunk)
+            mask = _token_mask(head_blocks, block_size, row0, row1)[:, :seq_k]
+            if causal:
+                query_idx = torch.arange(row0, row1, device=q.device)
+                mask &= key_idx[None, :] <= query_idx[:, None] + offset
+            q_chunk = q[:, h, row0:row1].to(compute_dtype)
+            g_chunk = grad_out[:, h, row0:row1].to(compute_dtype)
+            scores = torch.matmul(q_chunk, k_h.transpose(-1, -2)) * scale
+            probs = _masked_softmax(scores.masked_fill(~mask, float("-inf")))
+            delta = (g_chunk * torch.matmul(probs, v_h)).sum(-1, keepdim=True)
+            if grad_lse is not None:
+                delta = delta - grad_lse[:, h, row0:row1, None].to(compute_dtype)
+            grad_scores = probs * (torch.matmul(g_chunk, v_h.transpose(-1, -2)) - delta)
+            dq[:, h, row0:row1] = scale * torch.matmul(grad_scores, k_h)
+            dk[:, h // group] += scale * torch.matmul(grad_scores.transpose(-1, -2), q_chunk)
+            dv[:, h // group] += torch.matmul(probs.transpose(-1, -2), g_chunk)
+    return dq, dk, dv
