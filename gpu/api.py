@@ -27,9 +27,8 @@ import torch
 from designer.layout import Layout
 from designer.validate import check_bool, check_choice, check_float, check_int
 from gpu.operands import check_attention_operands, check_out
-from gpu.ops import fused_attention_op, fused_forward
+from gpu.ops import attention_op, fused_forward
 from gpu.plans import BlockSparsePlan, plan
-from gpu.reference import dense_masked_attention
 from gpu.runtime import GpuUnavailableError, unavailable_reason
 
 IMPLS = ("fused", "sdd", "reference")
@@ -74,7 +73,8 @@ def block_sparse_attention(
             contiguous inputs, no GQA, no partial blocks, no logsumexp) or ``"reference"``
             (dense masked attention in plain torch, fp32).
         return_lse: also return the fp32 ``[B, Hq, Sq]`` natural-log logsumexp of each row's
-            kept scaled scores (``-inf`` for a row with no active key).
+            kept scaled scores (``-inf`` for a row with no active key; fp64 for the reference
+            with fp64 inputs). It is differentiable too.
         out: optional output of q's shape, dtype and device, written in place.
         start_width: segmentation start width for ``"sdd"`` (default: 128-token tiles).
 
@@ -117,22 +117,23 @@ def block_sparse_attention(
         check_out("out", out, q)
     if start_width is not None:
         check_int("start_width", start_width, low=1, high=1 << 16)
-    if (
-        impl != "reference"
-        and torch.is_grad_enabled()
-        and (q.requires_grad or k.requires_grad or v.requires_grad)
-    ):
+    needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
+    if impl == "sdd" and needs_grad:
         raise RuntimeError(
-            f'impl="{impl}" has no backward pass yet, and an input requires a gradient; use '
-            'impl="reference" to train, or call under torch.no_grad() for inference'
+            'impl="sdd" has no backward pass, and an input requires a gradient; use '
+            'impl="fused" to train, or call under torch.no_grad() for inference'
         )
 
-    if impl == "fused":
-        result, lse = _run_fused(the_plan, q, k, v, scale, out, return_lse, compiling)
-    elif impl == "sdd":
+    if impl == "sdd":
         result, lse = _run_sdd(the_plan, q, k, v, scale, out, return_lse, start_width), None
-    else:
-        result, lse = _run_reference(the_plan, q, k, v, scale, out, return_lse)
+    elif impl == "fused" and not (needs_grad or compiling):
+        lse = q.new_empty(q.shape[:3], dtype=torch.float32) if return_lse else None
+        result = fused_forward(the_plan, q, k, v, scale, out, lse)
+    else:  # through the custom op: autograd, torch.compile, and the reference
+        result, lse = attention_op(q, k, v, the_plan.plan_id, scale, impl == "reference")
+        if out is not None:
+            out.copy_(result)
+            result = out
     if from_cupy:
         import cupy
 
@@ -244,17 +245,6 @@ def _layout_length(name: str, length: int, layout: Any, block_size: Any, dim: in
 
 
 # --------------------------------------------------------------------------- dispatch
-def _run_fused(the_plan, q, k, v, scale, out, return_lse, compiling):
-    if compiling:
-        result, lse = fused_attention_op(q, k, v, the_plan.plan_id, scale)
-        if out is not None:
-            out.copy_(result)
-            result = out
-        return result, lse
-    lse = q.new_empty(q.shape[:3], dtype=torch.float32) if return_lse else None
-    return fused_forward(the_plan, q, k, v, scale, out, lse), lse
-
-
 def _run_sdd(the_plan, q, k, v, scale, out, return_lse, start_width):
     from gpu.sdd import run_sdd
 
@@ -278,20 +268,6 @@ def _run_sdd(the_plan, q, k, v, scale, out, return_lse, start_width):
         raise ValueError(f'impl="sdd" does not support {", ".join(problems)}; use impl="fused"')
     sdd_plan = the_plan.sdd(q.dtype, q.shape[3], start_width, q.shape[1])
     return run_sdd(sdd_plan, q, k, v, scale=scale, out=out)
-
-
-def _run_reference(the_plan, q, k, v, scale, out, return_lse):
-    compute = torch.float64 if q.dtype == torch.float64 else torch.float32
-    result = dense_masked_attention(
-        q, k, v, the_plan.blocks, the_plan.block_size, causal=the_plan.causal,
-        causal_alignment=the_plan.causal_alignment, scale=scale, compute_dtype=compute,
-        return_lse=return_lse,
-    )  # fmt: skip
-    result, lse = (result[0], result[1].float()) if return_lse else (result, None)
-    if out is None:
-        return result.to(q.dtype), lse
-    out.copy_(result)
-    return out, lse
 
 
 _PLANS: OrderedDict[tuple, tuple[Any, BlockSparsePlan]] = OrderedDict()

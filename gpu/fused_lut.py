@@ -186,3 +186,73 @@ def build_fused_lut(
         sub_cols=sub_cols,
         n_tiles=int(counts.sum()),
     )
+
+
+@dataclass(frozen=True)
+class BackwardLut:
+    """The backward kernel's walk: per key tile, the query tiles that attend to it (CPU int32)."""
+
+    lists: torch.Tensor  # [H · n_k_tiles, 2]: first entry, n entries, per (layout head, k_tile)
+    entries: torch.Tensor  # [n_entries, 4]: q_tile, flags, mask bits 0-31, mask bits 32-63
+    order: torch.Tensor  # [n_k_tiles]: key tiles by descending work over all heads
+    n_q_tiles: int
+    n_k_tiles: int
+    sub_rows: int
+    sub_cols: int
+    n_tiles: int  # tile pairs computed per batch element and layout head set
+
+
+def build_backward_lut(
+    blocks: torch.Tensor,
+    block_size: int,
+    *,
+    block_m: int,
+    block_n: int,
+    causal: bool,
+    causal_offset: int = 0,
+    seq_q: int | None = None,
+    seq_k: int | None = None,
+) -> BackwardLut:
+    """The transposed table: ``build_fused_lut``'s tiles and masks, listed per key tile.
+
+    The mask words and flags are the forward's (bit ``r · cells_per_row + c`` is query cell r,
+    key cell c); only the grouping changes. Every key tile is in ``order``, visited or not, so
+    the kernel writes zero gradients for keys no query attends to.
+
+    >>> lut = build_backward_lut(torch.ones(1, 2, 2, dtype=torch.bool), 64, block_m=64,
+    ...                          block_n=64, causal=True)
+    >>> lut.lists.tolist(), lut.entries[:, :2].tolist(), lut.order.tolist()
+    ([[0, 2], [2, 1]], [[0, 2], [1, 0], [1, 2]], [0, 1])
+    """
+    words, flags = tile_masks(
+        blocks, block_size, block_m=block_m, block_n=block_n, causal=causal,
+        causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
+    )  # fmt: skip
+    _, n_q_tiles, n_k_tiles = words.shape
+    words, flags = words.transpose(0, 2, 1), flags.transpose(0, 2, 1)  # [H, k_tile, q_tile]
+    active = words != 0
+    counts = active.sum(-1)  # [H, k_tile]
+    flat = counts.reshape(-1)
+    starts = np.concatenate(([0], np.cumsum(flat)[:-1]))
+    head_idx, k_idx, q_idx = np.nonzero(active)  # grouped per (head, k_tile), query order
+    word = words[head_idx, k_idx, q_idx]
+    entries = np.stack(
+        [
+            q_idx.astype(np.int64),
+            flags[head_idx, k_idx, q_idx].astype(np.int64),
+            (word & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64),
+            (word >> np.uint64(32)).astype(np.uint32).view(np.int32).astype(np.int64),
+        ],
+        axis=1,
+    ).reshape(-1, 4)
+    sub_rows, sub_cols = cell_sizes(block_size, block_m, block_n)
+    return BackwardLut(
+        lists=torch.from_numpy(np.stack([starts, flat], axis=1).astype(np.int32)),
+        entries=torch.from_numpy(entries.astype(np.int32)),
+        order=torch.from_numpy(np.argsort(-counts.sum(0), kind="stable").astype(np.int32)),
+        n_q_tiles=n_q_tiles,
+        n_k_tiles=n_k_tiles,
+        sub_rows=sub_rows,
+        sub_cols=sub_cols,
+        n_tiles=int(flat.sum()),
+    )

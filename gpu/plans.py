@@ -69,15 +69,20 @@ class BlockSparsePlan:
         set_(self, "_fused", {})
         set_(self, "_sdd", {})
         set_(self, "_luts", {})
+        set_(self, "_backward", {})
+        set_(self, "_backward_luts", {})
         set_(self, "plan_id", next(_IDS))
         _BY_ID[self.plan_id] = self
-        if device.type == "cuda":
+        if device.type == "cuda":  # every table a launch may need, built and uploaded now
+            from gpu.backward import choose_backward_config
             from gpu.fused import HEAD_DIMS, choose_config, is_hopper
 
             hopper = is_hopper(device)
-            for head_dim in HEAD_DIMS:  # every table a launch may need, built and uploaded now
+            for head_dim in HEAD_DIMS:
                 config = choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=hopper)
                 self._lut(config.block_m, config.block_n)
+                backward = choose_backward_config(head_dim=head_dim, dtype=torch.bfloat16)
+                self._backward_lut(backward.block_m, backward.block_n)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"BlockSparsePlan is immutable ({name}); build another with gpu.plan")
@@ -133,6 +138,20 @@ class BlockSparsePlan:
 
         return self._once(self._sdd, (dtype, head_dim, start_width, n_heads), make)
 
+    def backward(self, dtype: torch.dtype, head_dim: int) -> Any:
+        """The ``gpu.backward.BackwardPlan`` for this dtype and head dim, compiled on first use."""
+        from gpu.backward import choose_backward_config, plan_backward
+
+        def make() -> Any:
+            config = choose_backward_config(head_dim=head_dim, dtype=dtype)
+            return plan_backward(
+                config, self._backward_lut(config.block_m, config.block_n),
+                causal_offset=self.causal_offset, n_heads=self.n_heads, seq_q=self.seq_q,
+                seq_k=self.seq_k, device=self.device,
+            )  # fmt: skip
+
+        return self._once(self._backward, (dtype, head_dim), make)
+
     def _once(self, cache: dict, key: tuple, make: Any) -> Any:
         """``cache[key]``, made under the plan's lock the first time (a lookup takes no lock)."""
         found = cache.get(key)
@@ -144,22 +163,33 @@ class BlockSparsePlan:
         return found
 
     def _lut(self, block_m: int, block_n: int) -> Any:
+        """The forward's table for these tiles, built and uploaded on first use."""
         from gpu.fused import upload_lut
         from gpu.fused_lut import build_fused_lut
 
-        found = self._luts.get((block_m, block_n))
+        return self._table(self._luts, build_fused_lut, upload_lut, block_m, block_n)
+
+    def _backward_lut(self, block_m: int, block_n: int) -> Any:
+        """The backward's transposed table for these tiles, built and uploaded on first use."""
+        from gpu.backward import upload_backward_lut
+        from gpu.fused_lut import build_backward_lut
+
+        return self._table(
+            self._backward_luts, build_backward_lut, upload_backward_lut, block_m, block_n
+        )
+
+    def _table(self, cache: dict, build: Any, upload: Any, block_m: int, block_n: int) -> Any:
+        found = cache.get((block_m, block_n))
         if found is None:
-            found = upload_lut(
-                build_fused_lut(
+            found = cache[block_m, block_n] = upload(
+                build(
                     self._blocks, self.block_size, block_m=block_m, block_n=block_n,
                     causal=self.causal, causal_offset=self.causal_offset, seq_q=self.seq_q,
                     seq_k=self.seq_k,
                 ),
                 self.device,
             )  # fmt: skip
-            self._luts[block_m, block_n] = found
         return found
-
 
 def plan(
     layout: Any,

@@ -121,6 +121,11 @@ def compile_kernel(
     return module.get_function(function)
 
 
+def kernel_headers() -> tuple[tuple[str, str], ...]:
+    """``(name, text)`` of every shared header ``gpu/kernels/*.cuh`` (sources include them)."""
+    return tuple((path.name, path.read_text()) for path in sorted(KERNEL_DIR.glob("*.cuh")))
+
+
 def kernel_source(source: str) -> str:
     """The text of ``gpu/kernels/<source>``, refusing names outside that folder."""
     path = (KERNEL_DIR / source).resolve()
@@ -259,21 +264,30 @@ _MODULES_LOCK = threading.Lock()
 
 
 def _load_module(code: str, source: str, options: tuple[str, ...], device_id: int) -> Any:
-    code_hash = hashlib.sha256(code.encode()).hexdigest()
+    headers = kernel_headers()
+    code_hash = hashlib.sha256(
+        "\0".join([code, *(f"{name}\0{text}" for name, text in headers)]).encode()
+    ).hexdigest()
     key = (code_hash, source, options, device_id)
     with _MODULES_LOCK:
         module = _MODULES.get(key)
         if module is None:
             import cupy
 
-            path = _cached_cubin(code, code_hash, source, options)
+            path = _cached_cubin(code, headers, code_hash, source, options)
             with cupy.cuda.Device(device_id):
                 module = cupy.RawModule(path=str(path))
             _MODULES[key] = module
     return module
 
 
-def _cached_cubin(code: str, code_hash: str, source: str, options: tuple[str, ...]) -> Path:
+def _cached_cubin(
+    code: str,
+    headers: tuple[tuple[str, str], ...],
+    code_hash: str,
+    source: str,
+    options: tuple[str, ...],
+) -> Path:
     from cupy_backends.cuda.libs import nvrtc
 
     version = ".".join(str(v) for v in nvrtc.getVersion())
@@ -282,7 +296,7 @@ def _cached_cubin(code: str, code_hash: str, source: str, options: tuple[str, ..
     path = cache_dir / f"{Path(source).stem}-{key}.cubin"
     if path.is_file() and path.stat().st_size > 0:
         return path
-    cubin = _nvrtc_compile(nvrtc, code, source, options)
+    cubin = _nvrtc_compile(nvrtc, code, headers, source, options)
     cache_dir.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile(dir=cache_dir, suffix=".part", delete=False) as handle:
         handle.write(cubin)
@@ -290,8 +304,16 @@ def _cached_cubin(code: str, code_hash: str, source: str, options: tuple[str, ..
     return path
 
 
-def _nvrtc_compile(nvrtc: Any, code: str, source: str, options: tuple[str, ...]) -> bytes:
-    program = nvrtc.createProgram(code, source, (), ())
+def _nvrtc_compile(
+    nvrtc: Any,
+    code: str,
+    headers: tuple[tuple[str, str], ...],
+    source: str,
+    options: tuple[str, ...],
+) -> bytes:
+    program = nvrtc.createProgram(  # NVRTC takes the headers' texts and names as bytes
+        code, source, [text.encode() for _, text in headers], [name.encode() for name, _ in headers]
+    )
     try:
         try:
             nvrtc.compileProgram(program, list(options))

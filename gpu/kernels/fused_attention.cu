@@ -49,17 +49,18 @@
 //
 // Compile-time defines: K_ROW_STRIDE and V_ROW_STRIDE (elements between key rows and between
 // value rows: compile-time, so the K/V tile copies of the main loop address rows by immediate
-// offsets), DTYPE_BF16 (1: bfloat16,
-// 0: float16), HEAD_DIM (64 or 128), WGMMA (0/1),
+// offsets), DTYPE_BF16 (1: bfloat16, 0: float16), HEAD_DIM (64 or 128), WGMMA (0/1),
 // BLOCK_M (32·N_WARPS, or 16·N_WARPS with WGMMA), BLOCK_N (multiple of 16, at most 128; 64 or
-// 128 with WGMMA), N_WARPS, MIN_BLOCKS (CTAs per SM the register budget is sized for). No
-// headers: it compiles under NVRTC and nvcc alike.
+// 128 with WGMMA), N_WARPS, MIN_BLOCKS (CTAs per SM the register budget is sized for). The
+// helpers shared with the backward kernels come from attention_common.cuh.
 
 #if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(BLOCK_M) || !defined(BLOCK_N) || \
     !defined(N_WARPS) || !defined(MIN_BLOCKS) || !defined(WGMMA) || !defined(K_ROW_STRIDE) || \
     !defined(V_ROW_STRIDE)
 #error "define DTYPE_BF16, HEAD_DIM, WGMMA, BLOCK_M, BLOCK_N, N_WARPS, MIN_BLOCKS, K/V_ROW_STRIDE"
 #endif
+
+#include "attention_common.cuh"
 
 namespace {
 
@@ -90,73 +91,6 @@ static_assert((kBlockN * kChunks) % kThreads == 0, "K/V tile copy must split eve
 static_assert(32 % kChunks == 0, "a warp stores whole output rows");
 static_assert((kThreads / kChunks) % 8 == 0, "each copy pass must cover whole swizzle periods");
 
-struct alignas(16) Int4 {
-  int x, y, z, w;
-};
-struct alignas(16) Bits128 {
-  unsigned x, y, z, w;
-};
-
-// ------------------------------------------------------------------ PTX wrappers
-__device__ __forceinline__ unsigned shared_address(const void* pointer) {
-  unsigned address;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }"
-      : "=r"(address)
-      : "l"(pointer));
-  return address;
-}
-
-// 16-byte global -> shared copy; src_bytes = 0 zero-fills (rows past the sequence end).
-__device__ __forceinline__ void copy_async_16(unsigned dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-               "r"(src_bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void copy_async_commit() {
-  asm volatile("cp.async.commit_group;\n" ::: "memory");
-}
-
-template <int Pending>
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
-}
-
-// Two floats -> one register of two 16-bit floats, `low` in the low half.
-__device__ __forceinline__ unsigned pack_pair(float low, float high) {
-  unsigned packed;
-#if DTYPE_BF16
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(high), "f"(low));
-#else
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;\n" : "=r"(packed) : "f"(high), "f"(low));
-#endif
-  return packed;
-}
-
-__device__ __forceinline__ float exp2_approx(float x) {  // 2^-inf = +0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ float max_of(float a, float b) { return a > b ? a : b; }
-
-__device__ __forceinline__ float negative_infinity() { return -__int_as_float(0x7f800000); }
-
-// The lane and thread index read afresh: per-lane address arithmetic derived from these is
-// recomputed where it is used instead of being hoisted out of the main loop, where it held ~25
-// registers and spilled (ptxas, D = 128).
-__device__ __forceinline__ int fresh_lane() {
-  int lane;
-  asm volatile("mov.u32 %0, %%laneid;\n" : "=r"(lane));
-  return lane;
-}
-
-__device__ __forceinline__ int fresh_thread() {
-  int tid;
-  asm volatile("mov.u32 %0, %%tid.x;\n" : "=r"(tid));
-  return tid;
-}
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `Rows` rows (see the header).
 // Tiles start at 1024-byte multiples. Within a 128-byte row, chunks 2j and 2j + 1 satisfy
@@ -492,31 +426,6 @@ __device__ __forceinline__ void pv_wgmma(unsigned v_tile, unsigned (&p)[kBlockN 
 
 #else
 // ------------------------------------------------------------------ mma.sync path
-__device__ __forceinline__ void ldmatrix_x4(unsigned address, unsigned (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(unsigned address, unsigned (&r)[4]) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(address));
-}
-
-// d += a · b for one m16n8k16 atom, fp32 accumulators.
-__device__ __forceinline__ void mma_16816(float (&d)[4], const unsigned (&a)[4], unsigned b0,
-                                          unsigned b1) {
-#if DTYPE_BF16
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-#else
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
-#endif
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // s = Q_warp · K_tile^T. `q_base`, `k_base`: this lane's ldmatrix addresses for k-step 0.
 template <typename QFragments>
