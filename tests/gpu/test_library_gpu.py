@@ -233,8 +233,8 @@ def test_bad_operands_are_named():
             block_sparse_attention(*args, the_plan)
     with pytest.raises(ValueError, match=r"out must be a \[1, 2, 256, 64\]"):
         block_sparse_attention(q, q, q, the_plan, out=q[:, :1], return_lse=True)
-    with pytest.raises(RuntimeError, match='impl="fused" has no backward pass yet'):
-        block_sparse_attention(q.requires_grad_(), q, q, the_plan)
+    with pytest.raises(RuntimeError, match='impl="sdd" has no backward pass'):
+        block_sparse_attention(q.requires_grad_(), q, q, the_plan, impl="sdd")
 
 
 def test_a_plan_for_another_device_is_refused_and_each_device_runs_its_own():
