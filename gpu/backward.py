@@ -42,6 +42,12 @@ BLOCK_M = 64
 # TFLOP/s dense b128 / band 7 % b16):
 # - D=64: 4 warps 214 / 175 (1 or 2 CTAs per SM alike); 8 warps 216 / 161.
 # - D=128: 4 warps 218 (1 CTA per SM), 216 (2); 8 warps 248.
+# The dQ atomics cost the most: without them D=128 dense ran 17.1 ms (4 warps) against 25.2;
+# without the dQ product at all, 14.2. Staging each dQ tile in shared memory and adding it with
+# one bulk reduction (cp.reduce.async.bulk) ran 21.9 ms with 8 warps (22.1 by atomics) and 29.6
+# with 4: the L2 reduction traffic (B·H·T·BLOCK_M·D·4 bytes) bounds both, so fewer, wider key
+# tiles per CTA (8 warps) win at D=128. A separate dQ pass would recompute Sᵀ and dPᵀ (about
+# 10.6 ms more at the measured rate), which is slower.
 _TILES = {64: (4, 2), 128: (8, 1)}
 
 
