@@ -4,7 +4,6 @@ matches fp64 dense masked attention across block sizes, head dims, dtypes and ma
 from __future__ import annotations
 
 import math
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,16 +20,14 @@ from gpu.fused import (
     run_fused,
 )
 from gpu.fused_probe import ALTERNATIVE_TILES
-from gpu.runtime import KERNEL_DIR
+from tests.gpu.nvcc import compile_source, nvcc_or_skip
 
 TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 5e-3}
 
 
 # --------------------------------------------------------------------------- CPU checks
 def test_every_chosen_config_compiles_with_nvcc(tmp_path):
-    nvcc = shutil.which("nvcc")
-    if nvcc is None:
-        pytest.skip("nvcc is not on PATH")
+    nvcc = nvcc_or_skip()
     configs = [
         choose_config(head_dim=d, dtype=t, wgmma=w)
         for d in HEAD_DIMS
@@ -39,11 +36,8 @@ def test_every_chosen_config_compiles_with_nvcc(tmp_path):
     ]
 
     def compile_one(config: KernelConfig) -> subprocess.CompletedProcess:
-        defines = [f"-D{name}={value}" for name, value in config.defines().items()]
-        command = [nvcc, "-gencode=arch=compute_90a,code=sm_90a", "-std=c++17"]
-        command += ["--use_fast_math", "-c", *defines, str(KERNEL_DIR / "fused_attention.cu")]
-        command += ["-o", str(tmp_path / f"{config.dtype}_{config.head_dim}_{config.wgmma}.o")]
-        return subprocess.run(command, capture_output=True, text=True, check=False)
+        out = tmp_path / f"{config.dtype}_{config.head_dim}_{config.wgmma}.o"
+        return compile_source(nvcc, "fused_attention.cu", config.defines(), out)
 
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(compile_one, configs))

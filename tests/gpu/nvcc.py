@@ -1,0 +1,31 @@
+"""Compile a kernel source with the local ``nvcc``: CPU checks of what NVRTC builds on a GPU."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from gpu.runtime import KERNEL_DIR
+
+HOPPER = "-gencode=arch=compute_90a,code=sm_90a"
+
+
+def nvcc_or_skip() -> str:
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not on PATH")
+    return nvcc
+
+
+def compile_source(
+    nvcc: str, source: str, defines: Mapping[str, int], out: Path, *, target: str = HOPPER
+) -> subprocess.CompletedProcess:
+    """``nvcc -c`` of ``gpu/kernels/<source>`` with ``defines``; the result, never raising."""
+    command = [nvcc, target, "-std=c++17", "--use_fast_math", "-c"]
+    command += [f"-D{name}={value}" for name, value in defines.items()]
+    command += [str(KERNEL_DIR / source), "-o", str(out)]
+    return subprocess.run(command, capture_output=True, text=True, check=False)
