@@ -68,12 +68,15 @@ def register_attention(name: str, design: DesignSource, *, impl: str = "fused") 
     return _register(name, attention)
 
 
-def register_flex_attention(name: str, design: DesignSource, *, compiled: bool = True) -> str:
+def register_flex_attention(
+    name: str, design: DesignSource, *, compiled: bool = True, dtype: torch.dtype | None = None
+) -> str:
     """Register ``design`` on ``flex_attention`` with ``designer.formats.to_block_mask``'s
     ``BlockMask`` (one per device) as attention implementation ``name``.
 
     ``compiled`` runs ``torch.compile(flex_attention)`` (the fast GPU path); eager Flex applies
-    only the mask's ``mask_mod`` and has no backward on the CPU.
+    only the mask's ``mask_mod`` and has no backward on the CPU. ``dtype`` computes attention
+    in that dtype instead (float32 measures what bf16 rounding in attention costs a model).
     """
     from torch.nn.attention.flex_attention import flex_attention
 
@@ -83,14 +86,18 @@ def register_flex_attention(name: str, design: DesignSource, *, compiled: bool =
 
     def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
         _check_call(design, module, query, key, attention_mask, dropout, kw)
-        query, key, value = _autocast(query, key, value)
+        if dtype is None:
+            query, key, value = _autocast(query, key, value)
+        else:
+            query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
         mask = masks.get(query.device)
         if mask is None:
             mask = masks[query.device] = to_block_mask(
                 design.layout, causal=design.causal, device=query.device
             )
         gqa = query.shape[1] != key.shape[1]
-        out = flex(query, key, value, block_mask=mask, scale=scaling, enable_gqa=gqa)
+        with torch.autocast(query.device.type, enabled=False):  # inputs' dtype throughout
+            out = flex(query, key, value, block_mask=mask, scale=scaling, enable_gqa=gqa)
         return out.transpose(1, 2), None
 
     return _register(name, attention)
