@@ -232,7 +232,15 @@ class BlockSparseAttention(nn.Module):
         return out.transpose(1, 2) if layout == "bshd" else out
 
     def plan(self) -> BlockSparsePlan:
-        """The ``gpu.plan`` of the layout as it is now, on the buffer's device (built once)."""
+        """The ``gpu.plan`` of the layout as it is now, on the buffer's device (built once).
+
+        Building it is host work that ``torch.compile`` cannot trace: a compiled call without a
+        plan breaks the graph there once, so call ``plan()`` (or the module) before compiling
+        with ``fullgraph=True``. Compiled code keeps the plan it was traced with until the plan
+        changes: moving the module or loading a state dict drops it (the next call rebuilds it;
+        call ``plan()`` first under ``fullgraph=True``), but an in-place edit of ``blocks`` is
+        seen only by eager calls or an eager ``plan()``.
+        """
         if self._plan is not None and (
             torch.compiler.is_compiling() or self._plan_key == self._current_key()
         ):

@@ -158,11 +158,22 @@ def test_the_plan_is_built_once_and_again_after_a_change(rng):
     assert attn._plan is None
 
 
-def test_torch_compile_traces_the_module(rng):
+def test_torch_compile_traces_the_module_forward_and_backward(rng):
     attn = _module(rng, causal=True)
-    q, k, v = _qkv()
-    compiled = torch.compile(attn, backend="eager")
-    torch.testing.assert_close(compiled(q, k, v), attn(q, k, v), rtol=0, atol=0)
+    q, k, v = (x.requires_grad_() for x in _qkv())
+    attn.plan()  # with a plan built first, no graph break
+
+    def loss(q, k, v):
+        return attn(q, k, v).square().sum()
+
+    compiled = torch.compile(loss, backend="eager", fullgraph=True)
+    got = torch.autograd.grad(compiled(q, k, v), (q, k, v))
+    want = torch.autograd.grad(loss(q, k, v), (q, k, v))
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    attn.load_state_dict(_module(rng, causal=False).state_dict())
+    attn.plan()  # compiled code follows the new plan
+    torch.testing.assert_close(compiled(q, k, v), loss(q, k, v), rtol=0, atol=0)
 
 
 @pytest.mark.parametrize(
