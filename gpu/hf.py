@@ -20,7 +20,9 @@ What a design cannot express is refused with a ``ValueError``, never approximate
 Under autocast, q, k and v are cast to the autocast dtype first, as autocast does for
 ``scaled_dot_product_attention`` (the rotary embedding leaves q and k in fp32).
 
-transformers is imported only when a function here is called.
+The first call on a device builds the module or ``BlockMask`` (host work): under
+``torch.compile(fullgraph=True)`` run one eager step first. transformers is imported only when a
+function here is called.
 """
 
 from __future__ import annotations
@@ -60,8 +62,8 @@ def register_attention(name: str, design: DesignSource, *, impl: str = "fused") 
         query, key, value = _autocast(query, key, value)
         attn = modules.get(query.device)
         if attn is None:
-            attn = modules[query.device] = BlockSparseAttention.from_design(
-                design, impl=impl, device=query.device
+            attn = modules[query.device] = _once_per_device(
+                BlockSparseAttention.from_design, design, impl=impl, device=query.device
             )
         return attn(query, key, value, scale=scaling).transpose(1, 2), None
 
@@ -92,8 +94,8 @@ def register_flex_attention(
             query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
         mask = masks.get(query.device)
         if mask is None:
-            mask = masks[query.device] = to_block_mask(
-                design.layout, causal=design.causal, device=query.device
+            mask = masks[query.device] = _once_per_device(
+                to_block_mask, design.layout, causal=design.causal, device=query.device
             )
         gqa = query.shape[1] != key.shape[1]
         with torch.autocast(query.device.type, enabled=False):  # inputs' dtype throughout
@@ -148,6 +150,12 @@ def _check_call(design: Design, module, query, key, attention_mask, dropout, kwa
         )
 
 
+@torch.compiler.disable
+def _once_per_device(build: Callable, *args: Any, **kwargs: Any) -> Any:
+    """Host work done on a device's first call: under ``torch.compile`` one graph break."""
+    return build(*args, **kwargs)
+
+
 def _autocast(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     device = tensors[0].device.type
     if not torch.is_autocast_enabled(device):
@@ -156,23 +164,50 @@ def _autocast(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tuple(x.to(dtype) for x in tensors)
 
 
-def _refuse_other_masks(*, mask_function=None, attention_mask=None, **_: Any) -> None:
-    """The mask builder transformers calls for our name: there is no mask to build, so it
-    checks that the model asks for nothing beyond plain causal or bidirectional attention."""
+def _refuse_other_masks(**arguments: Any) -> None:
+    """The mask builder transformers calls for our name: there is no mask to build, so it checks
+    that the model asks for nothing beyond plain causal or bidirectional attention.
+
+    A model's mask function is plain causal or bidirectional in eager runs without packing; when
+    it is another (under ``torch.compile`` transformers cannot rule packed sequences out, so it
+    passes a packed-sequence mask), the function is evaluated on the token grid, once per model
+    call, and accepted if it keeps exactly the causal or every pair.
+    """
     from transformers.masking_utils import bidirectional_mask_function, causal_mask_function
 
-    if mask_function not in (causal_mask_function, bidirectional_mask_function, None):
-        name = getattr(mask_function, "__name__", type(mask_function).__name__)
-        raise ValueError(
-            f"the model asks for its own mask ({name}: packed sequences, a sliding window or "
-            "another pattern); the design's blocks are the whole mask, so draw it into the design"
-        )
+    attention_mask = arguments.get("attention_mask")
     if attention_mask is not None and not bool(attention_mask.all()):
         raise ValueError(
             "attention_mask masks padding tokens, which a design cannot express: pass inputs "
             "without padding (an all-ones attention_mask or None)"
         )
+    mask_function = arguments.get("mask_function")
+    if mask_function in (causal_mask_function, bidirectional_mask_function, None):
+        return None
+    q_idx, kv_idx = _query_and_key_positions(arguments)
+    batch = torch.arange(arguments["batch_size"], device=q_idx.device)[:, None, None]
+    kept = mask_function(batch, 0, q_idx[None, :, None], kv_idx[None, None, :])  # [B, Sq, Sk]
+    causal = kv_idx[None, None, :] <= q_idx[None, :, None]
+    if not (bool(torch.as_tensor(kept).all()) or bool((kept == causal).all())):
+        name = getattr(mask_function, "__name__", type(mask_function).__name__)
+        raise ValueError(
+            f"the model asks for its own mask ({name}: packed sequences, a sliding window or "
+            "another pattern); the design's blocks are the whole mask, so draw it into the design"
+        )
     return None
+
+
+def _query_and_key_positions(arguments: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token positions of the queries and keys (transformers 5.0 passes ``cache_position``,
+    later 5.x releases ``q_length`` and ``q_offset``)."""
+    cache_position = arguments.get("cache_position")
+    if cache_position is not None:
+        q_idx = cache_position
+    else:
+        device = arguments.get("device", "cpu")
+        q_idx = torch.arange(arguments["q_length"], device=device) + arguments.get("q_offset", 0)
+    kv_idx = torch.arange(arguments["kv_length"], device=q_idx.device)
+    return q_idx, kv_idx + arguments.get("kv_offset", 0)
 
 
 def _register(name: str, attention: Callable) -> str:

@@ -146,3 +146,22 @@ def test_names_that_are_not_ours_to_take_are_refused(name, match):
 def test_a_bad_design_file_is_refused_at_registration():
     with pytest.raises(ValueError, match="design file"):
         register_flex_attention("test-bad", b"not a design")
+
+
+def test_a_compiled_model_runs_through_our_attention():
+    model = _model(register_attention("test-compiled", _design(), impl="reference"))
+    ids = _ids()
+    eager = model(input_ids=ids, labels=ids, use_cache=False).loss
+    compiled = torch.compile(model, backend="eager")  # transformers passes a packed-sequence mask
+    loss = compiled(input_ids=ids, labels=ids, use_cache=False).loss
+    torch.testing.assert_close(loss, eager)
+    loss.backward()
+    assert model.model.layers[0].self_attn.k_proj.weight.grad.abs().sum() > 0
+
+
+def test_a_model_with_its_own_sliding_window_is_refused():
+    name = register_attention("test-mistral", _design(), impl="reference")
+    config = transformers.MistralConfig(**CONFIG, sliding_window=32, attn_implementation=name)
+    model = transformers.MistralForCausalLM(config)
+    with pytest.raises(ValueError, match=r"its own mask|sliding_window=32"):
+        model(input_ids=_ids())
