@@ -129,7 +129,7 @@ def _check_call(design: Design, module, query, key, attention_mask, dropout, kwa
             )
     is_causal = kwargs.get("is_causal")
     if is_causal is None:
-        is_causal = getattr(module, "is_causal", False)
+        is_causal = getattr(module, "is_causal", True)  # as transformers' SDPA path
     if is_causal and not design.causal:
         raise ValueError(
             f"the model's attention is causal but design {design.name!r} is not: queries would "
@@ -141,7 +141,7 @@ def _check_call(design: Design, module, query, key, attention_mask, dropout, kwa
         raise ValueError(
             f"design {design.name!r} covers Sq x Sk = {layout.seq_len_q} x {layout.seq_len_k} "
             f"tokens, got {lengths[0]} x {lengths[1]}; a design has one length (so no "
-            "generation with a KV cache): pad or cut the inputs, or draw a design of this length"
+            "generation with a KV cache): give inputs of that length, or draw a design of this one"
         )
     if layout.n_heads not in (1, heads):
         raise ValueError(
