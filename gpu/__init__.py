@@ -5,10 +5,12 @@ this machine (None when it works).
 """
 
 from gpu.api import block_sparse_attention
+from gpu.module import BlockSparseAttention
 from gpu.plans import BlockSparsePlan, plan
 from gpu.runtime import GpuUnavailableError, unavailable_reason
 
 __all__ = [
+    "BlockSparseAttention",
     "BlockSparsePlan",
     "GpuUnavailableError",
     "block_sparse_attention",
