@@ -50,27 +50,33 @@ SMALL = dict(heads=2, seq_q=64, head_dim=16, warmup=1, reps=3, device="cpu", flu
 
 def fake_harness(monkeypatch, times=None, failures=None):
     """Make ``run_benchmark`` run every contender on the CPU: ours and Flex return the fp32
-    reference rounded to the input dtype, failures raise their message, the timer says
-    ``times``. Returns the timer (pass it to a ``BenchSession``)."""
+    reference rounded to the input dtype (differentiable in a training step), failures raise
+    their message, the timer says ``times`` of the contender prepared last. Returns the timer
+    (pass it to a ``BenchSession``)."""
     times = {**TIMES, **(times or {})}
     failures = failures or {}
+    timing = {}
 
     def prepare(name, case):
         if name in failures:
             raise failures[name]
-        out = dense_masked_attention(
-            case.q, case.k, case.v, case.blocks, case.block_size, causal=case.causal,
-            scale=case.scale, compute_dtype=torch.float32,
-        ).to(case.q.dtype)  # fmt: skip
+        timing["contender"] = name
+
+        computes_layout = not name.startswith("sdpa") and not name.startswith("sdd_qk")
 
         def run():
-            return out
+            return dense_masked_attention(
+                case.q, case.k, case.v, case.blocks, case.block_size, causal=case.causal,
+                scale=case.scale, compute_dtype=torch.float32,
+            ).to(case.q.dtype)  # fmt: skip
 
-        run.contender = name
-        return Prepared(run, not name.startswith("sdpa") and not name.startswith("sdd_qk"))
+        if case.backward:  # a new differentiable output every step
+            return Prepared(run, computes_layout)
+        out = run()  # the forward's output is the same every call
+        return Prepared(lambda: out, computes_layout)
 
     monkeypatch.setattr(harness_module, "prepare", prepare)
-    return lambda run, *, reps: [times[run.contender]] * reps
+    return lambda run, *, reps: [times[timing["contender"]]] * reps
 
 
 def make_case(monkeypatch, contenders=("fused", "sdd", "sdd_w1", "flex", "sdpa_cudnn"), *,

@@ -7,11 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from designer.ui.bench.figures import (
+from designer.ui.bench.error_figures import (
     ERROR_COLOURS,
-    cases_speedup_figure,
     error_map_figure,
+    grad_head_error_figure,
     head_error_figure,
+)
+from designer.ui.bench.figures import (
+    cases_speedup_figure,
     overlay_figure,
     segmentation_figure,
     speedup_figure,
