@@ -106,6 +106,25 @@ def test_speedups_ideal_and_rows(monkeypatch):
     assert case_label(case) == "B=1 H=2 S=64 D=16 bf16 · block 16 · density 62.50%"
 
 
+def test_rows_and_labels_of_a_training_step(monkeypatch):
+    doc = make_doc(monkeypatch, backward=True, contenders=("fused", "flex", "sdpa_cudnn"))
+    case = doc["cases"][0]
+    assert doc["mode"] == case["mode"] == "forward+backward"
+    rows = {row["contender"]: row for row in table_rows(case)}
+    fused = rows["fused"]
+    assert "ms" not in fused and fused["fwd+bwd ms"] == 1.0  # the fake timer: 1 ms every phase
+    assert fused["fwd ms"] == fused["bwd ms"] == 1.0 and fused["x dense"] == 4.0
+    assert fused["TFLOP/s"] == pytest.approx(3.5 * case["flops"] / 1e-3 / 1e12)
+    assert fused["bwd TFLOP/s"] == pytest.approx(2.5 * case["flops"] / 1e-3 / 1e12)
+    for grad in ("dq", "dk", "dv"):
+        assert 0 < fused[f"{grad} rel err"] < 1e-2
+    assert rows["sdpa_cudnn"]["dq rel err"] is None
+    assert case_label(case).endswith(" · forward + backward")
+    forward = table_rows(make_doc(monkeypatch)["cases"][0])[0]
+    assert "fwd ms" not in forward and "dq rel err" not in forward
+    assert read_document(document_bytes(doc), "run.json") == doc
+
+
 def test_ideal_speedup_counts_causal_dense_work(monkeypatch):
     ones = Layout(torch.ones(2, 4, 4, dtype=torch.bool), 16)
     case = make_doc(monkeypatch, layout=ones, causal=True)["cases"][0]
