@@ -59,7 +59,7 @@ class ContenderResult:
     speedup_vs_flex: float | None = None
     max_abs_error: float | None = None
     rel_error: float | None = None
-    # training steps only: the forward and the backward alone, and the gradients' errors
+    # training steps only: the forward and the backward alone (see training.py), gradient errors
     fwd_ms: float | None = None
     bwd_ms: float | None = None
     fwd_times_ms: tuple[float, ...] = ()

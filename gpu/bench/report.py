@@ -46,8 +46,9 @@ METHOD = (
 BACKWARD_METHOD = (
     f"{METHOD}. A step is torch.autograd.grad of the attention's output with a fixed random "
     "output gradient, on randn q, k, v that require grad; fwd ms is the forward alone with "
-    "inputs requiring grad; bwd ms is the backward alone, timed directly on one forward's graph "
-    "kept with retain_graph=True; gradient errors are relative to fp64 reference gradients"
+    "inputs requiring grad; bwd ms is the backward alone, timed directly: each rep runs a fresh "
+    "forward untimed before the L2 flush, then times the backward on its graph; gradient errors "
+    "are relative to fp64 reference gradients"
 )
 
 

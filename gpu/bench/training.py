@@ -9,8 +9,10 @@ are measured with the harness's timer (events, L2 flushed before each rep):
 - ``step``: forward then backward, the number speedups are computed from;
 - ``forward``: the forward alone with inputs requiring grad (what a training forward costs: it
   also saves what the backward needs; the graph is dropped after each rep);
-- ``backward``: the backward alone, timed directly by running it again and again on one forward's
-  graph kept with ``retain_graph=True`` (so it is not a difference of two noisy medians).
+- ``backward``: the backward alone, timed directly (not as a difference of two noisy medians):
+  each rep runs a fresh forward untimed, before the L2 flush, then times the backward on its
+  graph exactly as training runs it (saved tensors used once; no ``retain_graph``, which some
+  compiled backwards refuse or compile differently).
 
 Gradient errors are ``metrics.errors`` of each of dq, dk, dv against the fp64 gradients of
 ``gpu.reference.dense_masked_attention_backward`` (chunked, memory-bounded), computed once per
@@ -54,14 +56,11 @@ def time_step(prepared: Prepared, case: Case, timer: Timer, *, reps: int) -> Ste
     """Time ``prepared`` as a training step (see the module docstring); warm it up first."""
     step_times = timer(lambda: grads_of(prepared, case), reps=reps)
     forward_times = timer(prepared.run, reps=reps)
-    kept = prepared.run()
 
-    def backward() -> tuple[torch.Tensor, ...]:
-        return torch.autograd.grad(kept, (case.q, case.k, case.v), case.grad_out,
-                                   retain_graph=True)  # fmt: skip
+    def backward(out: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return torch.autograd.grad(out, (case.q, case.k, case.v), case.grad_out)
 
-    backward()  # the first backward on a kept graph may allocate what later ones reuse
-    backward_times = timer(backward, reps=reps)
+    backward_times = timer(backward, reps=reps, setup=prepared.run)
     return StepTimes(tuple(step_times), tuple(forward_times), tuple(backward_times))
 
 

@@ -5,6 +5,7 @@ fp64, the JSON document and the printed table."""
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pytest
@@ -31,6 +32,7 @@ from gpu.bench.cases import standard_cases
 from gpu.bench.contenders import Prepared
 from gpu.bench.metrics import active_pairs, backward_flops, step_flops
 from gpu.bench.results import read_document
+from gpu.bench.timing import host_timer
 from gpu.reference import dense_masked_attention
 from tests.gpu.oracle import naive_attention
 
@@ -90,7 +92,9 @@ def test_derived_numbers_of_a_step_with_a_fake_timer(monkeypatch):
         fake_prepare.current = name
         return Prepared(lambda: _attention(case), name != "sdpa_cudnn")
 
-    def timer(run, *, reps):
+    def timer(run, *, reps, setup=None):
+        if setup is not None:  # the backward alone: each rep gets a fresh forward
+            run(setup())
         calls.append(fake_prepare.current)
         return [times[calls[-1]][(calls.count(calls[-1]) - 1) % 3]] * reps
 
@@ -116,6 +120,20 @@ def test_derived_numbers_of_a_step_with_a_fake_timer(monkeypatch):
     run_benchmark(BenchConfig(**{**SMALL, "backward": False}, contenders=("sdpa_cudnn",)),
                   _layout(seed=1), session=session)  # fmt: skip
     assert calls.count("fused") == 6 and calls.count("sdpa_cudnn") == 3 + 0 + 1
+
+
+def test_the_backward_alone_is_timed_after_an_untimed_forward():
+    events = []
+
+    def setup():
+        events.append("forward")
+        time.sleep(0.02)
+        return len(events)
+
+    times = host_timer(lambda out: events.append(("backward", out)), reps=3, setup=setup)
+    assert events == ["forward", ("backward", 1), "forward", ("backward", 3),
+                      "forward", ("backward", 5)]  # fmt: skip
+    assert max(times) < 10  # ms: the 20 ms forwards are not in them
 
 
 def test_gradient_errors_measure_a_wrong_gradient_exactly(monkeypatch):
@@ -159,7 +177,7 @@ def test_json_and_table_of_a_training_step():
     result = run_benchmark(config, _layout(), name="tiny")
     doc = json.loads(json.dumps(document([result], env={"gpu": "test"}), allow_nan=True))
     assert doc["mode"] == "forward+backward" and "3.5x" in doc["flops_formula"]
-    assert "retain_graph" in doc["method"] and {"date", "environment"} <= set(doc)
+    assert "fresh forward untimed" in doc["method"] and {"date", "environment"} <= set(doc)
     (case,) = doc["cases"]
     assert case["mode"] == "forward+backward" and case["config"]["backward"] is True
     reference = case["results"][0]

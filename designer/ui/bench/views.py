@@ -86,7 +86,8 @@ def case_ui(case: dict[str, Any], *, start_width: int, prefix: str) -> None:
         st.caption(
             "Forward + backward: one training step's attention, the forward then the backward "
             "with a fixed random output gradient. fwd ms and bwd ms are each alone (the backward "
-            "timed on a kept graph); TFLOP/s count the backward as 2.5× the forward's FLOPs."
+            "timed after an untimed forward); TFLOP/s count the backward as 2.5× the forward's "
+            "FLOPs."
         )
     results_table(table_rows(case), key=f"{prefix}_table")
     if speedups:  # without a dense baseline (the CPU check) there is no speedup to draw

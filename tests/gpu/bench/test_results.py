@@ -76,7 +76,7 @@ def fake_harness(monkeypatch, times=None, failures=None):
         return Prepared(lambda: out, computes_layout)
 
     monkeypatch.setattr(harness_module, "prepare", prepare)
-    return lambda run, *, reps: [times[timing["contender"]]] * reps
+    return lambda run, *, reps, setup=None: [times[timing["contender"]]] * reps
 
 
 def make_case(monkeypatch, contenders=("fused", "sdd", "sdd_w1", "flex", "sdpa_cudnn"), *,
