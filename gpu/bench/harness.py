@@ -170,7 +170,7 @@ def run_benchmark(
                 dense_masked_attention(
                     q, k, v, blocks, layout.block_size, causal=config.causal, scale=scale
                 ),
-                reference_grads(case, causal=config.causal) if config.backward else None,
+                reference_grads(case) if config.backward else None,
             )
     pairs = active_pairs(blocks, layout.block_size, causal=config.causal)
     flops = attention_flops(config.batch, config.head_dim, pairs)

@@ -49,26 +49,27 @@ class StepTimes:
 
 def grads_of(prepared: Prepared, case: Case) -> tuple[torch.Tensor, ...]:
     """``(dq, dk, dv)`` of one step of ``prepared`` on ``case``."""
-    return torch.autograd.grad(prepared.run(), (case.q, case.k, case.v), case.grad_out)
+    return _backward(prepared.run(), case)
+
+
+def _backward(out: torch.Tensor, case: Case) -> tuple[torch.Tensor, ...]:
+    return torch.autograd.grad(out, (case.q, case.k, case.v), case.grad_out)
 
 
 def time_step(prepared: Prepared, case: Case, timer: Timer, *, reps: int) -> StepTimes:
-    """Time ``prepared`` as a training step (see the module docstring); warm it up first."""
+    """Time ``prepared`` as a training step (see the module docstring); the caller has warmed
+    it up."""
     step_times = timer(lambda: grads_of(prepared, case), reps=reps)
     forward_times = timer(prepared.run, reps=reps)
-
-    def backward(out: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return torch.autograd.grad(out, (case.q, case.k, case.v), case.grad_out)
-
-    backward_times = timer(backward, reps=reps, setup=prepared.run)
+    backward_times = timer(lambda out: _backward(out, case), reps=reps, setup=prepared.run)
     return StepTimes(tuple(step_times), tuple(forward_times), tuple(backward_times))
 
 
-def reference_grads(case: Case, *, causal: bool) -> tuple[torch.Tensor, ...]:
+def reference_grads(case: Case) -> tuple[torch.Tensor, ...]:
     """The fp64 ``(dq, dk, dv)`` of the case's step, chunk by chunk (bounded memory)."""
     return dense_masked_attention_backward(
         case.q.detach(), case.k.detach(), case.v.detach(), case.grad_out, case.blocks,
-        case.block_size, causal=causal, scale=case.scale,
+        case.block_size, causal=case.causal, scale=case.scale,
     )  # fmt: skip
 
 
