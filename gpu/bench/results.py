@@ -215,9 +215,12 @@ def document_label(doc: dict[str, Any], source: str) -> str:
 
 
 def short_label(doc: dict[str, Any]) -> str:
-    """A legend entry for a one-case document: when, and batch, head dim and dtype."""
-    config = doc["cases"][0]["config"]
-    return f"{doc.get('date', '?')} B={config['batch']} D={config['head_dim']} {config['dtype']}"
+    """A legend entry for a one-case document: when, batch, head dim, dtype, and "fwd+bwd" for a
+    training step (its times are not the forward's)."""
+    case = doc["cases"][0]
+    config = case["config"]
+    label = f"{doc.get('date', '?')} B={config['batch']} D={config['head_dim']} {config['dtype']}"
+    return label + (" fwd+bwd" if is_backward(case) else "")
 
 
 def finite(value: Any) -> bool:

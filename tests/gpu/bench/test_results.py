@@ -24,6 +24,7 @@ from gpu.bench.results import (
     ideal_speedup,
     problems,
     read_document,
+    short_label,
     speedup_vs_dense,
     table_rows,
 )
@@ -120,6 +121,8 @@ def test_rows_and_labels_of_a_training_step(monkeypatch):
         assert 0 < fused[f"{grad} rel err"] < 1e-2
     assert rows["sdpa_cudnn"]["dq rel err"] is None
     assert case_label(case).endswith(" · forward + backward")
+    assert short_label(doc).endswith("B=1 D=16 bf16 fwd+bwd")
+    assert not short_label(make_doc(monkeypatch)).endswith("fwd+bwd")
     forward = table_rows(make_doc(monkeypatch)["cases"][0])[0]
     assert "fwd ms" not in forward and "dq rel err" not in forward
     assert read_document(document_bytes(doc), "run.json") == doc

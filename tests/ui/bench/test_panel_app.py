@@ -176,7 +176,7 @@ def test_a_run_shows_its_numbers_and_charts_and_is_stored(data_dir, fake_gpu):
 
 def test_forward_backward_mode_times_a_step_and_shows_gradient_errors(data_dir, fake_gpu):
     at = open_panel()
-    forward_pick = at.multiselect(key=keys.GPU_CONTENDER_PICK).value
+    at.multiselect(key=keys.GPU_CONTENDER_PICK).set_value(["sdd", "sdpa"]).run()
     at.toggle(key=keys.GPU_BACKWARD).set_value(True).run()
     assert_clean(at)
     picker = at.multiselect(key=keys.GPU_BACKWARD_CONTENDER_PICK)
@@ -203,7 +203,11 @@ def test_forward_backward_mode_times_a_step_and_shows_gradient_errors(data_dir, 
     (stored,), _ = RunStore(data_dir).runs(design_digest(DESIGN))
     assert stored.doc == doc
     at.toggle(key=keys.GPU_BACKWARD).set_value(False).run()  # each mode keeps its own pick
-    assert at.multiselect(key=keys.GPU_CONTENDER_PICK).value == forward_pick
+    assert at.multiselect(key=keys.GPU_CONTENDER_PICK).value == ["sdd", "sdpa"]
+    at.toggle(key=keys.GPU_BACKWARD).set_value(True).run()
+    assert at.multiselect(key=keys.GPU_BACKWARD_CONTENDER_PICK).value == [
+        "fused", "flex", "sdpa_cudnn", "reference"
+    ]  # fmt: skip
 
 
 def test_refused_then_out_of_memory_then_the_next_run_works(data_dir, fake_gpu, monkeypatch):
