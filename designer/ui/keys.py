@@ -77,6 +77,8 @@ GPU_SWEEP_KIND, GPU_SWEEP_LENGTH_PICK, GPU_SWEEP_FACTOR_PICK, GPU_SWEEP_RANDOM =
     "gpu_sweep_kind", "gpu_sweep_lengths", "gpu_sweep_factors", "gpu_sweep_random",
 )  # fmt: skip
 GPU_SWEEP_CHECK = "gpu_sweep_check"
+#: Forward + backward mode, and its own contender pick (only contenders with a backward pass).
+GPU_BACKWARD, GPU_BACKWARD_CONTENDER_PICK = "gpu_backward", "gpu_backward_contenders"
 GPU_RUN_BUTTON, GPU_SWEEP_BUTTON, GPU_CPU_BUTTON = "gpu_run", "gpu_sweep_run", "gpu_cpu_check_run"
 GPU_STORED_PICK, GPU_OVERLAY_PICK, GPU_COMMITTED_PICK = (
     "gpu_stored_pick", "gpu_overlay_pick", "gpu_committed_pick"

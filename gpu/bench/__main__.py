@@ -6,6 +6,11 @@ Examples::
     python -m gpu.bench --design my_layout.pt --head-dim 128 --out results.json
     python -m gpu.bench --sweep standard --out benchmarks/results/2026-11-29-h200.json
     python -m gpu.bench --sweep standard --quick
+    python -m gpu.bench --sweep standard --backward --out results-backward.json
+
+``--backward`` times one training step's attention (forward, then backward with a fixed random
+output gradient) for the contenders with a backward pass, and adds the forward and the backward
+alone and the errors of dq, dk and dv against fp64 to the table.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ import torch
 
 from designer.formats import load_design
 from gpu.bench.cases import find_case, standard_cases
-from gpu.bench.config import CONTENDERS, BenchConfig
+from gpu.bench.config import BACKWARD_CONTENDERS, CONTENDERS, BenchConfig
 from gpu.bench.harness import BenchSession, run_benchmark
 from gpu.bench.report import format_table, write_json
 
@@ -51,8 +56,8 @@ def main(argv: list[str] | None = None) -> int:
 def _jobs(args: argparse.Namespace) -> list:
     if args.sweep or args.case:
         cases = standard_cases() if args.sweep else [find_case(n) for n in args.case.split(",")]
-        return [(c.name, _override(c.config(quick=args.quick), args), c.layout(quick=args.quick))
-                for c in cases]  # fmt: skip
+        return [(c.name, _override(c.config(quick=args.quick, backward=args.backward), args),
+                 c.layout(quick=args.quick)) for c in cases]  # fmt: skip
     if args.design:
         design = load_design(args.design)
         layout = design.layout
@@ -63,6 +68,7 @@ def _jobs(args: argparse.Namespace) -> list:
             head_dim=args.head_dim or 64,
             causal=design.causal,
             start_width=design.start_width,
+            backward=args.backward,
         )
         return [(design.name, _override(config, args), layout)]
     raise ValueError("give --case, --design or --sweep")
@@ -104,6 +110,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, help="untimed runs before timing")
     parser.add_argument("--reps", type=int, help="timed runs (the median is reported)")
     parser.add_argument("--no-flush", action="store_true", help="do not flush L2 between reps")
+    parser.add_argument(
+        "--backward",
+        action="store_true",
+        help="time forward+backward (a training step) of the contenders with a backward pass: "
+        f"{','.join(BACKWARD_CONTENDERS)}",
+    )
     return parser
 
 

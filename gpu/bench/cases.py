@@ -14,6 +14,8 @@ Layout families, each defined at token level and built at block sizes 128, 64 an
 The SDD segmentation study adds, on the banded cases at block 16, the SDD pipeline and the SDD
 kernel alone with start width 1 (``sdd_w1``, ``sdd_qk_w1``) beside the segment-driven ones.
 ``quick`` shrinks S to 4096 and the reps, to check the harness end to end in seconds.
+``backward`` times training steps (forward then backward) of the contenders that have a
+backward pass (``DEFAULT_BACKWARD_CONTENDERS``: ours fused, both Flex builds, dense SDPA).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import torch
 from designer.layout import Layout
 from designer.patterns import causal as causal_pattern
 from designer.patterns import global_tokens, random_blocks, sliding_window
-from gpu.bench.config import DEFAULT_CONTENDERS, BenchConfig
+from gpu.bench.config import DEFAULT_BACKWARD_CONTENDERS, DEFAULT_CONTENDERS, BenchConfig
 
 HEADS = 16
 SEQ_LEN = 16384
@@ -60,10 +62,12 @@ class StandardCase:
     def in_segmentation_study(self) -> bool:
         return self.family in BAND_HALF_WIDTHS and self.block_size == 16
 
-    def config(self, *, quick: bool = False) -> BenchConfig:
+    def config(self, *, quick: bool = False, backward: bool = False) -> BenchConfig:
         contenders = STANDARD_CONTENDERS
         if self.in_segmentation_study:
             contenders = (*contenders, *STUDY_CONTENDERS)
+        if backward:
+            contenders = DEFAULT_BACKWARD_CONTENDERS
         return BenchConfig(
             heads=HEADS,
             seq_q=QUICK_SEQ_LEN if quick else SEQ_LEN,
@@ -72,6 +76,7 @@ class StandardCase:
             contenders=contenders,
             warmup=1 if quick else 3,
             reps=3 if quick else 10,
+            backward=backward,
         )
 
     def layout(self, *, quick: bool = False) -> Layout:

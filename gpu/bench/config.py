@@ -24,6 +24,13 @@ CONTENDERS = (
     "reference",
 )
 DEFAULT_CONTENDERS = ("fused", "sdd", "flex", "flex_tuned", "sdpa", "sdpa_cudnn", "sdpa_flash")
+#: Contenders with a backward pass, which ``backward=True`` (a training step) can time.
+BACKWARD_CONTENDERS = (
+    "fused", "flex", "flex_tuned", "sdpa", "sdpa_cudnn", "sdpa_flash", "reference"
+)  # fmt: skip
+DEFAULT_BACKWARD_CONTENDERS = BACKWARD_CONTENDERS[:-1]
+#: What a case times: the forward alone, or a training step (forward then backward).
+FORWARD, FORWARD_BACKWARD = "forward", "forward+backward"
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -35,6 +42,9 @@ class BenchConfig:
     ``warmup`` untimed runs, each rep preceded (when ``flush_l2``) by writing a 256 MiB buffer so
     no rep starts with a warm L2. ``start_width`` is the SDD segmentation start width (None:
     128-token tiles). ``device`` is "cuda" for real runs; "cpu" only serves the reference.
+    ``backward`` times one training step's attention (forward, then backward with a fixed
+    random output gradient) instead of the forward alone; ``contenders`` None means the
+    defaults of the mode (``DEFAULT_CONTENDERS`` or ``DEFAULT_BACKWARD_CONTENDERS``).
 
     >>> BenchConfig(seq_q=1024, head_dim=128).shape_q
     (1, 16, 1024, 128)
@@ -47,7 +57,7 @@ class BenchConfig:
     head_dim: int = 64
     dtype: str = "bf16"
     causal: bool = False
-    contenders: tuple[str, ...] = DEFAULT_CONTENDERS
+    contenders: tuple[str, ...] | None = None
     warmup: int = 3
     reps: int = 10
     flush_l2: bool = True
@@ -55,8 +65,13 @@ class BenchConfig:
     seed: int = 0
     device: str = "cuda"
     check_error: bool = True
+    backward: bool = False
 
     def __post_init__(self) -> None:
+        check_bool("backward", self.backward)
+        if self.contenders is None:  # frozen: set the mode's defaults once, here
+            defaults = DEFAULT_BACKWARD_CONTENDERS if self.backward else DEFAULT_CONTENDERS
+            object.__setattr__(self, "contenders", defaults)
         check_int("batch", self.batch, low=1, high=1024)
         check_int("heads", self.heads, low=1, high=1024)
         check_int("seq_q", self.seq_q, low=1, high=1 << 20)
@@ -69,6 +84,11 @@ class BenchConfig:
             raise TypeError(f"contenders must be a non-empty tuple, got {self.contenders!r}")
         for name in self.contenders:
             check_choice("contenders item", name, CONTENDERS)
+            if self.backward and name not in BACKWARD_CONTENDERS:
+                raise ValueError(
+                    f"contenders item {name!r} has no backward pass; with backward=True pick "
+                    f"from {', '.join(BACKWARD_CONTENDERS)}"
+                )
         if len(set(self.contenders)) != len(self.contenders):
             raise ValueError(f"contenders must not repeat, got {self.contenders}")
         check_int("warmup", self.warmup, low=0, high=1000)
@@ -79,6 +99,10 @@ class BenchConfig:
         check_int("seed", self.seed, low=0)
         check_choice("device", self.device, ("cuda", "cpu"))
         check_bool("check_error", self.check_error)
+
+    @property
+    def mode(self) -> str:
+        return FORWARD_BACKWARD if self.backward else FORWARD
 
     @property
     def seq_len_k(self) -> int:

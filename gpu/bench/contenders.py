@@ -16,6 +16,10 @@ only launches, and whether its output is the layout's attention (then its error 
   with cuDNN or flash forced; ``is_causal=True`` in causal cases. They compute dense (or causal)
   attention, so their error is checked only when the layout is all ones.
 - ``reference``: our dense masked reference in fp32 (runs on the CPU too).
+
+In a training step (``Case.grad_out`` set, q, k, v requiring grad) ``fused`` is the public
+call with a plan, ``gpu.block_sparse_attention(q, k, v, plan, impl="fused")``, differentiable
+through its registered autograd; Flex and SDPA use their own backward passes.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from typing import Any
 
 import torch
 
+from gpu.bench.config import BACKWARD_CONTENDERS
 from gpu.bench.flex import FlexSession, FlexUnavailable
 from gpu.reference import dense_masked_attention
 
@@ -51,6 +56,12 @@ class Case:
     start_width: int | None
     flex: FlexSession
     plans: dict[tuple, Any] = field(default_factory=dict)  # shared by contenders of this case
+    grad_out: torch.Tensor | None = None  # a training step's output gradient (None: forward)
+
+    @property
+    def backward(self) -> bool:
+        """A training step: q, k, v require grad and the backward pass is timed too."""
+        return self.grad_out is not None
 
     @property
     def dense_layout(self) -> bool:
@@ -67,7 +78,7 @@ class Prepared:
 def prepare(name: str, case: Case) -> Prepared:
     """Do ``name``'s host work for ``case`` and return its launcher."""
     makers: dict[str, Callable[[Case], Prepared]] = {
-        "fused": _fused,
+        "fused": lambda c: _fused_api(c) if c.backward else _fused(c),
         "fused_api": _fused_api,
         "sdd": lambda c: _sdd(c, c.start_width),
         "sdd_w1": lambda c: _sdd(c, 1),
@@ -82,6 +93,8 @@ def prepare(name: str, case: Case) -> Prepared:
     }
     if case.q.device.type != "cuda" and name != "reference":
         raise Unavailable(f"{name} needs a CUDA device")
+    if case.backward and name not in BACKWARD_CONTENDERS:
+        raise Unavailable(f"{name} has no backward pass")
     return makers[name](case)
 
 
@@ -108,6 +121,14 @@ def _fused_api(case: Case) -> Prepared:
     from gpu import block_sparse_attention, plan
 
     the_plan = plan(case.blocks, case.block_size, causal=case.causal, device=case.q.device)
+    if case.backward:  # autograd takes no ``out``: the output is a new tensor each step
+
+        def step() -> torch.Tensor:
+            return block_sparse_attention(
+                case.q, case.k, case.v, the_plan, scale=case.scale, impl="fused"
+            )
+
+        return Prepared(step, True)
     out = torch.empty_like(case.q)
 
     def run() -> torch.Tensor:
@@ -164,7 +185,9 @@ def _sdpa(case: Case, backend: str | None) -> Prepared:
                 return call()
 
     try:
-        run()  # a backend that cannot take this shape says so here
+        out = run()  # a backend that cannot take this shape says so here
+        if case.backward:
+            torch.autograd.grad(out, (case.q, case.k, case.v), case.grad_out)
     except RuntimeError as error:
         raise Unavailable(f"SDPA {backend or 'default'}: {str(error).splitlines()[0]}") from error
     return Prepared(run, case.dense_layout)

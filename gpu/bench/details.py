@@ -7,6 +7,11 @@ recomputes our kernels' outputs on the harness's own inputs (same seed, same dra
 ``gpu.reference``), so the largest per-head error equals the harness's max-abs error.
 ``cpu_check`` is the same check for ``impl="reference"`` on a small crop of the design, for
 machines without a GPU.
+
+In a training step (``config.backward``) each implementation's ``grads`` entry holds the same
+numbers for dq, dk and dv (``head_errors`` of each gradient against the fp64 reference gradients
+of ``gpu.reference.dense_masked_attention_backward``, on the harness's q, k, v and output
+gradient; dk and dv rows are key blocks).
 """
 
 from __future__ import annotations
@@ -18,10 +23,18 @@ import torch
 from designer.design import Design
 from designer.layout import Layout
 from gpu import block_sparse_attention
-from gpu.bench import BenchConfig, BenchSession, document, run_benchmark, seeded_inputs
+from gpu.bench import (
+    BenchConfig,
+    BenchSession,
+    document,
+    run_benchmark,
+    seeded_inputs,
+    seeded_training_inputs,
+)
 from gpu.bench.metrics import errors
 from gpu.bench.results import plain_document
-from gpu.reference import dense_masked_attention
+from gpu.bench.training import GRAD_NAMES
+from gpu.reference import dense_masked_attention, dense_masked_attention_backward
 
 #: Most query-block rows kept per head in the error map (more are max-pooled together).
 MAX_MAP_ROWS = 256
@@ -70,20 +83,32 @@ def error_details(
 ) -> dict[str, dict[str, Any]]:
     """``{impl: head_errors(...)}`` for each of ``impls`` on the harness's inputs; an impl that
     fails gets ``{"error": message}`` instead."""
-    q, k, v = seeded_inputs(config)
+    q, k, v, *grad_out = (seeded_training_inputs if config.backward else seeded_inputs)(config)
     scale = config.head_dim**-0.5
     blocks = layout.blocks.expand(config.heads, -1, -1)
-    reference = dense_masked_attention(
-        q, k, v, blocks, layout.block_size, causal=config.causal, scale=scale
-    )
+    args = (blocks, layout.block_size)
+    with torch.no_grad():
+        reference = dense_masked_attention(q, k, v, *args, causal=config.causal, scale=scale)
+        if config.backward:
+            ref_grads = dense_masked_attention_backward(
+                q.detach(), k.detach(), v.detach(), grad_out[0], *args, causal=config.causal,
+                scale=scale,
+            )  # fmt: skip
     details: dict[str, dict[str, Any]] = {}
     for impl in impls:
         try:
             out = block_sparse_attention(
-                q, k, v, blocks, layout.block_size, causal=config.causal, scale=scale,
-                impl=impl, start_width=config.start_width if impl == "sdd" else None,
+                q, k, v, *args, causal=config.causal, scale=scale, impl=impl,
+                start_width=config.start_width if impl == "sdd" else None,
             )  # fmt: skip
-            details[impl] = head_errors(out, reference, layout.block_size)
+            details[impl] = head_errors(out.detach(), reference, layout.block_size)
+            if config.backward:
+                grads = torch.autograd.grad(out, (q, k, v), grad_out[0])
+                details[impl]["grads"] = {
+                    name: head_errors(grad, ref, layout.block_size)
+                    for name, grad, ref in zip(GRAD_NAMES, grads, ref_grads, strict=True)
+                }
+                del grads
             del out
         except (RuntimeError, ValueError, TypeError) as error:
             details[impl] = {"error": f"{type(error).__name__}: {error}"[:500]}
@@ -98,8 +123,11 @@ def small_layout(layout: Layout) -> Layout:
     return Layout(cropped, layout.block_size)
 
 
-def cpu_check(design: Design, *, head_dim: int = 64, dtype: str = "bf16") -> dict[str, Any]:
-    """The reference implementation against fp64 on the CPU, on ``small_layout`` of the design.
+def cpu_check(
+    design: Design, *, head_dim: int = 64, dtype: str = "bf16", backward: bool = False
+) -> dict[str, Any]:
+    """The reference implementation against fp64 on the CPU, on ``small_layout`` of the design
+    (a training step's forward and backward with ``backward``).
 
     Returns the harness document: one case, contender "reference" (host-timed), with its
     per-head ``details``.
@@ -118,6 +146,7 @@ def cpu_check(design: Design, *, head_dim: int = 64, dtype: str = "bf16") -> dic
         reps=1,
         flush_l2=False,
         device="cpu",
+        backward=backward,
     )
     session = BenchSession(torch.device("cpu"), flush_l2=False)
     result = run_benchmark(config, layout, name=f"{design.name} (CPU check)", session=session)

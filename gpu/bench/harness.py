@@ -6,6 +6,11 @@ times ``reps`` calls with the L2 flushed before each, and checks one more output
 reference. A contender that is unavailable or fails gets a status and a message; the others still
 run. ``progress(stage, fraction)`` is called as it goes ("reference", "compile fused",
 "warm-up fused", "timing fused", ..., "done").
+
+With ``config.backward`` each contender is timed as a training step instead (``training.py``):
+forward then backward with a fixed random output gradient. ``ms`` is then the step's median,
+``fwd_ms`` and ``bwd_ms`` the forward and the backward alone, TFLOP/s count the backward as 2.5×
+the forward's FLOPs, and dq, dk, dv are checked against the fp64 reference gradients.
 """
 
 from __future__ import annotations
@@ -22,13 +27,16 @@ from gpu.bench.flex import FlexSession
 from gpu.bench.metrics import (
     active_pairs,
     attention_flops,
+    backward_flops,
     errors,
     median,
     speedup,
+    step_flops,
     tflops,
     token_density,
 )
 from gpu.bench.timing import CudaEventTimer, Timer, host_timer
+from gpu.bench.training import grad_errors, grads_of, reference_grads, time_step
 from gpu.reference import dense_masked_attention
 
 Progress = Callable[[str, float], None]
@@ -43,14 +51,24 @@ class ContenderResult:
     name: str
     status: str  # "ok", "unavailable" or "failed"
     message: str = ""
-    ms: float | None = None  # median
+    ms: float | None = None  # median (of a whole training step with ``backward``)
     times_ms: tuple[float, ...] = ()
-    tflops: float | None = None  # effective: the layout's FLOPs over ms
+    tflops: float | None = None  # effective: the layout's FLOPs (3.5x in a step) over ms
     own_tflops: float | None = None  # dense baselines: their own (dense or causal) FLOPs
     speedup_vs_cudnn: float | None = None
     speedup_vs_flex: float | None = None
     max_abs_error: float | None = None
     rel_error: float | None = None
+    # training steps only: the forward and the backward alone (see training.py), gradient errors
+    fwd_ms: float | None = None
+    bwd_ms: float | None = None
+    fwd_times_ms: tuple[float, ...] = ()
+    bwd_times_ms: tuple[float, ...] = ()
+    bwd_tflops: float | None = None  # 2.5x the layout's forward FLOPs over bwd_ms
+    dq_rel_error: float | None = None
+    dk_rel_error: float | None = None
+    dv_rel_error: float | None = None
+    grad_max_abs_error: float | None = None
 
 
 @dataclass(frozen=True)
@@ -68,11 +86,23 @@ class BenchResult:
     case: str
     config: BenchConfig
     layout: LayoutInfo
-    flops: int
+    flops: int  # the forward's effective FLOPs (a training step counts 3.5x)
     results: tuple[ContenderResult, ...]
+
+    @property
+    def mode(self) -> str:
+        return self.config.mode
 
     def result(self, name: str) -> ContenderResult | None:
         return next((r for r in self.results if r.name == name), None)
+
+
+@dataclass(frozen=True)
+class References:
+    """The fp64 output of a case and, in a training step, its fp64 ``(dq, dk, dv)``."""
+
+    out: torch.Tensor
+    grads: tuple[torch.Tensor, ...] | None
 
 
 class BenchSession:
@@ -93,13 +123,23 @@ def seeded_inputs(config: BenchConfig) -> tuple[torch.Tensor, torch.Tensor, torc
     Anyone who wants to look at a contender's output on the benchmark's own inputs (the app's
     per-head error view) draws them again with this.
     """
+    q, k, v = _draw(config, (config.shape_q, config.shape_k, config.shape_k))
+    return q, k, v
+
+
+def seeded_training_inputs(config: BenchConfig) -> tuple[torch.Tensor, ...]:
+    """``(q, k, v, grad_out)`` of a training step: ``seeded_inputs``'s q, k, v as leaves that
+    require grad, and the output gradient, ``randn`` drawn after them from the same generator."""
+    q, k, v, grad_out = _draw(config, (config.shape_q, config.shape_k, config.shape_k,
+                                        config.shape_q))  # fmt: skip
+    return q.requires_grad_(), k.requires_grad_(), v.requires_grad_(), grad_out
+
+
+def _draw(config: BenchConfig, shapes: tuple[tuple[int, ...], ...]) -> list[torch.Tensor]:
     device = torch.device(config.device)
     gen = torch.Generator(device=device).manual_seed(config.seed)
-    q, k, v = (
-        torch.randn(shape, generator=gen, device=device, dtype=config.torch_dtype)
-        for shape in (config.shape_q, config.shape_k, config.shape_k)
-    )
-    return q, k, v
+    return [torch.randn(shape, generator=gen, device=device, dtype=config.torch_dtype)
+            for shape in shapes]  # fmt: skip
 
 
 def run_benchmark(
@@ -117,16 +157,21 @@ def run_benchmark(
     report = progress or (lambda stage, fraction: None)
     steps = 1 + 3 * len(config.contenders)
 
-    q, k, v = seeded_inputs(config)
+    draw = seeded_training_inputs if config.backward else seeded_inputs
+    q, k, v, *grad_out = draw(config)
     scale = config.head_dim**-0.5
     case = Case(q, k, v, blocks, layout.block_size, config.causal, scale, config.start_width,
-                session.flex)  # fmt: skip
+                session.flex, grad_out=grad_out[0] if grad_out else None)  # fmt: skip
     reference = None
     if config.check_error:
         report("reference", 0.0)
-        reference = dense_masked_attention(
-            q, k, v, blocks, layout.block_size, causal=config.causal, scale=scale
-        )
+        with torch.no_grad():
+            reference = References(
+                dense_masked_attention(
+                    q, k, v, blocks, layout.block_size, causal=config.causal, scale=scale
+                ),
+                reference_grads(case) if config.backward else None,
+            )
     pairs = active_pairs(blocks, layout.block_size, causal=config.causal)
     flops = attention_flops(config.batch, config.head_dim, pairs)
 
@@ -164,30 +209,50 @@ def _check_layout(config: BenchConfig, layout: Layout) -> torch.Tensor:
 
 
 def _run_one(name, case, config, session, reference, report) -> ContenderResult:
-    dense_key = (name, config.shape_q, config.shape_k, config.dtype, config.causal, config.reps)
+    dense_key = (name, config.shape_q, config.shape_k, config.dtype, config.causal, config.reps,
+                 config.backward)  # fmt: skip
     cached = session.dense_times.get(dense_key) if name in DENSE_BASELINES else None
     try:
         report(f"compile {name}", 0.0)
         prepared = prepare(name, case)
         if cached is None:
-            report(f"warm-up {name}", 1 / 3)
-            for _ in range(config.warmup):
-                prepared.run()
-            _synchronize(case.q)
-            report(f"timing {name}", 2 / 3)
-            times = session.timer(prepared.run, reps=config.reps)
-            cached = ContenderResult(name, "ok", ms=median(times), times_ms=tuple(times))
+            if case.backward:
+                grads_of(prepared, case)  # Flex compiles its backward on the first one
+            cached = _timed(name, prepared, case, config, session, report)
             if name in DENSE_BASELINES:
                 session.dense_times[dense_key] = cached
         result = cached
         if reference is not None and prepared.computes_layout:
-            max_abs, relative = errors(prepared.run(), reference)
+            max_abs, relative = errors(prepared.run().detach(), reference.out)
             result = replace(result, max_abs_error=max_abs, rel_error=relative)
+            if reference.grads is not None:
+                result = replace(result, **grad_errors(grads_of(prepared, case), reference.grads))
         return result
     except Unavailable as error:
         return ContenderResult(name, "unavailable", str(error))
     except Exception as error:  # one failure must not end the run
         return ContenderResult(name, "failed", f"{type(error).__name__}: {error}"[:500])
+
+
+def _timed(name, prepared, case, config, session, report) -> ContenderResult:
+    """Warm ``prepared`` up and time it: its forward, or its training step."""
+    report(f"warm-up {name}", 1 / 3)
+    for _ in range(config.warmup):
+        if case.backward:
+            grads_of(prepared, case)
+        else:
+            prepared.run()
+    _synchronize(case.q)
+    report(f"timing {name}", 2 / 3)
+    if not case.backward:
+        times = session.timer(prepared.run, reps=config.reps)
+        return ContenderResult(name, "ok", ms=median(times), times_ms=tuple(times))
+    step = time_step(prepared, case, session.timer, reps=config.reps)
+    step_ms, fwd_ms, bwd_ms = step.medians
+    return ContenderResult(
+        name, "ok", ms=step_ms, times_ms=step.step, fwd_ms=fwd_ms, bwd_ms=bwd_ms,
+        fwd_times_ms=step.forward, bwd_times_ms=step.backward,
+    )  # fmt: skip
 
 
 def _synchronize(tensor: torch.Tensor) -> None:
@@ -206,18 +271,23 @@ def _derive(timed, config, flops, heads, block_size) -> list[ContenderResult]:
     dense_flops = attention_flops(
         config.batch, config.head_dim, active_pairs(ones, block_size, causal=config.causal)
     )
+    timed_flops, timed_dense_flops = flops, dense_flops
+    if config.backward:
+        timed_flops, timed_dense_flops = step_flops(flops), step_flops(dense_flops)
     results = []
     for r in timed:
         if r.status != "ok":
             results.append(r)
             continue
+        dense = r.name in DENSE_BASELINES
         results.append(
             replace(
                 r,
-                tflops=tflops(flops, r.ms),
-                own_tflops=tflops(dense_flops, r.ms) if r.name in DENSE_BASELINES else None,
+                tflops=tflops(timed_flops, r.ms),
+                own_tflops=tflops(timed_dense_flops, r.ms) if dense else None,
                 speedup_vs_cudnn=speedup(cudnn.ms if cudnn else None, r.ms),
                 speedup_vs_flex=speedup(best_flex_ms, r.ms),
+                bwd_tflops=tflops(backward_flops(flops), r.bwd_ms) if config.backward else None,
             )
         )
     return results

@@ -8,6 +8,12 @@ Workspaces counted: the SDD pipeline's packed fp32 scores and 16-bit probabiliti
 FlexAttention's token mask, block tables and log-sum-exp. The estimate is compared with the free
 memory times a safety margin; ``margin=0`` turns the check off.
 
+A training step (``config.backward``) adds the output gradient and a contender's dq, dk, dv (with
+one more output: the forward graph kept while the backward alone is timed), the fp64 reference
+gradients, a larger reference chunk (the backward's score-sized temporaries), and a backward
+workspace (an fp32 dq accumulator, the saved log-sum-exp and rowsum(dO∘O)); the ``reference``
+contender keeps its whole autograd graph, a few fp32 ``Sq × Sk`` score tensors per head.
+
 >>> config = BenchConfig(seq_q=4096, contenders=("fused",), flush_l2=False, check_error=False)
 >>> estimate_memory(config, 16 * 32 * 32, 128).total  # q, k, v and one output
 33554432
@@ -27,6 +33,12 @@ from gpu.reference import DEFAULT_CHUNK_BYTES
 #: Score-sized fp64 tensors alive at once inside one reference chunk (scores, masked copy,
 #: shifted scores, their exponentials).
 REFERENCE_LIVE_SCORES = 4
+#: ... and inside one chunk of the reference backward (scores, masked copy, shifted scores,
+#: exponentials, probabilities; then dO·Vᵀ, minus Δ, and dS).
+REFERENCE_BACKWARD_LIVE_SCORES = 6
+#: fp32 score-sized tensors the ``reference`` contender's autograd graph keeps per head
+#: (scores, masked scores, softmax).
+REFERENCE_GRAPH_SCORES = 3
 #: fp64 tensors of the output's size alive during the error check (copy, difference, its abs).
 ERROR_CHECK_COPIES = 3
 #: Refuse a case when ``margin x estimate`` exceeds the free memory.
@@ -46,12 +58,18 @@ class MemoryEstimate:
     error_check: int  # fp64 copies while a contender's output is compared
     sdd_scores: int  # the SDD pipeline's packed scores and probabilities
     flex_workspace: int  # FlexAttention's mask buffer, block tables, output and log-sum-exp
+    grads: int = 0  # a step's output gradient, dq, dk, dv and the kept output, 16-bit
+    reference_grads: int = 0  # the fp64 reference dq, dk, dv, kept for the whole case
+    backward_workspace: int = 0  # fp32 dq accumulator, saved LSE and rowsum(dO∘O)
+    reference_graph: int = 0  # the reference contender's autograd graph
 
     @property
     def total(self) -> int:
         """The peak: what lives all along, plus the largest stage."""
-        contender = max(self.sdd_scores, self.flex_workspace) + self.error_check
-        return self.inputs + self.flush + self.reference + max(self.reference_chunk, contender)
+        workspace = max(self.sdd_scores, self.flex_workspace, self.reference_graph)
+        contender = workspace + self.backward_workspace + self.error_check
+        kept = self.inputs + self.flush + self.reference + self.reference_grads + self.grads
+        return kept + max(self.reference_chunk, contender)
 
     def parts(self) -> list[tuple[str, int]]:
         """``(what, bytes)`` of each part in use, for a table or a message."""
@@ -63,6 +81,10 @@ class MemoryEstimate:
             ("error check (fp64 copies)", self.error_check),
             ("SDD packed scores", self.sdd_scores),
             ("FlexAttention workspace", self.flex_workspace),
+            ("output gradient and gradients", self.grads),
+            ("fp64 reference gradients", self.reference_grads),
+            ("backward workspace", self.backward_workspace),
+            ("reference contender's autograd graph", self.reference_graph),
         ]
         return [(name, size) for name, size in named if size]
 
@@ -79,11 +101,21 @@ def estimate_memory(config: BenchConfig, nnz: int, block_size: int) -> MemoryEst
     )  # fmt: skip
     element = config.torch_dtype.itemsize
     output = element * batch * heads * seq_q * dim
-    reference = reference_chunk = error_check = 0
+    q_elements, k_elements = batch * heads * seq_q * dim, batch * heads * seq_k * dim
+    reference = reference_chunk = error_check = reference_grads = 0
     if config.check_error:
-        reference = 8 * batch * heads * seq_q * dim
-        reference_chunk = _reference_chunk_bytes(batch, seq_q, seq_k, dim, block_size)
-        error_check = ERROR_CHECK_COPIES * reference
+        reference = 8 * q_elements
+        live = REFERENCE_BACKWARD_LIVE_SCORES if config.backward else REFERENCE_LIVE_SCORES
+        reference_chunk = _reference_chunk_bytes(batch, seq_q, seq_k, dim, block_size, live)
+        checked = max(q_elements, k_elements) if config.backward else q_elements  # dk, dv too
+        error_check = ERROR_CHECK_COPIES * 8 * checked
+        reference_grads = 8 * (q_elements + 2 * k_elements) if config.backward else 0
+    grads = backward_workspace = reference_graph = 0
+    if config.backward:
+        grads = element * (3 * q_elements + 2 * k_elements)  # dO, kept output, dq, dk, dv
+        backward_workspace = 4 * q_elements + 2 * 4 * batch * heads * seq_q
+        if "reference" in config.contenders:
+            reference_graph = REFERENCE_GRAPH_SCORES * 4 * batch * heads * seq_q * seq_k
     sdd = 0
     if any(name in config.contenders for name in SDD_CONTENDERS):
         sdd = batch * nnz * block_size * block_size * (4 + element)
@@ -100,16 +132,22 @@ def estimate_memory(config: BenchConfig, nnz: int, block_size: int) -> MemoryEst
         error_check=error_check,
         sdd_scores=sdd,
         flex_workspace=flex,
+        grads=grads,
+        reference_grads=reference_grads,
+        backward_workspace=backward_workspace,
+        reference_graph=reference_graph,
     )
 
 
-def _reference_chunk_bytes(batch: int, seq_q: int, seq_k: int, dim: int, block: int) -> int:
-    """One chunk of ``gpu.reference.dense_masked_attention``: its rows as that function picks
-    them, fp64 copies of one head's k and v, and the live score-sized tensors."""
+def _reference_chunk_bytes(
+    batch: int, seq_q: int, seq_k: int, dim: int, block: int, live: int
+) -> int:
+    """One chunk of ``gpu.reference.dense_masked_attention`` (or its backward): its rows as that
+    function picks them, fp64 copies of one head's k and v, and ``live`` score-sized tensors."""
     rows = max(1, DEFAULT_CHUNK_BYTES // max(1, batch * seq_k * 8 * block)) * block
     rows = min(rows, seq_q)
     scores = 8 * batch * rows * seq_k
-    return REFERENCE_LIVE_SCORES * scores + 2 * rows * seq_k + 8 * batch * dim * (2 * seq_k + rows)
+    return live * scores + 2 * rows * seq_k + 8 * batch * dim * (2 * seq_k + rows)
 
 
 def refusal(estimate: MemoryEstimate, free_bytes: int, margin: float) -> str | None:

@@ -6,6 +6,10 @@ over ``Sq·Sk``, averaged over heads and with causal masking inside blocks count
 (QKᵀ and PV) of ``2·D`` FLOPs per pair give the 4. Every contender is divided into the same
 number, so effective TFLOP/s compare like with like; a dense baseline's own rate (full or causal
 attention) is reported beside it as ``own_tflops``.
+
+A backward pass is counted as 2.5 times its forward's FLOPs (five matmuls against the forward's
+two: QKᵀ recomputed, dV = PᵀdO, dP = dO·Vᵀ, dQ = dS·K, dK = dSᵀQ), so one training step
+(forward then backward) counts 3.5 times the forward's FLOPs.
 """
 
 from __future__ import annotations
@@ -40,6 +44,25 @@ def token_density(blocks: torch.Tensor, block_size: int, *, causal: bool) -> flo
 def attention_flops(batch: int, head_dim: int, pairs: int) -> int:
     """``4·B·D`` FLOPs per active pair (QKᵀ and PV); ``pairs`` summed over heads."""
     return 4 * batch * head_dim * pairs
+
+
+#: Backward FLOPs over forward FLOPs, as a fraction ``numerator / denominator`` (exact integers).
+BACKWARD_FLOPS_RATIO = (5, 2)
+
+
+def backward_flops(forward_flops: int) -> int:
+    """The FLOPs counted for a backward pass: 2.5 × the forward's.
+
+    >>> backward_flops(4), step_flops(4)
+    (10, 14)
+    """
+    numerator, denominator = BACKWARD_FLOPS_RATIO
+    return forward_flops * numerator // denominator
+
+
+def step_flops(forward_flops: int) -> int:
+    """The FLOPs counted for forward plus backward: 3.5 × the forward's."""
+    return forward_flops + backward_flops(forward_flops)
 
 
 def tflops(flops: int, ms: float | None) -> float | None:

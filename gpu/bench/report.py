@@ -13,11 +13,43 @@ from typing import Any
 
 import torch
 
+from gpu.bench.config import FORWARD, FORWARD_BACKWARD
 from gpu.bench.harness import BenchResult
 
 FORMAT = "blocksparse-bench"
 VERSION = 1
 TABLE_COLUMNS = ("case", "contender", "status", "ms", "TFLOP/s", "x cuDNN", "x Flex", "rel err")
+#: The table of training steps: the step, its forward and backward alone, the gradients' errors.
+BACKWARD_COLUMNS = (
+    "case", "contender", "status", "fwd+bwd ms", "fwd ms", "bwd ms", "TFLOP/s", "bwd TFLOP/s",
+    "x cuDNN", "x Flex", "dq err", "dk err", "dv err",
+)  # fmt: skip
+#: Each numeric column's ``ContenderResult`` field and format.
+_FIELDS = {
+    "ms": ("ms", "{:.3f}"), "fwd+bwd ms": ("ms", "{:.3f}"), "fwd ms": ("fwd_ms", "{:.3f}"),
+    "bwd ms": ("bwd_ms", "{:.3f}"), "TFLOP/s": ("tflops", "{:.1f}"),
+    "bwd TFLOP/s": ("bwd_tflops", "{:.1f}"), "x cuDNN": ("speedup_vs_cudnn", "{:.2f}"),
+    "x Flex": ("speedup_vs_flex", "{:.2f}"), "rel err": ("rel_error", "{:.1e}"),
+    "dq err": ("dq_rel_error", "{:.1e}"), "dk err": ("dk_rel_error", "{:.1e}"),
+    "dv err": ("dv_rel_error", "{:.1e}"),
+}  # fmt: skip
+FLOPS_FORMULA = "4*B*H*Sq*Sk*D*token_density (active (q,k) pairs, causal counted)"
+BACKWARD_FLOPS_FORMULA = (
+    f"forward {FLOPS_FORMULA}; backward 2.5x the forward, so TFLOP/s of a forward+backward "
+    "step count 3.5x the forward"
+)
+METHOD = (
+    "CUDA events per rep, warm-up first, median of reps, 256 MiB written before each rep to "
+    "flush L2, a ~1 ms spin kernel (torch.cuda._sleep, where it runs) before the start event so "
+    "host launch overhead is not timed; plans and compilation outside the timed region"
+)
+BACKWARD_METHOD = (
+    f"{METHOD}. A step is torch.autograd.grad of the attention's output with a fixed random "
+    "output gradient, on randn q, k, v that require grad; fwd ms is the forward alone with "
+    "inputs requiring grad; bwd ms is the backward alone, timed directly: each rep runs a fresh "
+    "forward untimed before the L2 flush, then times the backward on its graph; gradient errors "
+    "are relative to fp64 reference gradients"
+)
 
 
 def environment() -> dict[str, Any]:
@@ -59,6 +91,7 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
     """One case as plain JSON values."""
     return {
         "case": result.case,
+        "mode": result.mode,
         "config": dataclasses.asdict(result.config),
         "layout": dataclasses.asdict(result.layout),
         "flops": result.flops,
@@ -66,18 +99,26 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
     }
 
 
-def document(results: Sequence[BenchResult], *, env: dict[str, Any] | None = None) -> dict:
-    """The whole JSON document: format, version, date, environment and every case."""
+def document(
+    results: Sequence[BenchResult],
+    *,
+    env: dict[str, Any] | None = None,
+    backward: bool | None = None,
+) -> dict:
+    """The whole JSON document: format, version, date, environment, mode and every case.
+
+    ``mode`` is "forward+backward" when the cases time training steps (``backward``; None: when
+    any of ``results`` does), else "forward"."""
+    if backward is None:
+        backward = any(r.config.backward for r in results)
     return {
         "format": FORMAT,
         "version": VERSION,
         "date": datetime.now(timezone.utc).replace(microsecond=0).isoformat(),
         "environment": environment() if env is None else env,
-        "flops_formula": "4*B*H*Sq*Sk*D*token_density (active (q,k) pairs, causal counted)",
-        "method": "CUDA events per rep, warm-up first, median of reps, 256 MiB written before "
-        "each rep to flush L2, a ~1 ms spin kernel (torch.cuda._sleep, where it runs) before "
-        "the start event so host launch overhead is not timed; plans and compilation outside "
-        "the timed region",
+        "mode": FORWARD_BACKWARD if backward else FORWARD,
+        "flops_formula": BACKWARD_FLOPS_FORMULA if backward else FLOPS_FORMULA,
+        "method": BACKWARD_METHOD if backward else METHOD,
         "cases": [result_to_dict(r) for r in results],
     }
 
@@ -89,30 +130,25 @@ def write_json(results: Sequence[BenchResult], path: str | Path) -> dict:
     return doc
 
 
-def table_rows(results: Sequence[BenchResult]) -> list[tuple[str, ...]]:
-    """One row of strings per (case, contender), in ``TABLE_COLUMNS`` order."""
-    rows = []
-    for result in results:
-        for r in result.results:
-            rows.append(
-                (
-                    result.case,
-                    r.name,
-                    r.status,
-                    _number(r.ms, "{:.3f}"),
-                    _number(r.tflops, "{:.1f}"),
-                    _number(r.speedup_vs_cudnn, "{:.2f}"),
-                    _number(r.speedup_vs_flex, "{:.2f}"),
-                    _number(r.rel_error, "{:.1e}"),
-                )
-            )
-    return rows
+def table_rows(results: Sequence[BenchResult], *, backward: bool = False) -> list[tuple[str, ...]]:
+    """One row of strings per (case, contender), in ``TABLE_COLUMNS`` order (``BACKWARD_COLUMNS``
+    with ``backward``)."""
+    columns = (BACKWARD_COLUMNS if backward else TABLE_COLUMNS)[3:]
+    return [
+        (result.case, r.name, r.status,
+         *(_number(getattr(r, _FIELDS[c][0]), _FIELDS[c][1]) for c in columns))
+        for result in results
+        for r in result.results
+    ]  # fmt: skip
 
 
 def format_table(results: Sequence[BenchResult]) -> str:
-    """A fixed-width text table of every contender of every case, with failures explained."""
-    rows = [TABLE_COLUMNS, *table_rows(results)]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(TABLE_COLUMNS))]
+    """A fixed-width text table of every contender of every case, with failures explained; a
+    table of training steps when any case timed them."""
+    backward = any(r.config.backward for r in results)
+    columns = BACKWARD_COLUMNS if backward else TABLE_COLUMNS
+    rows = [columns, *table_rows(results, backward=backward)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(columns))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     notes = [
@@ -123,6 +159,8 @@ def format_table(results: Sequence[BenchResult]) -> str:
     ]
     if notes:
         lines += ["", "not measured:", *notes]
+    if backward:
+        lines += ["", "TFLOP/s count the backward as 2.5x the forward's FLOPs (a step: 3.5x)"]
     return "\n".join(lines)
 
 

@@ -13,6 +13,7 @@ import json
 import math
 from typing import Any
 
+from gpu.bench.config import FORWARD_BACKWARD
 from gpu.bench.report import FORMAT, VERSION
 
 #: Dense baselines in order of preference for "speedup vs dense".
@@ -21,7 +22,8 @@ DENSE_BASELINES = ("sdpa_cudnn", "sdpa", "sdpa_flash")
 OUR_IMPLS = ("fused", "sdd")
 _RESULT_NUMBERS = (
     "ms", "tflops", "own_tflops", "speedup_vs_cudnn", "speedup_vs_flex", "max_abs_error",
-    "rel_error",
+    "rel_error", "fwd_ms", "bwd_ms", "bwd_tflops", "dq_rel_error", "dk_rel_error",
+    "dv_rel_error", "grad_max_abs_error",
 )  # fmt: skip
 
 
@@ -138,27 +140,38 @@ def failure_kind(message: str) -> str:
     return "error"
 
 
+def is_backward(case: dict[str, Any]) -> bool:
+    """Whether the case timed training steps (forward then backward)."""
+    return case.get("mode") == FORWARD_BACKWARD
+
+
 def table_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per contender: numbers stay numbers (None where not measured)."""
+    """One row per contender: numbers stay numbers (None where not measured). A training step's
+    rows name its time "fwd+bwd ms" and add the forward and backward alone and the gradients'
+    relative errors."""
+    backward = is_backward(case)
     rows = []
     for r in case["results"]:
         note = r.get("message") or ""
         if r["status"] == "failed":
             note = f"{failure_kind(note)}: {note}"
-        rows.append(
-            {
-                "contender": r["name"],
-                "status": r["status"],
-                "ms": r.get("ms"),
-                "TFLOP/s": r.get("tflops"),
-                "x dense": speedup_vs_dense(case, r),
-                "x cuDNN": r.get("speedup_vs_cudnn"),
-                "x Flex": r.get("speedup_vs_flex"),
-                "max abs err": r.get("max_abs_error"),
-                "rel err": r.get("rel_error"),
-                "note": note,
-            }
-        )
+        row = {"contender": r["name"], "status": r["status"]}
+        if backward:
+            row |= {"fwd+bwd ms": r.get("ms"), "fwd ms": r.get("fwd_ms"), "bwd ms": r.get("bwd_ms"),
+                    "TFLOP/s": r.get("tflops"), "bwd TFLOP/s": r.get("bwd_tflops")}  # fmt: skip
+        else:
+            row |= {"ms": r.get("ms"), "TFLOP/s": r.get("tflops")}
+        row |= {
+            "x dense": speedup_vs_dense(case, r),
+            "x cuDNN": r.get("speedup_vs_cudnn"),
+            "x Flex": r.get("speedup_vs_flex"),
+            "max abs err": r.get("max_abs_error"),
+            "rel err": r.get("rel_error"),
+        }
+        if backward:
+            row |= {f"{g} rel err": r.get(f"{g}_rel_error") for g in ("dq", "dk", "dv")}
+            row["grad max abs err"] = r.get("grad_max_abs_error")
+        rows.append(row | {"note": note})
     return rows
 
 
@@ -184,7 +197,9 @@ def case_label(case: dict[str, Any]) -> str:
     return (
         f"B={config['batch']} H={config['heads']} {shape} D={config['head_dim']} "
         f"{config['dtype']} · block {layout['block_size']} · "
-        f"density {100 * layout['token_density']:.2f}%" + (" · causal" if config["causal"] else "")
+        f"density {100 * layout['token_density']:.2f}%"
+        + (" · causal" if config["causal"] else "")
+        + (" · forward + backward" if is_backward(case) else "")
     )
 
 
@@ -194,13 +209,18 @@ def document_label(doc: dict[str, Any], source: str) -> str:
     cases = doc["cases"]
     what = doc.get("kind") or ("sweep" if len(cases) > 1 else "run")
     first = case_label(cases[0]) if len(cases) == 1 else f"{len(cases)} cases"
+    if len(cases) > 1 and doc.get("mode") == FORWARD_BACKWARD:
+        first += " · forward + backward"
     return f"{doc.get('date', '?')} · {what} · {first} · {gpu} ({source})"
 
 
 def short_label(doc: dict[str, Any]) -> str:
-    """A legend entry for a one-case document: when, and batch, head dim and dtype."""
-    config = doc["cases"][0]["config"]
-    return f"{doc.get('date', '?')} B={config['batch']} D={config['head_dim']} {config['dtype']}"
+    """A legend entry for a one-case document: when, batch, head dim, dtype, and "fwd+bwd" for a
+    training step (its times are not the forward's)."""
+    case = doc["cases"][0]
+    config = case["config"]
+    label = f"{doc.get('date', '?')} B={config['batch']} D={config['head_dim']} {config['dtype']}"
+    return label + (" fwd+bwd" if is_backward(case) else "")
 
 
 def finite(value: Any) -> bool:

@@ -31,7 +31,7 @@ from gpu.bench import BenchConfig, BenchResult, BenchSession, document, run_benc
 from gpu.bench.details import DETAIL_IMPLS, error_details
 from gpu.bench.memory import MemoryEstimate, estimate_memory, refusal
 from gpu.bench.report import result_to_dict
-from gpu.bench.results import failure_kind, plain_document
+from gpu.bench.results import failure_kind, is_backward, plain_document
 
 Progress = Callable[[str, float], None]
 #: How long a run waits for another session's run before giving up, in seconds.
@@ -210,7 +210,7 @@ def run_document(
 ) -> dict[str, Any]:
     """A benchmark document (``gpu.bench.document``) of ``cases`` measured on the design named
     ``design`` whose content has ``digest`` (the name its runs are stored under)."""
-    doc = document([])
+    doc = document([], backward=any(is_backward(case) for case in cases))
     doc["cases"] = cases
     doc["kind"] = kind
     doc["design"] = {"name": design, "digest": digest}

@@ -7,8 +7,10 @@ events time the GPU work and not Python's launch overhead, which would otherwise
 sub-millisecond cases (a compiled FlexAttention call or our multi-launch SDD pipeline spend tens
 of microseconds on the host per call).
 
-A timer is any callable ``timer(run, reps=...) -> list[float]`` (milliseconds per rep), so tests
-can pass a fake one and the CPU reference can be timed with a host clock.
+A timer is any callable ``timer(run, reps=..., setup=None) -> list[float]`` (milliseconds per
+rep), so tests can pass a fake one and the CPU reference can be timed with a host clock. With
+``setup``, each rep first calls ``setup()`` untimed (before the flush) and then times
+``run(setup's result)``: a backward pass is timed on a fresh forward's graph this way.
 """
 
 from __future__ import annotations
@@ -24,11 +26,13 @@ FLUSH_BYTES = 256 << 20
 #: GPU cycles of the spin kernel queued ahead of each rep (about 1 ms at 2 GHz).
 HOST_LEAD_CYCLES = 2_000_000
 
-Runner = Callable[[], object]
+Runner = Callable[..., object]
 
 
 class Timer(Protocol):
-    def __call__(self, run: Runner, *, reps: int) -> list[float]: ...
+    def __call__(
+        self, run: Runner, *, reps: int, setup: Callable[[], object] | None = None
+    ) -> list[float]: ...
 
 
 class CudaEventTimer:
@@ -39,9 +43,12 @@ class CudaEventTimer:
         self.flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device) if flush_l2 else None
         self.spin = _spin_kernel(device)
 
-    def __call__(self, run: Runner, *, reps: int) -> list[float]:
+    def __call__(
+        self, run: Runner, *, reps: int, setup: Callable[[], object] | None = None
+    ) -> list[float]:
         times = []
         for _ in range(reps):
+            call = _prepared_call(run, setup)
             if self.flush is not None:
                 self.flush.zero_()
             if self.spin is not None:
@@ -49,21 +56,30 @@ class CudaEventTimer:
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()
-            run()
+            call()
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end))
         return times
 
 
-def host_timer(run: Runner, *, reps: int) -> list[float]:
+def host_timer(run: Runner, *, reps: int, setup: Callable[[], object] | None = None) -> list[float]:
     """Wall-clock timer for CPU work (the reference on a machine without a GPU)."""
     times = []
     for _ in range(reps):
+        call = _prepared_call(run, setup)
         start = time.perf_counter()
-        run()
+        call()
         times.append((time.perf_counter() - start) * 1e3)
     return times
+
+
+def _prepared_call(run: Runner, setup: Callable[[], object] | None) -> Callable[[], object]:
+    """``run`` itself, or ``run`` bound to a fresh ``setup()`` (called now, untimed)."""
+    if setup is None:
+        return run
+    prepared = setup()
+    return lambda: run(prepared)
 
 
 def _spin_kernel(device: torch.device) -> Callable[[int], None] | None:

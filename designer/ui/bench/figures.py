@@ -12,12 +12,11 @@ from typing import Any
 
 import numpy as np
 import plotly.graph_objects as go
-from plotly.colors import sequential
-from plotly.subplots import make_subplots
 
 from gpu.bench.results import (
     finite,
     ideal_speedup,
+    is_backward,
     measured,
     results_by_name,
     speedup_vs_dense,
@@ -29,15 +28,12 @@ COLOURS = {
     "sdd_qk_w1": "#d4a6c8", "flex": "#4e79a7", "flex_tuned": "#76b7b2", "sdpa": "#9c9c9c",
     "sdpa_cudnn": "#59a14f", "sdpa_flash": "#8cd17d", "reference": "#bab0ac",
 }  # fmt: skip
-#: Most tick labels along the head axis (every head up to this many heads).
-MAX_HEAD_TICKS = 32
-#: Error magnitudes from small (light yellow) to large (dark red), like a heat scale.
-ERROR_COLOURS = list(sequential.YlOrRd)
 #: Marker of each sweep kind; the current design gets a large star.
 SYMBOLS = {"scaled": "circle", "length": "circle", "random": "x", "current": "star"}
 
 
-def _layout(figure: go.Figure, height: int, **axes: Any) -> go.Figure:
+def styled(figure: go.Figure, height: int, **axes: Any) -> go.Figure:
+    """``figure`` with the panel's height, margins, font and legend."""
     figure.update_layout(
         height=height, margin={"l": 56, "r": 16, "t": 36, "b": 48}, font=_FONT,
         legend={"orientation": "h", "y": -0.2}, **axes,
@@ -67,13 +63,15 @@ def speedup_figure(case: dict[str, Any]) -> go.Figure:
             y=ideal, line_dash="dash", line_color="#222",
             annotation_text=f"ideal 1/density = {ideal:.1f}×",
         )  # fmt: skip
-    return _layout(figure, 340, title="Speedup over dense attention", yaxis_title="× dense")
+    return styled(figure, 340, title="Speedup over dense attention", yaxis_title="× dense")
 
 
 def tflops_figure(case: dict[str, Any]) -> go.Figure:
-    """Effective TFLOP/s: the layout's FLOPs over each contender's time."""
+    """Effective TFLOP/s: the layout's FLOPs over each contender's time; for training steps,
+    the whole step (3.5× the forward's FLOPs) beside the backward alone (2.5×)."""
     results = [r for r in measured(case) if finite(r.get("tflops"))]
     names = [r["name"] for r in results]
+    backward = is_backward(case)
     figure = go.Figure(
         go.Bar(
             x=names,
@@ -82,70 +80,22 @@ def tflops_figure(case: dict[str, Any]) -> go.Figure:
             customdata=[[r["ms"], r.get("own_tflops") or float("nan")] for r in results],
             hovertemplate="%{x}: %{y:.1f} TFLOP/s effective, %{customdata[0]:.3f} ms"
             "<br>own FLOPs: %{customdata[1]:.1f} TFLOP/s<extra></extra>",
-            name="effective TFLOP/s",
+            name="forward + backward" if backward else "effective TFLOP/s",
         )
     )
-    return _layout(figure, 340, title="Effective TFLOP/s", yaxis_title="TFLOP/s")
-
-
-def head_error_figure(case: dict[str, Any]) -> go.Figure | None:
-    """Max-abs and relative error per head of each implementation with details (None if none):
-    one marker per head, on whole-number head ticks."""
-    details = {k: v for k, v in case.get("details", {}).items() if "head_max_abs" in v}
-    if not details:
-        return None
-    figure = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                           subplot_titles=("max |out − ref|", "‖out − ref‖ / ‖ref‖"))  # fmt: skip
-    n_heads = 1
-    for name, detail in details.items():
-        heads = np.arange(len(detail["head_max_abs"]))
-        n_heads = max(n_heads, len(heads))
-        for row, key in ((1, "head_max_abs"), (2, "head_rel")):
-            figure.add_trace(
-                go.Scatter(
-                    x=heads, y=detail[key], name=name, legendgroup=name, showlegend=row == 1,
-                    mode="markers", marker={"color": COLOURS.get(name, "#777"), "size": 9},
-                    hovertemplate=f"{name} head %{{x}}: %{{y:.2e}}<extra></extra>",
-                ),
-                row=row, col=1,
-            )  # fmt: skip
-    figure.update_yaxes(type="log", exponentformat="e")
-    figure.update_xaxes(tick0=0, dtick=-(-n_heads // MAX_HEAD_TICKS), range=[-0.5, n_heads - 0.5])
-    figure.update_xaxes(title_text="head", row=2, col=1)
-    return _layout(figure, 420, title="Error against the fp64 reference, per head")
-
-
-def error_map_figure(detail: dict[str, Any], block_size: int, name: str) -> go.Figure:
-    """Where the largest errors sit: the max error of each (head, query block row), coloured
-    by its order of magnitude from light (small) to dark red (large); rows without error (no
-    active block) are left blank."""
-    values = np.asarray(detail["block_max_abs"], dtype=np.float64)
-    step = detail.get("rows_per_cell", 1)
-    with np.errstate(divide="ignore"):
-        magnitude = np.where(values > 0, np.log10(np.where(values > 0, values, 1.0)), np.nan)
-    finite_range = magnitude[np.isfinite(magnitude)]
-    low = float(np.floor(finite_range.min())) if finite_range.size else -8.0
-    high = float(np.ceil(finite_range.max())) if finite_range.size else 0.0
-    high = max(high, low + 1)
-    ticks = np.arange(low, high + 1)
-    figure = go.Figure(
-        go.Heatmap(
-            z=magnitude,
-            x=np.arange(values.shape[1]) * step,
-            customdata=values,
-            colorscale=ERROR_COLOURS,
-            zmin=low,
-            zmax=high,
-            colorbar={"title": "max |err|", "tickvals": ticks,
-                      "ticktext": [f"1e{int(t)}" for t in ticks]},
-            hovertemplate="head %{y}, query block %{x}"
-            + (f"–+{step - 1}" if step > 1 else "")
-            + ": %{customdata:.2e}<extra></extra>",
+    if not backward:
+        return styled(figure, 340, title="Effective TFLOP/s", yaxis_title="TFLOP/s")
+    figure.add_trace(
+        go.Bar(
+            x=names, y=[r.get("bwd_tflops") for r in results], name="backward alone",
+            marker_color=[COLOURS.get(n, "#777") for n in names], marker_pattern_shape="/",
+            customdata=[r.get("bwd_ms") for r in results],
+            hovertemplate="%{x}: backward %{y:.1f} TFLOP/s, %{customdata:.3f} ms<extra></extra>",
         )
     )  # fmt: skip
-    figure.update_yaxes(title_text="head", autorange="reversed")
-    figure.update_xaxes(title_text=f"query block ({block_size} tokens)")
-    return _layout(figure, 300, title=f"{name}: largest error per query-block row")
+    figure.update_layout(barmode="group")
+    return styled(figure, 340, title="Effective TFLOP/s, forward + backward (backward = 2.5× "
+                   "forward FLOPs)", yaxis_title="TFLOP/s")  # fmt: skip
 
 
 def segmentation_figure(case: dict[str, Any], start_width: int) -> go.Figure | None:
@@ -171,7 +121,7 @@ def segmentation_figure(case: dict[str, Any], start_width: int) -> go.Figure | N
     if not found:
         return None
     figure.update_layout(barmode="group")
-    return _layout(figure, 320, title="Effect of the segmentation", yaxis_title="ms")
+    return styled(figure, 320, title="Effect of the segmentation", yaxis_title="ms")
 
 
 def sweep_speedup_figure(cases: Sequence[dict[str, Any]]) -> go.Figure:
@@ -200,7 +150,7 @@ def sweep_speedup_figure(cases: Sequence[dict[str, Any]]) -> go.Figure:
                                     line={"dash": "dash", "color": "#222"}))  # fmt: skip
     figure.update_yaxes(type="log", title_text="× dense")
     figure.update_xaxes(title_text="sparsity (% of token pairs skipped)")
-    return _layout(figure, 420, title="Speedup against sparsity")
+    return styled(figure, 420, title="Speedup against sparsity")
 
 
 def sweep_length_figure(cases: Sequence[dict[str, Any]]) -> go.Figure:
@@ -221,7 +171,7 @@ def sweep_length_figure(cases: Sequence[dict[str, Any]]) -> go.Figure:
     figure.update_xaxes(type="log", title_text="sequence length (tokens)", tickvals=lengths,
                         ticktext=[f"{n:,}" for n in lengths])  # fmt: skip
     figure.update_yaxes(type="log", title_text="ms")
-    return _layout(figure, 420, title="Time against sequence length")
+    return styled(figure, 420, title="Time against sequence length")
 
 
 def _contenders(cases: Sequence[dict[str, Any]]) -> list[str]:
@@ -265,7 +215,7 @@ def overlay_figure(
             )
         )  # fmt: skip
     figure.update_layout(barmode="group")
-    return _layout(figure, 360, title="Two runs overlaid", yaxis_title="ms")
+    return styled(figure, 360, title="Two runs overlaid", yaxis_title="ms")
 
 
 def cases_speedup_figure(cases: Sequence[dict[str, Any]]) -> go.Figure:
@@ -291,4 +241,4 @@ def cases_speedup_figure(cases: Sequence[dict[str, Any]]) -> go.Figure:
     )  # fmt: skip
     figure.update_yaxes(autorange="reversed")
     height = 120 + 24 * len(cases)
-    return _layout(figure, height, title="Speedup over dense attention, every case")
+    return styled(figure, height, title="Speedup over dense attention, every case")

@@ -19,6 +19,7 @@ from designer.ui.bench.run import run_tab_ui, sweep_tab_ui
 from designer.ui.bench.settings import (
     bench_config,
     check_run_settings,
+    contender_key,
     offered_contenders,
     panel_defaults,
 )
@@ -102,19 +103,21 @@ def _remember(current: Design) -> None:
 def _settings_ui(current: Design) -> BenchConfig | None:
     """The benchmark settings; None (with the reason shown) when they do not make a config."""
     session = st.session_state
-    top = st.columns([1, 1, 1, 1, 4], vertical_alignment="bottom")
+    top = st.columns([1, 1, 1, 1, 1.4, 4], vertical_alignment="bottom")
     top[0].number_input("Batch", step=1, key=keys.GPU_BATCH)
     top[1].selectbox("Head dim", CUDA_HEAD_DIMS, key=keys.GPU_HEAD_DIM)
     top[2].selectbox("dtype", ("bf16", "fp16"), key=keys.GPU_DTYPE)
     top[3].toggle(
         "Causal", key=keys.GPU_CAUSAL, help="Mask q < k inside blocks (the design's flag)."
     )
-    top[4].multiselect(
+    backward = _mode_toggle(top[4])
+    top[5].multiselect(
         "Contenders",
-        offered_contenders(),
-        key=keys.GPU_CONTENDER_PICK,
+        offered_contenders(backward),
+        key=contender_key(backward),
         help="fused / sdd: ours; sdd_w1: SDD at start width 1; flex: "
-        "FlexAttention; sdpa*: dense PyTorch attention",
+        "FlexAttention; sdpa*: dense PyTorch attention"
+        + ("; forward + backward offers those with a backward pass" if backward else ""),
     )
     with st.expander("Method and safety"):
         cols = st.columns(7, vertical_alignment="bottom")
@@ -138,7 +141,7 @@ def _settings_ui(current: Design) -> BenchConfig | None:
             key=keys.GPU_WAIT_S,
             help="How long a run waits while another session's run holds the GPU.",
         )
-    if not session[keys.GPU_CONTENDER_PICK]:
+    if not session[contender_key(backward)]:
         st.info("Pick at least one contender.")
         return None
     try:
@@ -155,6 +158,17 @@ def _settings_ui(current: Design) -> BenchConfig | None:
     return config
 
 
+def _mode_toggle(place) -> bool:
+    """The forward + backward switch; True when on."""
+    return place.toggle(
+        "Forward + backward",
+        key=keys.GPU_BACKWARD,
+        help="Time one training step's attention: the forward, then the backward with a fixed "
+        "random output gradient. TFLOP/s count the backward as 2.5× the forward's FLOPs; dq, "
+        "dk and dv are checked against fp64 per head.",
+    )
+
+
 def _kernel_note(design: Design) -> str:
     if design.layout.block_size in CUDA_BLOCK_SIZES:
         return ""
@@ -166,20 +180,24 @@ def _kernel_note(design: Design) -> str:
 
 def _cpu_check_ui(current: Design) -> None:
     session = st.session_state
-    left, right, button = st.columns([1, 1, 2], vertical_alignment="bottom")
+    left, right, mode, button = st.columns([1, 1, 1.4, 2], vertical_alignment="bottom")
     left.selectbox("Head dim", CUDA_HEAD_DIMS, key=keys.GPU_HEAD_DIM)
     dtype = right.selectbox("dtype", ("bf16", "fp16"), key=keys.GPU_DTYPE)
+    backward = _mode_toggle(mode)
     st.caption(
         f'Runs our reference implementation (`impl="reference"`) on {dtype} q, k and v (it '
         f"accumulates in fp32 and returns {dtype}) against the fp64 reference on the CPU, on "
         f"the first {CPU_CHECK_TOKENS} tokens of each side of the design (up to "
-        f"{CPU_CHECK_HEADS} heads). The CPU has no dense baseline to compare speed with."
+        f"{CPU_CHECK_HEADS} heads)"
+        + (", forward then backward: dq, dk and dv against fp64 gradients" if backward else "")
+        + ". The CPU has no dense baseline to compare speed with."
     )
     if button.button("Run the CPU check", key=keys.GPU_CPU_BUTTON, icon=":material/play_arrow:"):
         with st.spinner("Computing on the CPU…"):
             doc = cpu_check(
-                current, head_dim=session[keys.GPU_HEAD_DIM], dtype=session[keys.GPU_DTYPE]
-            )
+                current, head_dim=session[keys.GPU_HEAD_DIM], dtype=session[keys.GPU_DTYPE],
+                backward=backward,
+            )  # fmt: skip
         session[keys.GPU_LAST_CPU_CHECK] = {
             "digest": design_digest(current),
             "doc": doc,

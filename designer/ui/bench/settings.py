@@ -16,7 +16,13 @@ from designer.design import Design
 from designer.ui import keys
 from designer.ui.bench.sweep import DENSITY_FACTORS
 from designer.validate import check_float, check_int
-from gpu.bench import CONTENDERS, DEFAULT_CONTENDERS, BenchConfig
+from gpu.bench import (
+    BACKWARD_CONTENDERS,
+    CONTENDERS,
+    DEFAULT_BACKWARD_CONTENDERS,
+    DEFAULT_CONTENDERS,
+    BenchConfig,
+)
 from gpu.bench.memory import DEFAULT_MARGIN, MAX_MARGIN
 from gpu.bench.runner import DEFAULT_WAIT_S
 
@@ -33,9 +39,16 @@ def flex_installed() -> bool:
     return importlib.util.find_spec("torch.nn.attention.flex_attention") is not None
 
 
-def offered_contenders() -> tuple[str, ...]:
-    """Contenders a user can pick here, in the harness's order."""
-    return tuple(c for c in CONTENDERS if not c.startswith("flex") or flex_installed())
+def offered_contenders(backward: bool = False) -> tuple[str, ...]:
+    """Contenders a user can pick here, in the harness's order (those with a backward pass in
+    forward + backward mode)."""
+    names = BACKWARD_CONTENDERS if backward else CONTENDERS
+    return tuple(c for c in names if not c.startswith("flex") or flex_installed())
+
+
+def contender_key(backward: bool) -> str:
+    """The session key of the contender pick of a mode: each mode remembers its own."""
+    return keys.GPU_BACKWARD_CONTENDER_PICK if backward else keys.GPU_CONTENDER_PICK
 
 
 def default_contenders(design: Design) -> list[str]:
@@ -46,6 +59,12 @@ def default_contenders(design: Design) -> list[str]:
     return chosen + (["sdd_w1"] if design.effective_start_width > 1 else [])
 
 
+def default_backward_contenders() -> list[str]:
+    """The harness's training-step defaults but those slow to compile."""
+    offered = offered_contenders(backward=True)
+    return [c for c in DEFAULT_BACKWARD_CONTENDERS if c in offered and c not in SLOW_TO_COMPILE]
+
+
 def panel_defaults(design: Design) -> dict[str, Any]:
     """Every panel widget's starting value (the harness's standard method)."""
     return {
@@ -54,6 +73,8 @@ def panel_defaults(design: Design) -> dict[str, Any]:
         keys.GPU_DTYPE: "bf16",
         keys.GPU_CAUSAL: design.causal,
         keys.GPU_CONTENDER_PICK: default_contenders(design),
+        keys.GPU_BACKWARD: False,
+        keys.GPU_BACKWARD_CONTENDER_PICK: default_backward_contenders(),
         keys.GPU_WARMUP: 3,
         keys.GPU_REPS: 10,
         keys.GPU_FLUSH: True,
@@ -70,8 +91,10 @@ def panel_defaults(design: Design) -> dict[str, Any]:
 
 
 def bench_config(design: Design, values: Mapping[str, Any]) -> BenchConfig:
-    """The ``BenchConfig`` the widget ``values`` describe for ``design``'s layout."""
-    picked = values[keys.GPU_CONTENDER_PICK]
+    """The ``BenchConfig`` the widget ``values`` describe for ``design``'s layout (a training
+    step's, with the mode's own contender pick, when forward + backward is on)."""
+    backward = values[keys.GPU_BACKWARD]
+    picked = values[contender_key(backward)]
     config = BenchConfig(
         batch=values[keys.GPU_BATCH],
         head_dim=values[keys.GPU_HEAD_DIM],
@@ -84,6 +107,7 @@ def bench_config(design: Design, values: Mapping[str, Any]) -> BenchConfig:
         start_width=design.start_width,
         seed=values[keys.GPU_SEED],
         check_error=values[keys.GPU_CHECK_ERROR],
+        backward=backward,
     )
     return config_for(config, design)
 

@@ -14,10 +14,13 @@ import streamlit as st
 from designer.design import Design
 from designer.ui import keys
 from designer.ui.analysis import design_digest
+from designer.ui.bench.error_figures import (
+    error_map_figure,
+    grad_head_error_figure,
+    head_error_figure,
+)
 from designer.ui.bench.figures import (
     cases_speedup_figure,
-    error_map_figure,
-    head_error_figure,
     overlay_figure,
     segmentation_figure,
     speedup_figure,
@@ -29,6 +32,7 @@ from gpu.bench.results import (
     case_label,
     document_bytes,
     ideal_speedup,
+    is_backward,
     measured,
     problems,
     short_label,
@@ -39,7 +43,9 @@ from gpu.bench.store import RunStore, StoredDocument, committed_results
 
 _NUMBER_FORMATS = {
     "ms": "%.3f", "TFLOP/s": "%.4g", "x dense": "%.2f", "x cuDNN": "%.2f", "x Flex": "%.2f",
-    "max abs err": "%.2e", "rel err": "%.2e",
+    "max abs err": "%.2e", "rel err": "%.2e", "fwd+bwd ms": "%.3f", "fwd ms": "%.3f",
+    "bwd ms": "%.3f", "bwd TFLOP/s": "%.4g", "dq rel err": "%.2e", "dk rel err": "%.2e",
+    "dv rel err": "%.2e", "grad max abs err": "%.2e",
 }  # fmt: skip
 _CONFIG = {"displaylogo": False}
 
@@ -76,6 +82,13 @@ def case_ui(case: dict[str, Any], *, start_width: int, prefix: str) -> None:
                       help="Fastest contender against dense SDPA")  # fmt: skip
     for line in problems(case):
         st.warning(line, icon="⚠️")
+    if is_backward(case):
+        st.caption(
+            "Forward + backward: one training step's attention, the forward then the backward "
+            "with a fixed random output gradient. fwd ms and bwd ms are each alone (the backward "
+            "timed after an untimed forward); TFLOP/s count the backward as 2.5× the forward's "
+            "FLOPs."
+        )
     results_table(table_rows(case), key=f"{prefix}_table")
     if speedups:  # without a dense baseline (the CPU check) there is no speedup to draw
         left, right = st.columns(2)
@@ -91,6 +104,8 @@ def _errors_ui(case: dict[str, Any], prefix: str) -> None:
     for name, detail in details.items():
         if "error" in detail:
             st.warning(f"Per-head errors of {name} could not be computed: {detail['error']}")
+    if (grads := grad_head_error_figure(case)) is not None:
+        st.plotly_chart(grads, key=f"{prefix}_grad_errors", config=_CONFIG)
     figure = head_error_figure(case)
     if figure is None:
         return

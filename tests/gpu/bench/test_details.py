@@ -86,6 +86,31 @@ def test_error_details_agree_with_the_harness_and_report_failures(rng):
     assert details["fused"]["error"].startswith('GpuUnavailableError: impl="fused" needs a CUDA')
 
 
+def test_gradient_details_per_head_agree_with_the_harness(rng):
+    layout = random_layout(rng, n_heads=3, n_q_blocks=4, n_k_blocks=6, block_size=16)
+    config = BenchConfig(heads=3, seq_q=64, seq_k=96, head_dim=16, contenders=("reference",),
+                         warmup=0, reps=1, causal=True, device="cpu", backward=True)  # fmt: skip
+    harness = run_benchmark(config, layout).results[0]
+    details = error_details(config, layout, ("reference", "sdd"))
+    grads = details["reference"]["grads"]
+    assert list(grads) == ["dq", "dk", "dv"]
+    assert len(grads["dq"]["head_rel"]) == 3 and len(grads["dk"]["block_max_abs"][0]) == 6
+    worst = max(max(grads[g]["head_max_abs"]) for g in grads)
+    assert worst == harness.grad_max_abs_error  # the same inputs, output gradient and reference
+    assert max(details["reference"]["head_max_abs"]) == harness.max_abs_error
+    assert details["sdd"]["error"].startswith("GpuUnavailableError")
+
+
+def test_cpu_check_forward_and_backward(rng):
+    design = Design(random_layout(rng, n_heads=2, n_q_blocks=8, n_k_blocks=8), name="d")
+    doc = cpu_check(design, head_dim=64, dtype="fp16", backward=True)
+    (case,) = doc["cases"]
+    (result,) = case["results"]
+    assert doc["mode"] == case["mode"] == "forward+backward" and result["status"] == "ok"
+    assert 0 < result["dq_rel_error"] < 5e-3 and 0 < result["dv_rel_error"] < 5e-3
+    assert len(case["details"]["reference"]["grads"]["dv"]["head_rel"]) == 2
+
+
 def test_small_layout_crops_to_the_top_left():
     blocks = torch.rand(20, 40, 50, generator=torch.Generator().manual_seed(0)) < 0.5
     small = small_layout(Layout(blocks, 64))

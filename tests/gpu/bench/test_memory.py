@@ -67,6 +67,28 @@ def test_sdd_scores_flex_workspace_and_flush():
     assert estimate.total == estimate.inputs + estimate.flush + estimate.flex_workspace
 
 
+def test_a_training_step_adds_gradients_reference_gradients_and_workspace():
+    cfg = config(backward=True, check_error=True, contenders=("fused", "reference"), seq_k=8192)
+    estimate = estimate_memory(cfg, nnz=0, block_size=64)
+    q_elements, k_elements = 16 * 4096 * 64, 16 * 8192 * 64
+    assert estimate.grads == 2 * (3 * q_elements + 2 * k_elements)  # dO, kept out, dq; dk, dv
+    assert estimate.reference_grads == 8 * (q_elements + 2 * k_elements)
+    assert estimate.backward_workspace == 4 * q_elements + 8 * 16 * 4096
+    assert estimate.reference_graph == 3 * 4 * 16 * 4096 * 8192  # the reference's own graph
+    assert estimate.error_check == 3 * 8 * k_elements  # dk and dv are the larger ones here
+    rows = min(512 * MiB // (8192 * 8 * 64) * 64, 4096)  # every row fits in one chunk
+    assert estimate.reference_chunk == 6 * 8 * rows * 8192 + 2 * rows * 8192 + 8 * 64 * (
+        2 * 8192 + rows
+    )
+    kept = estimate.inputs + estimate.reference + estimate.reference_grads + estimate.grads
+    contender = estimate.reference_graph + estimate.backward_workspace + estimate.error_check
+    assert estimate.total == kept + max(estimate.reference_chunk, contender)
+    assert ("fp64 reference gradients", estimate.reference_grads) in estimate.parts()
+    forward = estimate_memory(config(check_error=True, seq_k=8192), nnz=0, block_size=64)
+    assert forward.grads == forward.reference_grads == forward.backward_workspace == 0
+    assert forward.total < estimate.total
+
+
 def test_refusal_names_every_part_and_the_free_memory():
     estimate = MemoryEstimate(3 * MiB, 0, MiB, 0, 0, 0, 0)
     assert refusal(estimate, 5 * MiB, 1.25) is None
@@ -104,6 +126,20 @@ def test_estimate_covers_the_real_peak_on_the_gpu(contenders, seq):
     band = torch.ones(seq // 64, seq // 64, dtype=torch.bool).triu(-3).tril(3)
     layout = Layout(band[None].expand(8, -1, -1), 64)
     cfg = BenchConfig(heads=8, seq_q=seq, contenders=contenders, warmup=1, reps=2)
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    run_benchmark(cfg, layout)
+    peak = torch.cuda.max_memory_allocated() - before
+    assert peak <= DEFAULT_MARGIN * estimate_memory(cfg, layout.nnz, 64).total
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("contenders", [("fused", "sdpa_cudnn"), ("flex", "sdpa")])
+def test_estimate_covers_the_real_peak_of_a_training_step_on_the_gpu(contenders):
+    band = torch.ones(64, 64, dtype=torch.bool).triu(-3).tril(3)
+    layout = Layout(band[None].expand(8, -1, -1), 64)
+    cfg = BenchConfig(heads=8, seq_q=4096, contenders=contenders, warmup=1, reps=2, backward=True)
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     before = torch.cuda.memory_allocated()

@@ -24,6 +24,7 @@ from gpu.bench.results import (
     ideal_speedup,
     problems,
     read_document,
+    short_label,
     speedup_vs_dense,
     table_rows,
 )
@@ -50,27 +51,33 @@ SMALL = dict(heads=2, seq_q=64, head_dim=16, warmup=1, reps=3, device="cpu", flu
 
 def fake_harness(monkeypatch, times=None, failures=None):
     """Make ``run_benchmark`` run every contender on the CPU: ours and Flex return the fp32
-    reference rounded to the input dtype, failures raise their message, the timer says
-    ``times``. Returns the timer (pass it to a ``BenchSession``)."""
+    reference rounded to the input dtype (differentiable in a training step), failures raise
+    their message, the timer says ``times`` of the contender prepared last. Returns the timer
+    (pass it to a ``BenchSession``)."""
     times = {**TIMES, **(times or {})}
     failures = failures or {}
+    timing = {}
 
     def prepare(name, case):
         if name in failures:
             raise failures[name]
-        out = dense_masked_attention(
-            case.q, case.k, case.v, case.blocks, case.block_size, causal=case.causal,
-            scale=case.scale, compute_dtype=torch.float32,
-        ).to(case.q.dtype)  # fmt: skip
+        timing["contender"] = name
+
+        computes_layout = not name.startswith("sdpa") and not name.startswith("sdd_qk")
 
         def run():
-            return out
+            return dense_masked_attention(
+                case.q, case.k, case.v, case.blocks, case.block_size, causal=case.causal,
+                scale=case.scale, compute_dtype=torch.float32,
+            ).to(case.q.dtype)  # fmt: skip
 
-        run.contender = name
-        return Prepared(run, not name.startswith("sdpa") and not name.startswith("sdd_qk"))
+        if case.backward:  # a new differentiable output every step
+            return Prepared(run, computes_layout)
+        out = run()  # the forward's output is the same every call
+        return Prepared(lambda: out, computes_layout)
 
     monkeypatch.setattr(harness_module, "prepare", prepare)
-    return lambda run, *, reps: [times[run.contender]] * reps
+    return lambda run, *, reps, setup=None: [times[timing["contender"]]] * reps
 
 
 def make_case(monkeypatch, contenders=("fused", "sdd", "sdd_w1", "flex", "sdpa_cudnn"), *,
@@ -98,6 +105,27 @@ def test_speedups_ideal_and_rows(monkeypatch):
     # the ideal is dense FLOPs over the layout's: 1 / density (10 of 16 blocks, not causal)
     assert ideal_speedup(case) == pytest.approx(16 / 10)
     assert case_label(case) == "B=1 H=2 S=64 D=16 bf16 · block 16 · density 62.50%"
+
+
+def test_rows_and_labels_of_a_training_step(monkeypatch):
+    doc = make_doc(monkeypatch, backward=True, contenders=("fused", "flex", "sdpa_cudnn"))
+    case = doc["cases"][0]
+    assert doc["mode"] == case["mode"] == "forward+backward"
+    rows = {row["contender"]: row for row in table_rows(case)}
+    fused = rows["fused"]
+    assert "ms" not in fused and fused["fwd+bwd ms"] == 1.0  # the fake timer: 1 ms every phase
+    assert fused["fwd ms"] == fused["bwd ms"] == 1.0 and fused["x dense"] == 4.0
+    assert fused["TFLOP/s"] == pytest.approx(3.5 * case["flops"] / 1e-3 / 1e12)
+    assert fused["bwd TFLOP/s"] == pytest.approx(2.5 * case["flops"] / 1e-3 / 1e12)
+    for grad in ("dq", "dk", "dv"):
+        assert 0 < fused[f"{grad} rel err"] < 1e-2
+    assert rows["sdpa_cudnn"]["dq rel err"] is None
+    assert case_label(case).endswith(" · forward + backward")
+    assert short_label(doc).endswith("B=1 D=16 bf16 fwd+bwd")
+    assert not short_label(make_doc(monkeypatch)).endswith("fwd+bwd")
+    forward = table_rows(make_doc(monkeypatch)["cases"][0])[0]
+    assert "fwd ms" not in forward and "dq rel err" not in forward
+    assert read_document(document_bytes(doc), "run.json") == doc
 
 
 def test_ideal_speedup_counts_causal_dense_work(monkeypatch):

@@ -7,11 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from designer.ui.bench.figures import (
+from designer.ui.bench.error_figures import (
     ERROR_COLOURS,
-    cases_speedup_figure,
     error_map_figure,
+    grad_head_error_figure,
     head_error_figure,
+)
+from designer.ui.bench.figures import (
+    cases_speedup_figure,
     overlay_figure,
     segmentation_figure,
     speedup_figure,
@@ -108,6 +111,33 @@ def test_error_figures():
     heat = error_map_figure(case["details"]["fused"], 64, "fused").data[0]
     assert np.array_equal(heat.customdata, [[0, 1e-3], [2e-3, 0]]) and list(heat.x) == [0, 2]
     assert head_error_figure({"details": {"sdd": {"error": "x"}}}) is None
+
+
+def test_gradient_errors_per_head_one_row_per_gradient():
+    grads = {g: {"head_max_abs": [1e-2, 2e-2], "head_rel": [r, 2 * r]}
+             for g, r in (("dq", 1e-3), ("dk", 2e-3), ("dv", 3e-3))}  # fmt: skip
+    case = {"details": {"fused": {"head_rel": [1e-4, 1e-4], "grads": grads},
+                        "sdd": {"error": "no backward"}}}  # fmt: skip
+    figure = grad_head_error_figure(case)
+    assert [(t.name, list(t.y)) for t in figure.data] == [
+        ("fused", [1e-3, 2e-3]), ("fused", [2e-3, 4e-3]), ("fused", [3e-3, 6e-3])
+    ]  # fmt: skip
+    assert [a.text for a in figure.layout.annotations][:3] == [
+        "dq: ‖g − ref‖ / ‖ref‖", "dk: ‖g − ref‖ / ‖ref‖", "dv: ‖g − ref‖ / ‖ref‖"
+    ]  # fmt: skip
+    assert figure.layout.xaxis3.title.text == "head" and figure.layout.yaxis2.type == "log"
+    assert grad_head_error_figure(case_with_details(2)) is None  # a forward run has none
+
+
+def test_tflops_of_a_training_step_show_the_backward_alone(monkeypatch):
+    case = make_doc(monkeypatch, backward=True, contenders=("fused", "flex"),
+                    times={"fused": 2.0})["cases"][0]  # fmt: skip
+    figure = tflops_figure(case)
+    step, backward = figure.data
+    assert (step.name, backward.name) == ("forward + backward", "backward alone")
+    assert step.y[0] == pytest.approx(3.5 * case["flops"] / 2e-3 / 1e12)
+    assert backward.y[0] == pytest.approx(2.5 * case["flops"] / 2e-3 / 1e12)
+    assert "backward = 2.5× forward FLOPs" in figure.layout.title.text
 
 
 def test_sweep_figures_mark_the_current_design(monkeypatch):

@@ -26,7 +26,14 @@ from designer.ui.bench import panel, settings
 from designer.ui.storage import DATA_DIR_ENV, DesignStore
 from designer.ui.text import plain
 from gpu import block_sparse_attention, runtime
-from gpu.bench import CONTENDERS, DEFAULT_CONTENDERS, BenchSession, details, runner
+from gpu.bench import (
+    BACKWARD_CONTENDERS,
+    CONTENDERS,
+    DEFAULT_CONTENDERS,
+    BenchSession,
+    details,
+    runner,
+)
 from gpu.bench import store as store_module
 from gpu.bench.results import document_bytes
 from gpu.bench.runner import GpuCoordinator
@@ -167,6 +174,42 @@ def test_a_run_shows_its_numbers_and_charts_and_is_stored(data_dir, fake_gpu):
     assert fake_gpu.status is None
 
 
+def test_forward_backward_mode_times_a_step_and_shows_gradient_errors(data_dir, fake_gpu):
+    at = open_panel()
+    at.multiselect(key=keys.GPU_CONTENDER_PICK).set_value(["sdd", "sdpa"]).run()
+    at.toggle(key=keys.GPU_BACKWARD).set_value(True).run()
+    assert_clean(at)
+    picker = at.multiselect(key=keys.GPU_BACKWARD_CONTENDER_PICK)
+    assert list(picker.options) == list(BACKWARD_CONTENDERS)  # only those with a backward
+    assert picker.value == settings.default_backward_contenders()
+    picker.set_value(["fused", "flex", "sdpa_cudnn", "reference"]).run()
+    at.button(key=keys.GPU_RUN_BUTTON).click().run()
+    assert_clean(at)
+    assert not at.error
+    doc = at.session_state[keys.GPU_LAST_RUN]["doc"]
+    case = doc["cases"][0]
+    assert doc["mode"] == case["mode"] == "forward+backward" and case["config"]["backward"]
+    assert case["config"]["contenders"] == ["fused", "flex", "sdpa_cudnn", "reference"]
+    fused = next(r for r in case["results"] if r["name"] == "fused")
+    assert fused["bwd_ms"] == 1.0 and 0 < fused["dq_rel_error"] < 1e-2
+    grads = case["details"]["fused"]["grads"]
+    assert [len(grads[g]["head_rel"]) for g in ("dq", "dk", "dv")] == [2, 2, 2]
+    titles = chart_titles(at)
+    assert "Gradient error against the fp64 reference, per head" in titles
+    assert any(t.startswith("Effective TFLOP/s, forward + backward") for t in titles)
+    table = at.dataframe[0].value
+    assert {"fwd+bwd ms", "fwd ms", "bwd ms", "bwd TFLOP/s", "dq rel err"} <= set(table.columns)
+    assert any("Forward + backward: one training step" in c.value for c in at.caption)
+    (stored,), _ = RunStore(data_dir).runs(design_digest(DESIGN))
+    assert stored.doc == doc
+    at.toggle(key=keys.GPU_BACKWARD).set_value(False).run()  # each mode keeps its own pick
+    assert at.multiselect(key=keys.GPU_CONTENDER_PICK).value == ["sdd", "sdpa"]
+    at.toggle(key=keys.GPU_BACKWARD).set_value(True).run()
+    assert at.multiselect(key=keys.GPU_BACKWARD_CONTENDER_PICK).value == [
+        "fused", "flex", "sdpa_cudnn", "reference"
+    ]  # fmt: skip
+
+
 def test_refused_then_out_of_memory_then_the_next_run_works(data_dir, fake_gpu, monkeypatch):
     at = open_panel()
     at.number_input(key=keys.GPU_BATCH).set_value(1024).run()
@@ -289,6 +332,19 @@ def test_the_h200_check_script_passes_against_a_stand_in_gpu(data_dir, fake_gpu,
     assert "after out of memory: ms within ±15% of the command line" in names
     assert "two runs overlaid" in names and len(names) >= 20
     assert [row["ratio"] for row in summary["panel run table"]] == [1.0] * len(config.contenders)
+
+
+def test_the_cpu_check_checks_gradients_in_forward_backward_mode(data_dir, no_gpu):
+    at = open_panel()
+    assert at.warning[0].value.startswith("The GPU benchmark cannot run on this machine")
+    at.toggle(key=keys.GPU_BACKWARD).set_value(True).run()
+    caption = next(c.value for c in at.caption if "impl=" in c.value)
+    assert "forward then backward: dq, dk and dv against fp64 gradients" in caption
+    at.button(key=keys.GPU_CPU_BUTTON).click().run()
+    assert_clean(at)
+    case = at.session_state[keys.GPU_LAST_CPU_CHECK]["doc"]["cases"][0]
+    assert case["mode"] == "forward+backward" and case["results"][0]["dq_rel_error"] < 1e-2
+    assert "Gradient error against the fp64 reference, per head" in chart_titles(at)
 
 
 def test_the_cpu_check_says_its_dtype_and_shows_only_what_it_measured(data_dir, no_gpu):

@@ -11,7 +11,12 @@ from designer.design import Design
 from designer.layout import Layout
 from designer.ui import keys
 from designer.ui.bench import settings
-from gpu.bench import CONTENDERS, DEFAULT_CONTENDERS
+from gpu.bench import (
+    BACKWARD_CONTENDERS,
+    CONTENDERS,
+    DEFAULT_BACKWARD_CONTENDERS,
+    DEFAULT_CONTENDERS,
+)
 
 
 def design(n_q=4, n_k=4, block=64, **changes):
@@ -50,6 +55,23 @@ def test_flex_is_offered_only_when_torch_has_it(monkeypatch):
     monkeypatch.setattr(settings, "flex_installed", lambda: False)
     assert not any(c.startswith("flex") for c in settings.offered_contenders())
     assert "flex" not in settings.default_contenders(design())
+
+
+def test_forward_backward_mode_has_its_own_contender_pick():
+    current = design()
+    values = settings.panel_defaults(current)
+    assert values[keys.GPU_BACKWARD] is False
+    assert values[keys.GPU_BACKWARD_CONTENDER_PICK] == [
+        c for c in DEFAULT_BACKWARD_CONTENDERS if c not in settings.SLOW_TO_COMPILE
+    ]
+    assert settings.offered_contenders(backward=True) == BACKWARD_CONTENDERS
+    config = settings.bench_config(
+        current, {**values, keys.GPU_BACKWARD: True, keys.GPU_BACKWARD_CONTENDER_PICK: ["flex"]}
+    )
+    assert config.backward and config.contenders == ("flex",)
+    assert settings.contender_key(True) == keys.GPU_BACKWARD_CONTENDER_PICK
+    forward = settings.bench_config(current, values)
+    assert not forward.backward and "sdd" in forward.contenders
 
 
 def test_config_for_follows_a_sweep_point():
