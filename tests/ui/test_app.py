@@ -15,7 +15,13 @@ from streamlit.runtime.media_file_manager import MediaFileManager
 from streamlit.testing.v1 import AppTest
 
 from designer.design import Design
-from designer.formats import design_from_json, from_csr, load_design, save_design
+from designer.formats import (
+    design_from_json,
+    from_csr,
+    load_design,
+    read_design_file,
+    save_design,
+)
 from designer.layout import Layout
 from designer.ui import keys
 from designer.ui.storage import DATA_DIR_ENV, DesignStore, load_default_design
@@ -261,8 +267,8 @@ def test_downloads_hold_the_design(data_dir, built):
     assert design_from_json(built["BigBird_4k.json"]()).layout == design.layout
     csr = torch.load(io.BytesIO(built["BigBird_4k_csr.pt"]()), weights_only=True)
     assert from_csr(csr["row_ptr"], csr["col_idx"], 64, 64) == design.layout
-    mask = torch.load(io.BytesIO(built["BigBird_4k_blockmask.pt"]()), weights_only=True)
-    assert mask["full_kv_num_blocks"].sum() == design.layout.nnz
+    mask = read_design_file(built["BigBird_4k_blockmask.pt"]())
+    assert mask.kind == "blockmask" and mask.design.layout == design.layout
     assert b"load_design('BigBird_4k.pt')" in built["load_BigBird_4k.py"]()
     assert "BigBird_4k_base_blockmask.pt" not in built  # block 64: not MIT's 128
     assert at.download_button(key="download_pt_MIT base_blockmask").disabled

@@ -49,7 +49,10 @@ def test_every_export_reads_back(rng):
     assert from_csr(csr["row_ptr"], csr["col_idx"], csr["n_k_blocks"], csr["block_size"]) == (
         design.layout
     )
-    mask = BlockMask.from_kv_blocks(**load(files["mix_blockmask.pt"].build()))
+    arguments = load(files["mix_blockmask.pt"].build())
+    stored = arguments.pop("layout")
+    assert (stored["block_size"], stored["causal"]) == (128, True)
+    mask = BlockMask.from_kv_blocks(**arguments)  # without our mask_mod: the tiles are blocks
     layout, block = from_block_mask(mask)
     assert block == 128 and torch.equal(layout.blocks, design.layout.blocks.tril())
     base = load(files["mix_base_blockmask.pt"].build())["base_blockmask"]
