@@ -1,4 +1,5 @@
-"""Files: download the design in every format, load one back, and the library of named designs.
+"""Files: download the design in every format (and see how a model uses the ``.pt``), load one
+back, and the library of named designs.
 
 An upload is recognised by its content (``read_design_file``): the app says what it found, and
 asks for a block size only for a bare tensor, which carries none. A file that does not load
@@ -14,11 +15,11 @@ from pathlib import PurePath
 import streamlit as st
 
 from designer.design import Design
-from designer.formats import LoadedDesign, read_design_file
+from designer.formats import LoadedDesign, module_snippet, read_design_file
 from designer.formats.reader import BARE_BLOCK_SIZE, MAX_FILE_BYTES
 from designer.layout import MAX_BLOCK_SIZE
 from designer.ui import keys, state
-from designer.ui.exports import exports
+from designer.ui.exports import design_file_name, exports
 from designer.ui.storage import DesignStore
 from designer.ui.text import plain
 
@@ -67,6 +68,8 @@ def _downloads_ui() -> None:
             key=f"download_{export.file_name.rsplit('.', 1)[-1]}_{export.label}",
             width="stretch",
         )
+    st.caption("In a model: our CUDA kernels as a torch module, forward and backward.")
+    st.code(module_snippet(design_file_name(current)), language="python", wrap_lines=True)
 
 
 def _upload_ui(store: DesignStore) -> None:

@@ -269,7 +269,11 @@ def test_downloads_hold_the_design(data_dir, built):
     assert from_csr(csr["row_ptr"], csr["col_idx"], 64, 64) == design.layout
     mask = read_design_file(built["BigBird_4k_blockmask.pt"]())
     assert mask.kind == "blockmask" and mask.design.layout == design.layout
-    assert b"load_design('BigBird_4k.pt')" in built["load_BigBird_4k.py"]()
+    snippet = built["load_BigBird_4k.py"]()
+    assert b"load_design('BigBird_4k.pt')" in snippet
+    module_use = "gpu.BlockSparseAttention.from_design('BigBird_4k.pt', device=\"cuda\")"
+    assert module_use.encode() in snippet
+    assert module_use in at.code[0].value, "the Files tab shows the one-line module use"
     assert "BigBird_4k_base_blockmask.pt" not in built  # block 64: not MIT's 128
     assert at.download_button(key="download_pt_MIT base_blockmask").disabled
 
@@ -281,6 +285,7 @@ def test_library_save_and_open(data_dir):
     assert_clean(at)
     assert DesignStore(data_dir).names() == ["my bigbird"]
     assert current(at).name == "my bigbird" and at.title[0].value == "my bigbird"
+    assert "from_design('my_bigbird.pt'" in at.code[0].value, "the file name follows the name"
     saved = current(at).layout
     at.session_state["tab"] = "Patterns"  # an edit elsewhere, the Files tab closed meanwhile
     at.run()
