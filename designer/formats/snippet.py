@@ -48,8 +48,7 @@ def python_snippet(filename: str) -> str:
     design = load_design('sliding.pt')
     """
     name = repr(check_filename(filename))
-    module = textwrap.indent(module_snippet(filename), "    ")
-    return textwrap.dedent(
+    loads = textwrap.dedent(
         f"""\
         # With the designer installed:
         from designer.formats import load_design
@@ -73,7 +72,8 @@ def python_snippet(filename: str) -> str:
                 for n in (layout.seq_len_q, layout.seq_len_k, layout.seq_len_k)
             )
         """
-    ) + module + textwrap.dedent(
+    )
+    trains = textwrap.dedent(
         """\
             out.sum().backward()
             print(attn, out.shape, q.grad.shape)
@@ -81,3 +81,4 @@ def python_snippet(filename: str) -> str:
             print("gpu.BlockSparseAttention runs on a CUDA GPU; none here")
         """
     )
+    return loads + textwrap.indent(module_snippet(filename), "    ") + trains

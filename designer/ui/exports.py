@@ -79,9 +79,10 @@ def exports(design: Design) -> list[Export]:
             "FlexAttention BlockMask",
             f"{stem}_blockmask.pt",
             "application/octet-stream",
-            "BlockMask.from_kv_blocks arguments at Flex's 128-token tiles (compiled forward and "
-            "backward take them), plus the packed layout under 'layout' that mask_mod must read: "
-            "pop it first. The FlexAttention snippet shows how.",
+            "BlockMask.from_kv_blocks arguments at Flex's 128-token tiles (its compiled forward "
+            "and backward take them) and, under 'layout', the packed layout: pop it and build "
+            "mask_mod from it, since without one eager flex_attention attends to every token "
+            "pair. The FlexAttention snippet shows how.",
             lambda: _torch_bytes(block_mask_tensors(layout, causal=design.causal)),
         ),
         Export(
