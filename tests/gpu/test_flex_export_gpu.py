@@ -24,9 +24,12 @@ TOLERANCE = 2e-2
 
 @pytest.fixture(scope="module")
 def compiled_flex():
+    """One compiled ``flex_attention``: a fresh compile cache (other tests compile it too, and
+    past the recompile limit it would run eager) and ``fullgraph``, so nothing runs uncompiled."""
     from torch.nn.attention.flex_attention import flex_attention
 
-    return torch.compile(flex_attention, dynamic=False)
+    torch._dynamo.reset()
+    return torch.compile(flex_attention, dynamic=False, fullgraph=True)
 
 
 @pytest.mark.parametrize(

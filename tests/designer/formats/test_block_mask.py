@@ -222,3 +222,18 @@ def test_one_head_broadcasts_over_heads():
     dense = create_mask(mask.mask_mod, 1, 4, 192, 192, "cpu")
     expected = layout.token_mask(0) & torch.ones(192, 192, dtype=torch.bool).tril()
     assert torch.equal(dense[0], expected.expand(4, -1, -1))
+
+
+@pytest.mark.slow
+def test_compiled_flex_attention_on_the_cpu_reads_the_tiles(rng):
+    """Compiled Flex (Inductor's CPU kernel here) visits only the listed tiles and skips
+    mask_mod in full ones: the lists must give the layout's attention on their own terms.
+    Blocks straddling tiles, causal, per-head layouts and short last tiles in one compile."""
+    layout = random_layout(rng, 2, 7, 9, density=0.5, block_size=48)  # 336 x 432 tokens
+    compiled = torch.compile(flex_attention, dynamic=False, fullgraph=True)
+    generator = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, layout.seq_len_q, 16, generator=generator)
+    k, v = (torch.randn(1, 2, layout.seq_len_k, 16, generator=generator) for _ in range(2))
+    out = compiled(q, k, v, block_mask=to_block_mask(layout, causal=True))
+    expected = dense_masked_attention(q, k, v, layout.blocks, 48, causal=True)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)
