@@ -143,7 +143,10 @@ def from_block_mask(block_mask: BlockMask) -> tuple[Layout, int]:
     layout's own block size, once its block lists are checked to be exactly that layout's tiles.
     Any other mask is read from its lists, one block per tile, partial and full together (a
     ``mask_mod`` masking tokens inside tiles is not part of a layout): every batch entry must
-    list the same tiles, tiles must be square and the sequence lengths whole tiles.
+    list the same tiles, tiles must be square and the sequence lengths whole tiles. So an
+    exported mask rebuilt without our ``mask_mod`` (a slice, or ``from_kv_blocks`` with another)
+    reads back at its 128-token tiles: the lists alone cannot say which 16-token blocks inside
+    a tile are active. ``block_mask_tensors`` files keep the layout for that reason.
     """
     if not isinstance(block_mask, BlockMask):
         raise TypeError(f"block_mask must be a BlockMask, got {type(block_mask).__name__}")

@@ -15,8 +15,9 @@ from designer.formats.flex_tiles import listed_tiles
 from designer.layout import Layout
 from designer.patterns import SparsityConfig
 from designer.recipe import Recipe, RecipeStep
-from gpu.reference import dense_masked_attention
+from gpu.reference import dense_masked_attention, dense_masked_attention_backward
 from tests.designer.formats.flex_reference import token_tiles
+from tests.gpu.oracle import relative_error
 
 
 def recipe_design(steps, *, heads=2, causal=False, shape=(6, 6), block=16):
@@ -84,6 +85,29 @@ def test_flex_snippet_gives_the_layouts_attention_in_eager_flex(case, tmp_path, 
     expected_full, expected_partial = token_tiles(layout, design.causal, 128)
     assert torch.equal(full.expand_as(expected_full), expected_full)
     assert torch.equal(partial.expand_as(expected_partial), expected_partial)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["random causal, 3 tiles, from the file", "causal closed form"])
+def test_flex_snippet_trains_compiled_on_a_gpu(case, tmp_path, monkeypatch):
+    """On CUDA the snippet compiles flex_attention and runs its backward: both match fp64."""
+    design = DESIGNS[case]
+    layout = design.layout
+    torch.save(block_mask_tensors(layout, causal=design.causal), tmp_path / "snippet_blockmask.pt")
+    monkeypatch.chdir(tmp_path)
+    torch._dynamo.reset()  # past the recompile limit, torch.compile would quietly run eager
+    scope: dict = {}
+    exec(compile(flex_snippet(design, "snippet_blockmask.pt"), "flex.py", "exec"), scope)
+    leaves, out = [scope[name] for name in ("q", "k", "v")], scope["out"]
+    assert out.is_cuda and out.dtype == torch.bfloat16
+    q, k, v = (leaf.detach() for leaf in leaves)
+    args = (layout.blocks, layout.block_size)
+    expected = dense_masked_attention(q, k, v, *args, causal=design.causal)
+    assert relative_error(out, expected) <= 2e-2
+    ones = torch.ones_like(q)  # the snippet's loss is out.sum()
+    gradients = dense_masked_attention_backward(q, k, v, ones, *args, causal=design.causal)
+    for leaf, want in zip(leaves, gradients, strict=True):
+        assert relative_error(leaf.grad, want) <= 2e-2
 
 
 def test_without_mask_mod_eager_flex_attends_densely():
