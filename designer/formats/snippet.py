@@ -33,7 +33,7 @@ def module_snippet(filename: str) -> str:
         f"""\
         import gpu
         attn = gpu.BlockSparseAttention.from_design({name}, device="cuda")
-        out = attn(q, k, v)  # [batch, heads, seq, head_dim]; attn(q, k, v, layout="bshd") too
+        out = attn(q, k, v)  # [batch, heads, seq, head_dim], or layout="bshd"
         """
     )
 

@@ -41,6 +41,17 @@ def files_ui(store: DesignStore) -> None:
     with library:
         st.subheader("Library", anchor=False)
         _library_ui(store)
+    _module_use_ui()
+
+
+def _module_use_ui() -> None:
+    """How a model uses the design file: one line (the Python snippet download runs it)."""
+    current = state.design(st.session_state)
+    st.caption(
+        "In a model: our CUDA kernels as a torch module, forward and backward, from the "
+        "downloaded design file (the Python snippet runs it)."
+    )
+    st.code(module_snippet(design_file_name(current)), language="python")
 
 
 def read_upload(file_name: str, data: bytes, bare_block_size: int) -> LoadedDesign:
@@ -68,8 +79,6 @@ def _downloads_ui() -> None:
             key=f"download_{export.file_name.rsplit('.', 1)[-1]}_{export.label}",
             width="stretch",
         )
-    st.caption("In a model: our CUDA kernels as a torch module, forward and backward.")
-    st.code(module_snippet(design_file_name(current)), language="python", wrap_lines=True)
 
 
 def _upload_ui(store: DesignStore) -> None:
