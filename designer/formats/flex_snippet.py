@@ -5,11 +5,15 @@ Two forms, chosen by the design:
 - a **closed form** where the recipe is one known family on every head with no edits (causal,
   sliding window, block-diagonal, prefix-LM, attention sinks): ``create_block_mask`` with a
   ``mask_mod`` over block indices, no file needed;
-- otherwise the **tensors file** (``block_mask_tensors``): ``BlockMask.from_kv_blocks`` rebuilt
-  with the layout's own ``mask_mod``. Without one, eager ``flex_attention`` (CPU) attends to every
-  token pair whatever the blocks; with it, eager and compiled runs agree.
+- otherwise the **tensors file** (``block_mask_tensors``): the packed layout popped from it
+  makes the ``mask_mod``, and ``BlockMask.from_kv_blocks`` takes the rest. Without a
+  ``mask_mod``, eager ``flex_attention`` (CPU) attends to every token pair whatever the tiles;
+  with it, eager and compiled runs agree.
 
-Both add ``q_idx >= kv_idx`` for causal designs. Names and numbers are embedded with ``repr``.
+Both add ``q_idx >= kv_idx`` for causal designs, and both give Flex's own 128-token tiles
+(``create_block_mask``'s default, and the file's), so on a GPU the snippet compiles
+``flex_attention`` and runs its backward as it is. On the CPU it runs eager, forward only (Flex
+has no CPU backward). Names and numbers are embedded with ``repr``.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import textwrap
 from collections.abc import Callable
 
 from designer.design import Design
+from designer.formats.flex_tiles import flex_tile_size
 from designer.formats.snippet import check_filename
 from designer.patterns.registry import PATTERNS
 
@@ -66,7 +71,7 @@ _RULES: dict[str, Callable[..., str]] = {
 
 
 def flex_snippet(design: Design, tensors_filename: str) -> str:
-    """Code building ``design``'s ``BlockMask`` on CPU and running eager ``flex_attention``.
+    """Code building ``design``'s ``BlockMask`` and running ``flex_attention`` (see above).
 
     ``tensors_filename`` is the BlockMask tensors download, read when there is no closed form.
     """
@@ -80,11 +85,17 @@ def flex_snippet(design: Design, tensors_filename: str) -> str:
         f"""\
         # {design.name!r}: {layout.n_heads} heads, {layout.seq_len_q} x {layout.seq_len_k} tokens,
         # blocks of {layout.block_size}.
+        """
+    )
+    head += "import numpy as np\n" if rule is None else ""
+    head += textwrap.dedent(
+        f"""\
         import torch
         from torch.nn.attention.flex_attention import BlockMask, create_block_mask, flex_attention
 
         BLOCK = {layout.block_size}
         HEADS, Q_LEN, KV_LEN = {layout.n_heads}, {layout.seq_len_q}, {layout.seq_len_k}
+        DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
         """
     )
     if rule is not None:
@@ -94,28 +105,40 @@ def flex_snippet(design: Design, tensors_filename: str) -> str:
                 qb, kb = q_idx // BLOCK, kv_idx // BLOCK
                 return ({rule}){causal_test}
 
+            # Flex's own 128-token tiles, each full, partial or absent by the pairs mask_mod allows:
             block_mask = create_block_mask(
-                mask_mod, B=None, H=None, Q_LEN=Q_LEN, KV_LEN=KV_LEN, BLOCK_SIZE=BLOCK, device="cpu"
+                mask_mod, B=None, H=None, Q_LEN=Q_LEN, KV_LEN=KV_LEN, device=DEVICE
             )
             """
     else:
         pick = "0" if layout.n_heads == 1 else "h"
+        tile = flex_tile_size(layout.block_size)
         body = f"""\
 
-            # The block lists of the design, from the "FlexAttention BlockMask" download:
+            # From the "FlexAttention BlockMask" download: {tile}-token tiles and the layout.
             saved = torch.load({tensors_filename!r}, weights_only=True)
-            blocks = BlockMask.from_kv_blocks(**saved).to_dense()[0].bool()  # [heads, q, k blocks]
+            stored = saved.pop("layout")  # bit-packed [heads, q blocks, k blocks]
+            bits = np.unpackbits(stored["bits"].numpy(), count=int(np.prod(stored["shape"])))
+            blocks = torch.from_numpy(bits.reshape(stored["shape"]).astype(bool)).to(DEVICE)
 
             def mask_mod(b, h, q_idx, kv_idx):
-                # Eager flex_attention decides with this alone: it must encode the layout.
+                # Eager flex_attention decides every pair here; compiled, those of partial tiles.
                 return blocks[{pick}, q_idx // BLOCK, kv_idx // BLOCK]{causal_test}
 
-            block_mask = BlockMask.from_kv_blocks(**saved, mask_mod=mask_mod)
+            block_mask = BlockMask.from_kv_blocks(**saved, mask_mod=mask_mod).to(DEVICE)
             """
     tail = """\
 
-        q, k, v = (torch.randn(1, HEADS, n, 64) for n in (Q_LEN, KV_LEN, KV_LEN))
-        out = flex_attention(q, k, v, block_mask=block_mask)  # eager on CPU; compile it on a GPU
+        cuda = DEVICE == "cuda"
+        dtype = torch.bfloat16 if cuda else torch.float32
+        attention = torch.compile(flex_attention) if cuda else flex_attention  # eager on the CPU
+        q, k, v = (
+            torch.randn(1, HEADS, n, 64, device=DEVICE, dtype=dtype, requires_grad=cuda)
+            for n in (Q_LEN, KV_LEN, KV_LEN)
+        )
+        out = attention(q, k, v, block_mask=block_mask)
+        if cuda:  # training: Flex's compiled backward (Flex has none on the CPU)
+            out.sum().backward()
         print(block_mask.shape, out.shape)
         """
     return head + textwrap.dedent(body) + textwrap.dedent(tail)

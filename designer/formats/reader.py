@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from designer.design import Design
-from designer.formats.block_mask import layout_from_tensors
+from designer.formats.block_mask_file import layout_from_tensors
 from designer.formats.csr import from_csr
 from designer.formats.json_recipe import MAX_JSON_CHARS, design_from_json
 from designer.formats.mit_blockmask import from_base_blockmask
@@ -200,7 +200,7 @@ def _design(kind: str, content: Mapping[str, Any]) -> Design:
     if kind == "design":
         return design_from_content(content)
     if kind == "blockmask":
-        check_keys("file", content, (*_BLOCKMASK_KEYS, "BLOCK_SIZE", "seq_lengths"))
+        check_keys("file", content, (*_BLOCKMASK_KEYS, "BLOCK_SIZE", "seq_lengths"), ("layout",))
         layout, causal = layout_from_tensors(content)
         return Design(layout, causal=causal)
     if kind == "csr":

@@ -1,4 +1,6 @@
-"""A short Python program that loads a saved ``.pt`` design, offered beside the download."""
+"""Short Python programs for a saved ``.pt`` design, offered beside the download: one that loads
+it (with the designer, or with torch and numpy alone) and runs it as a module, and the one-line
+module use on its own."""
 
 from __future__ import annotations
 
@@ -19,8 +21,26 @@ def check_filename(filename: object) -> str:
     return filename
 
 
+def module_snippet(filename: str) -> str:
+    """The design file ``filename`` as ``gpu.BlockSparseAttention``, our CUDA kernels in a
+    ``torch.nn.Module`` (forward and backward), in one line, and its call.
+
+    >>> print(module_snippet("sliding.pt").splitlines()[1])
+    attn = gpu.BlockSparseAttention.from_design('sliding.pt', device="cuda")
+    """
+    name = repr(check_filename(filename))
+    return textwrap.dedent(
+        f"""\
+        import gpu
+        attn = gpu.BlockSparseAttention.from_design({name}, device="cuda")
+        out = attn(q, k, v)  # [batch, heads, seq, head_dim], or layout="bshd"
+        """
+    )
+
+
 def python_snippet(filename: str) -> str:
-    """Python code loading ``filename`` with ``designer.formats.load_design`` and with plain torch.
+    """Python code loading ``filename`` with ``designer.formats.load_design`` and with plain torch,
+    then, on a CUDA GPU, training through it as ``gpu.BlockSparseAttention``.
 
     The name is embedded as a Python string literal (``repr``), so any name stays data.
 
@@ -28,7 +48,7 @@ def python_snippet(filename: str) -> str:
     design = load_design('sliding.pt')
     """
     name = repr(check_filename(filename))
-    return textwrap.dedent(
+    loads = textwrap.dedent(
         f"""\
         # With the designer installed:
         from designer.formats import load_design
@@ -43,5 +63,22 @@ def python_snippet(filename: str) -> str:
         bits, shape = saved["layout"]["bits"], saved["layout"]["shape"]  # bit-packed, MSB first
         blocks = np.unpackbits(bits.numpy(), count=int(np.prod(shape))).reshape(shape)
         print(saved["name"], blocks.shape, "block", saved["block_size"])
+
+        # In a model: our CUDA kernels as a torch.nn.Module, forward and backward.
+        if torch.cuda.is_available():
+            q, k, v = (
+                torch.randn(1, layout.n_heads, n, 64, device="cuda", dtype=torch.bfloat16,
+                            requires_grad=True)
+                for n in (layout.seq_len_q, layout.seq_len_k, layout.seq_len_k)
+            )
         """
     )
+    trains = textwrap.dedent(
+        """\
+            out.sum().backward()
+            print(attn, out.shape, q.grad.shape)
+        else:
+            print("gpu.BlockSparseAttention runs on a CUDA GPU; none here")
+        """
+    )
+    return loads + textwrap.indent(module_snippet(filename), "    ") + trains

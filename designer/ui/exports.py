@@ -58,6 +58,11 @@ def file_stem(name: str) -> str:
     return stem[:80] or "design"
 
 
+def design_file_name(design: Design) -> str:
+    """The name the design's ``.pt`` file downloads as (snippets load it by this name)."""
+    return f"{file_stem(design.name)}.pt"
+
+
 def exports(design: Design) -> list[Export]:
     """Every download the app offers for ``design``."""
     stem = file_stem(design.name)
@@ -65,7 +70,7 @@ def exports(design: Design) -> list[Export]:
     return [
         Export(
             "Design (.pt)",
-            f"{stem}.pt",
+            design_file_name(design),
             "application/octet-stream",
             "Layout, block size, recipe and settings; loads back here and in plain torch.",
             lambda: design_bytes(design),
@@ -74,8 +79,10 @@ def exports(design: Design) -> list[Export]:
             "FlexAttention BlockMask",
             f"{stem}_blockmask.pt",
             "application/octet-stream",
-            "BlockMask.from_kv_blocks arguments. Pass mask_mod too: without it, eager "
-            "flex_attention attends to every token pair. The FlexAttention snippet shows how.",
+            "BlockMask.from_kv_blocks arguments at Flex's 128-token tiles (its compiled forward "
+            "and backward take them) and, under 'layout', the packed layout: pop it and build "
+            "mask_mod from it, since without one eager flex_attention attends to every token "
+            "pair. The FlexAttention snippet shows how.",
             lambda: _torch_bytes(block_mask_tensors(layout, causal=design.causal)),
         ),
         Export(
@@ -132,8 +139,9 @@ def exports(design: Design) -> list[Export]:
             "Python snippet",
             f"load_{stem}.py",
             "text/x-python",
-            f"Loads {stem}.pt with the designer or with torch alone.",
-            lambda: python_snippet(f"{stem}.pt").encode("utf-8"),
+            f"Loads {stem}.pt with the designer or with torch alone, and on a CUDA GPU trains "
+            "through it as gpu.BlockSparseAttention.",
+            lambda: python_snippet(design_file_name(design)).encode("utf-8"),
         ),
     ]
 

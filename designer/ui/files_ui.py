@@ -1,4 +1,5 @@
-"""Files: download the design in every format, load one back, and the library of named designs.
+"""Files: download the design in every format (and see how a model uses the ``.pt``), load one
+back, and the library of named designs.
 
 An upload is recognised by its content (``read_design_file``): the app says what it found, and
 asks for a block size only for a bare tensor, which carries none. A file that does not load
@@ -14,11 +15,11 @@ from pathlib import PurePath
 import streamlit as st
 
 from designer.design import Design
-from designer.formats import LoadedDesign, read_design_file
+from designer.formats import LoadedDesign, module_snippet, read_design_file
 from designer.formats.reader import BARE_BLOCK_SIZE, MAX_FILE_BYTES
 from designer.layout import MAX_BLOCK_SIZE
 from designer.ui import keys, state
-from designer.ui.exports import exports
+from designer.ui.exports import design_file_name, exports
 from designer.ui.storage import DesignStore
 from designer.ui.text import plain
 
@@ -40,6 +41,17 @@ def files_ui(store: DesignStore) -> None:
     with library:
         st.subheader("Library", anchor=False)
         _library_ui(store)
+    _module_use_ui()
+
+
+def _module_use_ui() -> None:
+    """How a model uses the design file: one line (the Python snippet download runs it)."""
+    current = state.design(st.session_state)
+    st.caption(
+        "In a model: our CUDA kernels as a torch module, forward and backward, from the "
+        "downloaded design file (the Python snippet runs it)."
+    )
+    st.code(module_snippet(design_file_name(current)), language="python")
 
 
 def read_upload(file_name: str, data: bytes, bare_block_size: int) -> LoadedDesign:

@@ -18,7 +18,9 @@ from typing import Any
 
 import torch
 
-FLEX_BLOCK = 128
+from designer.formats.flex_tiles import FLEX_BLOCK, kv_lists
+from designer.formats.flex_tiles import tile_classes as designer_tile_classes
+
 #: Token granularity of the mask buffer (the smallest CUDA block size).
 MASK_GRANULARITY = 16
 
@@ -30,13 +32,14 @@ class FlexUnavailable(RuntimeError):
 def tile_classes(
     blocks: torch.Tensor, block_size: int, *, causal: bool
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(full, partial)`` bool ``[H, Sq/128, Sk/128]`` tiles for a bool ``[H, M, N]`` layout.
+    """``(full, partial)`` bool ``[H, Sq/128, Sk/128]`` tiles for a bool ``[H, M, N]`` layout,
+    within the limits of this contender's mask buffer.
 
     >>> full, partial = tile_classes(torch.ones(1, 8, 8, dtype=torch.bool), 32, causal=True)
     >>> full[0].int().tolist(), partial[0].int().tolist()
     ([[0, 0], [1, 0]], [[1, 0], [0, 1]])
     """
-    heads, n_q, n_k = blocks.shape
+    _, n_q, n_k = blocks.shape
     if (
         FLEX_BLOCK % block_size
         or (n_q * block_size) % FLEX_BLOCK
@@ -47,23 +50,7 @@ def tile_classes(
             f"{FLEX_BLOCK}, got block_size {block_size}, Sq {n_q * block_size}, "
             f"Sk {n_k * block_size}"
         )
-    if causal:
-        rows, cols = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
-        full, partial = blocks & (cols < rows), blocks & (cols == rows)
-    else:
-        full, partial = blocks, torch.zeros_like(blocks)
-    ratio = FLEX_BLOCK // block_size
-    shape = (heads, n_q // ratio, ratio, n_k // ratio, ratio)
-    tile_full = full.reshape(shape).all(dim=4).all(dim=2)
-    tile_any = (full | partial).reshape(shape).any(dim=4).any(dim=2)
-    return tile_full, tile_any & ~tile_full
-
-
-def _kv_lists(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(num [1, H, M], indices [1, H, M, N])`` int32, active tiles first in column order."""
-    num = tiles.sum(dim=-1, dtype=torch.int32)
-    indices = torch.argsort((~tiles).to(torch.int8), dim=-1, stable=True).to(torch.int32)
-    return num[None], indices[None]
+    return designer_tile_classes(blocks, block_size, causal=causal)
 
 
 class FlexSession:
@@ -99,8 +86,8 @@ class FlexSession:
         fine = blocks.repeat_interleave(ratio, 1).repeat_interleave(ratio, 2)
         buffer.copy_(fine)
         causal_flag.fill_(causal)
-        kv_num, kv_indices = _kv_lists(partial)
-        full_num, full_indices = _kv_lists(full)
+        kv_num, kv_indices = kv_lists(partial)
+        full_num, full_indices = kv_lists(full)
         block_mask = BlockMask.from_kv_blocks(
             kv_num.to(device),
             kv_indices.to(device),

@@ -15,7 +15,13 @@ from streamlit.runtime.media_file_manager import MediaFileManager
 from streamlit.testing.v1 import AppTest
 
 from designer.design import Design
-from designer.formats import design_from_json, from_csr, load_design, save_design
+from designer.formats import (
+    design_from_json,
+    from_csr,
+    load_design,
+    read_design_file,
+    save_design,
+)
 from designer.layout import Layout
 from designer.ui import keys
 from designer.ui.storage import DATA_DIR_ENV, DesignStore, load_default_design
@@ -261,9 +267,13 @@ def test_downloads_hold_the_design(data_dir, built):
     assert design_from_json(built["BigBird_4k.json"]()).layout == design.layout
     csr = torch.load(io.BytesIO(built["BigBird_4k_csr.pt"]()), weights_only=True)
     assert from_csr(csr["row_ptr"], csr["col_idx"], 64, 64) == design.layout
-    mask = torch.load(io.BytesIO(built["BigBird_4k_blockmask.pt"]()), weights_only=True)
-    assert mask["full_kv_num_blocks"].sum() == design.layout.nnz
-    assert b"load_design('BigBird_4k.pt')" in built["load_BigBird_4k.py"]()
+    mask = read_design_file(built["BigBird_4k_blockmask.pt"]())
+    assert mask.kind == "blockmask" and mask.design.layout == design.layout
+    snippet = built["load_BigBird_4k.py"]()
+    assert b"load_design('BigBird_4k.pt')" in snippet
+    module_use = "gpu.BlockSparseAttention.from_design('BigBird_4k.pt', device=\"cuda\")"
+    assert module_use.encode() in snippet
+    assert module_use in at.code[0].value, "the Files tab shows the one-line module use"
     assert "BigBird_4k_base_blockmask.pt" not in built  # block 64: not MIT's 128
     assert at.download_button(key="download_pt_MIT base_blockmask").disabled
 
@@ -275,6 +285,7 @@ def test_library_save_and_open(data_dir):
     assert_clean(at)
     assert DesignStore(data_dir).names() == ["my bigbird"]
     assert current(at).name == "my bigbird" and at.title[0].value == "my bigbird"
+    assert "from_design('my_bigbird.pt'" in at.code[0].value, "the file name follows the name"
     saved = current(at).layout
     at.session_state["tab"] = "Patterns"  # an edit elsewhere, the Files tab closed meanwhile
     at.run()
@@ -342,7 +353,9 @@ def test_every_tensor_download_uploads_back(data_dir, built):
     at = open_app(tab="Files")
     design = current(at)
     help_text = at.download_button(key="download_pt_FlexAttention BlockMask").help
-    assert "without it, eager flex_attention attends to every token pair" in help_text
+    assert "pop it and build mask_mod from it, since without one eager flex_attention attends" in (
+        help_text
+    )
     for name in ("BigBird_4k_blockmask.pt", "BigBird_4k_csr.pt", "BigBird_4k.json"):
         upload(at, name, built[name]())
         assert not at.error, name

@@ -1,5 +1,6 @@
 import io
 
+import numpy as np
 import pytest
 import torch
 from torch.nn.attention.flex_attention import BlockMask
@@ -7,7 +8,7 @@ from torch.nn.attention.flex_attention import BlockMask
 from designer.design import Design
 from designer.formats import design_from_json, from_block_mask, from_csr, load_design
 from designer.recipe import Recipe, RecipeStep
-from designer.ui.exports import exports, file_stem
+from designer.ui.exports import design_file_name, exports, file_stem
 from tests.factories import random_layout
 
 
@@ -25,6 +26,9 @@ from tests.factories import random_layout
 )
 def test_file_stem(name, stem):
     assert file_stem(name) == stem
+    assert design_file_name(Design(random_layout(np.random.default_rng(0)), name=name)) == (
+        f"{stem}.pt"
+    )
 
 
 def by_name(design):
@@ -49,12 +53,17 @@ def test_every_export_reads_back(rng):
     assert from_csr(csr["row_ptr"], csr["col_idx"], csr["n_k_blocks"], csr["block_size"]) == (
         design.layout
     )
-    mask = BlockMask.from_kv_blocks(**load(files["mix_blockmask.pt"].build()))
+    arguments = load(files["mix_blockmask.pt"].build())
+    stored = arguments.pop("layout")
+    assert (stored["block_size"], stored["causal"]) == (128, True)
+    mask = BlockMask.from_kv_blocks(**arguments)  # without our mask_mod: the tiles are blocks
     layout, block = from_block_mask(mask)
     assert block == 128 and torch.equal(layout.blocks, design.layout.blocks.tril())
     base = load(files["mix_base_blockmask.pt"].build())["base_blockmask"]
     assert torch.equal(base[0], design.layout.blocks)
-    assert "load_design('mix.pt')" in files["load_mix.py"].build().decode()
+    snippet = files["load_mix.py"].build().decode()
+    assert "load_design('mix.pt')" in snippet
+    assert "gpu.BlockSparseAttention.from_design('mix.pt', device=\"cuda\")" in snippet
     assert all(export.unavailable is None for export in files.values())
 
 

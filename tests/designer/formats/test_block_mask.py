@@ -13,86 +13,64 @@ from torch.nn.attention.flex_attention import (
     flex_attention,
 )
 
-from designer.formats import block_mask_tensors, from_block_mask, to_block_mask
+from designer.formats import block_mask_tensors, from_block_mask, read_design_file, to_block_mask
+from designer.formats.block_mask import layout_mask_mod
+from designer.formats.flex_tiles import flex_tile_size, kv_lists, listed_tiles, tile_classes
 from designer.layout import Layout
+from gpu.reference import dense_masked_attention
+from tests.designer.formats.flex_reference import layouts, token_tiles
 from tests.factories import random_layout
 
 
-@st.composite
-def layouts(draw, max_blocks=6):
-    shape = (draw(st.integers(1, 3)), draw(st.integers(1, max_blocks)), draw(st.integers(1, 6)))
-    seed = draw(st.integers(0, 2**32 - 1))
-    density = draw(st.sampled_from([0.0, 0.3, 0.7, 1.0]))
-    block = draw(st.sampled_from([1, 4, 16, 128]))
-    return random_layout(np.random.default_rng(seed), *shape, density=density, block_size=block)
+def tiles_of(mask: BlockMask) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``(full, partial)`` tiles a ``BlockMask`` lists, bool ``[H, M, N]``."""
+    n = mask.kv_indices.shape[-1]
+    full = listed_tiles(mask.full_kv_num_blocks, mask.full_kv_indices, n)
+    return full[0], listed_tiles(mask.kv_num_blocks, mask.kv_indices, n)[0]
 
 
-def reference_lists(layout, causal):
-    """Per (head, row): the full and the partial key blocks, one block at a time."""
-    full, partial = {}, {}
-    h_count, m, n = layout.shape
-    for h in range(h_count):
-        for r in range(m):
-            active = [c for c in range(n) if layout.blocks[h, r, c]]
-            full[h, r] = [c for c in active if not causal or c < r]
-            partial[h, r] = [c for c in active if causal and c == r]
-    return full, partial
+def saved(content) -> bytes:
+    buffer = io.BytesIO()
+    torch.save(content, buffer)
+    return buffer.getvalue()
 
 
-def listed(num, indices, h, r):
-    return sorted(indices[0, h, r, : int(num[0, h, r])].tolist())
-
-
-def reference_attention(q, k, v, layout, causal):
-    """Dense fp64 softmax over the layout's token mask; rows with no key output zeros."""
-    block = layout.block_size
-    mask = layout.blocks.repeat_interleave(block, 1).repeat_interleave(block, 2)  # [H, Sq, Sk]
-    if causal:
-        mask = mask & torch.ones(mask.shape[1:], dtype=torch.bool).tril()
-    scores = (q @ k.transpose(-1, -2)) / q.shape[-1] ** 0.5
-    scores = scores.masked_fill(~mask, float("-inf"))
-    weights = torch.softmax(scores, dim=-1).nan_to_num(0.0)
-    return weights @ v
-
-
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(layouts(), st.booleans())
-def test_block_lists_match_reference_and_round_trip(layout, causal):
+def test_tiles_are_the_token_tiles_and_read_back_to_the_layout(layout, causal):
     mask = to_block_mask(layout, causal=causal)
-    assert (layout.block_size, layout.block_size) == mask.BLOCK_SIZE
+    tile = flex_tile_size(layout.block_size)
+    assert (tile, tile) == mask.BLOCK_SIZE
     assert mask.seq_lengths == (layout.seq_len_q, layout.seq_len_k)
-    full, partial = reference_lists(layout, causal)
-    for (h, r), expected in full.items():
-        assert listed(mask.full_kv_num_blocks, mask.full_kv_indices, h, r) == expected
-        assert listed(mask.kv_num_blocks, mask.kv_indices, h, r) == partial[h, r]
+    full, partial = tiles_of(mask)
+    expected_full, expected_partial = token_tiles(layout, causal, tile)
+    assert torch.equal(full, expected_full) and torch.equal(partial, expected_partial)
+    assert mask.mask_mod.layout is layout and mask.mask_mod.causal is causal
     back, block_size = from_block_mask(mask)
-    assert block_size == layout.block_size
-    assert back == (layout.causal_clip() if causal else layout)
+    assert block_size == layout.block_size and back == layout
 
 
-@settings(max_examples=50, deadline=None)
+@settings(max_examples=40, deadline=None)
 @given(layouts(), st.booleans())
 def test_block_mask_tensors_travel_through_a_file(layout, causal):
-    buffer = io.BytesIO()
-    torch.save(block_mask_tensors(layout, causal=causal), buffer)
-    arguments = torch.load(io.BytesIO(buffer.getvalue()), weights_only=True)
-    assert arguments["BLOCK_SIZE"] == layout.block_size
+    data = saved(block_mask_tensors(layout, causal=causal))
+    arguments = torch.load(io.BytesIO(data), weights_only=True)
+    assert arguments["BLOCK_SIZE"] == flex_tile_size(layout.block_size)
     assert tuple(arguments["seq_lengths"]) == (layout.seq_len_q, layout.seq_len_k)
+    stored = arguments.pop("layout")
+    assert (stored["block_size"], stored["causal"]) == (layout.block_size, causal)
+    rebuilt = BlockMask.from_kv_blocks(**arguments, mask_mod=layout_mask_mod(layout, causal))
     direct = to_block_mask(layout, causal=causal)
-    rebuilt = BlockMask.from_kv_blocks(**arguments, mask_mod=direct.mask_mod)
-    full, partial = reference_lists(layout, causal)
-    for (h, r), expected in full.items():
-        assert listed(rebuilt.full_kv_num_blocks, rebuilt.full_kv_indices, h, r) == expected
-        assert listed(rebuilt.kv_num_blocks, rebuilt.kv_indices, h, r) == partial[h, r]
     for name in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
         assert torch.equal(getattr(rebuilt, name), getattr(direct, name)), name
-    back, block_size = from_block_mask(rebuilt)
-    assert block_size == layout.block_size
-    assert back == (layout.causal_clip() if causal else layout)
+    assert from_block_mask(rebuilt) == (layout, layout.block_size)
+    loaded = read_design_file(data)
+    assert loaded.kind == "blockmask"
+    assert loaded.design.layout == layout and loaded.design.causal is causal
 
 
 @settings(max_examples=25, deadline=None)
-@given(layouts(max_blocks=5), st.booleans())
+@given(layouts(max_tokens=200), st.booleans())
 def test_mask_mod_encodes_the_token_mask(layout, causal):
     mask = to_block_mask(layout, causal=causal)
     dense = create_mask(mask.mask_mod, 1, layout.n_heads, layout.seq_len_q, layout.seq_len_k, "cpu")
@@ -110,21 +88,26 @@ def test_mask_mod_encodes_the_token_mask(layout, causal):
         ((2, 4, 3), 8, True, 2),
         ((1, 3, 5), 4, False, 3),  # one head broadcasts to every query head
         ((3, 2, 2), 16, True, 3),
+        ((2, 9, 9), 16, False, 2),  # 144 tokens: a short last tile
+        ((2, 5, 7), 48, True, 2),  # 240 x 336 tokens, blocks straddling tiles
+        ((1, 10, 12), 12, True, 2),
+        ((2, 3, 2), 192, False, 2),  # blocks larger than a tile
     ],
 )
 def test_eager_flex_attention_gives_the_layouts_attention(rng, shape, block, causal, query_heads):
+    """Eager flex_attention (no backward on the CPU) decides every pair with mask_mod alone."""
     layout = random_layout(rng, *shape, density=0.5, block_size=block)
     generator = torch.Generator().manual_seed(0)
-    q = torch.randn(2, query_heads, layout.seq_len_q, 8, dtype=torch.float64, generator=generator)
-    k = torch.randn(2, query_heads, layout.seq_len_k, 8, dtype=torch.float64, generator=generator)
-    v = torch.randn(2, query_heads, layout.seq_len_k, 8, dtype=torch.float64, generator=generator)
+
+    def randn(seq):
+        return torch.randn(2, query_heads, seq, 8, dtype=torch.float64, generator=generator)
+
+    q, k, v = randn(layout.seq_len_q), randn(layout.seq_len_k), randn(layout.seq_len_k)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "called without torch.compile()"
         out = flex_attention(q, k, v, block_mask=to_block_mask(layout, causal=causal))
-    expected = reference_attention(
-        q, k, v, layout.broadcast_heads(query_heads) if shape[0] == 1 else layout, causal
-    )
-    torch.testing.assert_close(out, expected, rtol=1e-12, atol=1e-12)
+    expected = dense_masked_attention(q, k, v, layout.blocks, block, causal=causal)
+    torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
 
 
 def test_reads_masks_that_torch_builds():
@@ -132,11 +115,64 @@ def test_reads_masks_that_torch_builds():
     layout, block_size = from_block_mask(causal)
     assert block_size == 16 and layout.shape == (3, 4, 6)
     assert torch.equal(layout.blocks, torch.ones(3, 4, 6, dtype=torch.bool).tril())
+    window = create_block_mask(lambda b, h, q, k: (q - k).abs() < 8, 1, 1, 256, 256, device="cpu")
+    layout, block_size = from_block_mask(window)  # Flex's default tiles: 128-token blocks
+    assert block_size == 128 and torch.equal(layout.blocks[0], torch.ones(2, 2).bool())
+
+
+def test_a_mask_whose_lists_left_its_layout_is_refused(rng):
+    layout = random_layout(rng, 2, 16, 16, 0.4, 16)
+    mask = to_block_mask(layout)
+    head = mask[:, :1]  # torch drops the mask_mod of a slice: the tiles are the blocks
+    assert from_block_mask(head) == (Layout(tiles_of(head)[0] | tiles_of(head)[1], 128), 128)
+    lists = (head.kv_num_blocks, head.kv_indices, head.full_kv_num_blocks, head.full_kv_indices)
+    sliced = BlockMask.from_kv_blocks(*lists, BLOCK_SIZE=128, mask_mod=mask.mask_mod)
+    with pytest.raises(ValueError, match=r"block_mask lists tiles for \[heads, rows, columns\] \["):
+        from_block_mask(sliced)
+    every = torch.ones(2, 2, 2, dtype=torch.bool)
+    other = BlockMask.from_kv_blocks(  # every tile full: not what 40 % of the blocks give
+        *kv_lists(~every), *kv_lists(every), BLOCK_SIZE=128, mask_mod=mask.mask_mod
+    )
+    with pytest.raises(ValueError, match="block_mask tile lists are not the tiles of its layout"):
+        from_block_mask(other)
+
+
+def test_a_file_without_the_layout_is_read_from_its_lists(rng):
+    """Files written before the layout travelled with the lists: the tiles are the blocks."""
+    layout = random_layout(rng, 2, 6, 6, 0.6, 16)
+    full, partial = tile_classes(layout.blocks, 16, causal=True, tile_size=16)
+    content = dict(zip(("kv_num_blocks", "kv_indices"), kv_lists(partial), strict=True))
+    content.update(zip(("full_kv_num_blocks", "full_kv_indices"), kv_lists(full), strict=True))
+    content.update(BLOCK_SIZE=16, seq_lengths=(96, 96))
+    design = read_design_file(saved(content)).design
+    assert design.layout == layout.causal_clip() and design.causal
+    with pytest.raises(ValueError, match=r"seq_lengths \(90, 96\) must be whole blocks of BLOC"):
+        read_design_file(saved({**content, "seq_lengths": (90, 96)}))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda c: c["layout"].pop("causal"), "layout is missing 'causal'"),
+        (lambda c: c["layout"].update(causal=1), "layout causal must be True or False, got int"),
+        (lambda c: c["layout"].update(block_size=32), "128-token tiles over 256 x 256 tokens, b"),
+        (lambda c: c["layout"].update(causal=True), "file tile lists are not the tiles of its lay"),
+        (lambda c: c["layout"].update(shape=[2, 16, 17]), r"layout bits must be uint8 \[68\]"),
+        (lambda c: c["kv_indices"].fill_(9), r"kv_indices: tile indices must be in \[0, 1\]"),
+        (lambda c: c.update(seq_lengths=(256, 300)), "file has 128-token tiles over 256 x 300"),
+        (lambda c: c.update(extra=1), "file has unknown keys"),
+    ],
+)
+def test_a_bad_blockmask_file_says_what_is_wrong(rng, change, message):
+    content = block_mask_tensors(random_layout(rng, 2, 16, 16, 0.5, 16), causal=False)
+    change(content)
+    with pytest.raises(ValueError, match=f"^BlockMask tensors: .*{message}|^{message}"):
+        read_design_file(saved(content))
 
 
 def test_bad_arguments_are_refused(rng):
     layout = random_layout(rng, block_size=16)
-    assert to_block_mask(layout, 16).BLOCK_SIZE == (16, 16)
+    assert to_block_mask(layout, 16).BLOCK_SIZE == (128, 128)
     with pytest.raises(ValueError, match="block_size must be the layout's block size 16, got 128"):
         to_block_mask(layout, 128)
     with pytest.raises(TypeError, match="layout must be a Layout, got Tensor"):
@@ -165,28 +201,39 @@ def test_unrepresentable_block_masks_are_refused():
         ValueError, match="seq_lengths must be whole blocks: 4 x 4 blocks of 16 tok"
     ):
         from_block_mask(ragged)
+    flat = BlockMask.from_kv_blocks(torch.ones(2, dtype=torch.int32), indices[0, 0])
+    with pytest.raises(ValueError, match=r"per \[batch, head, row\], got kv_indices of shape \[2,"):
+        from_block_mask(flat)
 
 
 def test_layout_is_unchanged(rng):
     layout = random_layout(rng)
     before = layout.blocks.clone()
     to_block_mask(layout, causal=True)
+    block_mask_tensors(layout, causal=True)
     assert torch.equal(layout.blocks, before)
     assert Layout(before, 16) == layout
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("block", [128, 32])
-def test_compiled_flex_attention_on_gpu_gives_the_layouts_attention(causal, block):
-    """Compiled kernels read only the block lists: they must give the same attention."""
-    layout = random_layout(np.random.default_rng(7), 4, 1024 // block, 1024 // block, 0.4, block)
+def test_one_head_broadcasts_over_heads():
+    layout = Layout(torch.from_numpy(np.eye(12, dtype=bool))[None], 16)
+    mask = to_block_mask(layout, causal=True)
+    assert mask.kv_num_blocks.shape == (1, 1, 2)
+    dense = create_mask(mask.mask_mod, 1, 4, 192, 192, "cpu")
+    expected = layout.token_mask(0) & torch.ones(192, 192, dtype=torch.bool).tril()
+    assert torch.equal(dense[0], expected.expand(4, -1, -1))
+
+
+@pytest.mark.slow
+def test_compiled_flex_attention_on_the_cpu_reads_the_tiles(rng):
+    """Compiled Flex (Inductor's CPU kernel here) visits only the listed tiles and skips
+    mask_mod in full ones: the lists must give the layout's attention on their own terms.
+    Blocks straddling tiles, causal, per-head layouts and short last tiles in one compile."""
+    layout = random_layout(rng, 2, 7, 9, density=0.5, block_size=48)  # 336 x 432 tokens
+    compiled = torch.compile(flex_attention, dynamic=False, fullgraph=True)
     generator = torch.Generator().manual_seed(0)
-    q, k, v = (torch.randn(1, 4, 1024, 64, generator=generator) for _ in range(3))
-    compiled = torch.compile(flex_attention)
-    mask = to_block_mask(layout, causal=causal, device="cuda")
-    tiles = {} if block == 128 else {"BLOCK_M": block, "BLOCK_N": block}
-    inputs = (t.to("cuda", torch.bfloat16) for t in (q, k, v))
-    out = compiled(*inputs, block_mask=mask, kernel_options=tiles)
-    expected = reference_attention(q.double(), k.double(), v.double(), layout, causal)
-    torch.testing.assert_close(out.double().cpu(), expected, rtol=2e-2, atol=2e-2)
+    q = torch.randn(1, 2, layout.seq_len_q, 16, generator=generator)
+    k, v = (torch.randn(1, 2, layout.seq_len_k, 16, generator=generator) for _ in range(2))
+    out = compiled(q, k, v, block_mask=to_block_mask(layout, causal=True))
+    expected = dense_masked_attention(q, k, v, layout.blocks, 48, causal=True)
+    torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)

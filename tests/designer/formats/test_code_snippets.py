@@ -11,14 +11,17 @@ from designer.design import Design
 from designer.formats import block_mask_tensors
 from designer.formats.deepspeed_snippet import deepspeed_snippet
 from designer.formats.flex_snippet import closed_form, flex_snippet
+from designer.formats.flex_tiles import listed_tiles
 from designer.layout import Layout
 from designer.patterns import SparsityConfig
 from designer.recipe import Recipe, RecipeStep
-from gpu.reference import dense_masked_attention
+from gpu.reference import dense_masked_attention, dense_masked_attention_backward
+from tests.designer.formats.flex_reference import token_tiles
+from tests.gpu.oracle import relative_error
 
 
-def recipe_design(steps, *, heads=2, causal=False, shape=(6, 6)):
-    recipe = Recipe(heads, *shape, 16, steps=steps)
+def recipe_design(steps, *, heads=2, causal=False, shape=(6, 6), block=16):
+    recipe = Recipe(heads, *shape, block, steps=steps)
     return Design(recipe.build(), name="snippet", recipe=recipe, causal=causal)
 
 
@@ -44,6 +47,12 @@ DESIGNS = {
     "random causal, from the file": recipe_design(
         (RecipeStep("random_per_row", {"seed": 3}),), causal=True
     ),
+    "random causal, 3 tiles, from the file": recipe_design(
+        (RecipeStep("random_per_row", {"seed": 5}),), causal=True, shape=(20, 18)
+    ),
+    "48-token blocks, closed form": recipe_design(
+        (RecipeStep("sliding_window", {"window_blocks": 2}),), shape=(7, 7), block=48
+    ),
     "one head, no recipe": Design(Layout(torch.eye(4, dtype=torch.bool)[None], 16), name="eye"),
 }
 
@@ -68,9 +77,37 @@ def test_flex_snippet_gives_the_layouts_attention_in_eager_flex(case, tmp_path, 
         scale=q.shape[-1] ** -0.5, compute_dtype=torch.float64,
     )  # fmt: skip
     torch.testing.assert_close(out.double(), expected, atol=1e-5, rtol=1e-5)
-    dense = scope["block_mask"].to_dense()[0].bool()
-    blocks = layout.causal_clip().blocks if design.causal else layout.blocks
-    assert torch.equal(dense.expand_as(blocks) if dense.shape[0] == 1 else dense, blocks)
+    block_mask = scope["block_mask"]
+    assert block_mask.BLOCK_SIZE == (128, 128), "Flex's own tiles: its compiled backward takes them"
+    n = block_mask.kv_indices.shape[-1]
+    full = listed_tiles(block_mask.full_kv_num_blocks, block_mask.full_kv_indices, n)[0]
+    partial = listed_tiles(block_mask.kv_num_blocks, block_mask.kv_indices, n)[0]
+    expected_full, expected_partial = token_tiles(layout, design.causal, 128)
+    assert torch.equal(full.expand_as(expected_full), expected_full)
+    assert torch.equal(partial.expand_as(expected_partial), expected_partial)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("case", ["random causal, 3 tiles, from the file", "causal closed form"])
+def test_flex_snippet_trains_compiled_on_a_gpu(case, tmp_path, monkeypatch):
+    """On CUDA the snippet compiles flex_attention and runs its backward: both match fp64."""
+    design = DESIGNS[case]
+    layout = design.layout
+    torch.save(block_mask_tensors(layout, causal=design.causal), tmp_path / "snippet_blockmask.pt")
+    monkeypatch.chdir(tmp_path)
+    torch._dynamo.reset()  # past the recompile limit, torch.compile would quietly run eager
+    scope: dict = {}
+    exec(compile(flex_snippet(design, "snippet_blockmask.pt"), "flex.py", "exec"), scope)
+    leaves, out = [scope[name] for name in ("q", "k", "v")], scope["out"]
+    assert out.is_cuda and out.dtype == torch.bfloat16
+    q, k, v = (leaf.detach() for leaf in leaves)
+    args = (layout.blocks, layout.block_size)
+    expected = dense_masked_attention(q, k, v, *args, causal=design.causal)
+    assert relative_error(out, expected) <= 2e-2
+    ones = torch.ones_like(q)  # the snippet's loss is out.sum()
+    gradients = dense_masked_attention_backward(q, k, v, ones, *args, causal=design.causal)
+    for leaf, want in zip(leaves, gradients, strict=True):
+        assert relative_error(leaf.grad, want) <= 2e-2
 
 
 def test_without_mask_mod_eager_flex_attends_densely():
@@ -79,7 +116,9 @@ def test_without_mask_mod_eager_flex_attends_densely():
 
     layout = Layout(torch.eye(4, dtype=torch.bool)[None], 16)
     q = k = v = torch.randn(1, 1, 64, 8)
-    bare = BlockMask.from_kv_blocks(**block_mask_tensors(layout))
+    arguments = block_mask_tensors(layout)
+    del arguments["layout"]
+    bare = BlockMask.from_kv_blocks(**arguments)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         out = flex_attention(q, k, v, block_mask=bare)

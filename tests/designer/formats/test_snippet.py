@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from designer.design import Design
-from designer.formats import python_snippet, save_design
+from designer.formats import module_snippet, python_snippet, save_design
 from tests.factories import random_layout
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -24,15 +24,53 @@ def test_snippet_runs_and_loads_the_design_both_ways(tmp_path, rng):
         [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
-    first, second = result.stdout.splitlines()
+    first, second, third = result.stdout.splitlines()
     assert first == f"window (3, 4, 5) block 16 density {design.layout.density}"
     assert second == "window (3, 4, 5) block 16"
+    assert third == "gpu.BlockSparseAttention runs on a CUDA GPU; none here"
+
+
+@pytest.mark.gpu
+def test_snippet_trains_through_the_module_on_a_gpu(tmp_path, rng):
+    filename = "my design.pt"
+    layout = random_layout(rng, n_heads=2, n_q_blocks=8, n_k_blocks=8, density=0.5)
+    save_design(Design(layout, name="window", causal=True), tmp_path / filename)
+    script = tmp_path / "load.py"
+    script.write_text(python_snippet(filename))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    module_part = "\n".join(result.stdout.splitlines()[2:])  # after the two loads
+    assert "window" in module_part, "the module's repr names the design"
+    shapes = "torch.Size([1, 2, 128, 64]) torch.Size([1, 2, 128, 64])"
+    assert module_part.rstrip().endswith(shapes)
+
+
+def from_design_calls(code: str) -> list[ast.Call]:
+    return [
+        node
+        for node in ast.walk(ast.parse(code))
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "from_design"
+    ]
+
+
+@pytest.mark.parametrize("filename", ["mix.pt", 'it\'s "mine" (v2).pt'])
+def test_module_use_compiles_and_names_the_downloaded_file(filename):
+    for code in (module_snippet(filename), python_snippet(filename)):
+        compile(code, "snippet.py", "exec")
+        (call,) = from_design_calls(code)
+        assert ast.unparse(call.func) == "gpu.BlockSparseAttention.from_design"
+        assert [arg.value for arg in call.args] == [filename]
+        assert {kw.arg: kw.value.value for kw in call.keywords} == {"device": "cuda"}
+    assert len(module_snippet(filename).splitlines()) == 3
 
 
 def test_file_names_stay_data():
     code = python_snippet("x'); import os; os.system('echo hi'); ('.pt")
     calls = [node for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Import)]
-    assert [alias.name for node in calls for alias in node.names] == ["numpy", "torch"]
+    assert [alias.name for node in calls for alias in node.names] == ["numpy", "torch", "gpu"]
 
 
 @pytest.mark.parametrize(
@@ -47,3 +85,5 @@ def test_file_names_stay_data():
 def test_bad_file_names_are_refused(filename, error, message):
     with pytest.raises(error, match=message):
         python_snippet(filename)
+    with pytest.raises(error, match=message):
+        module_snippet(filename)

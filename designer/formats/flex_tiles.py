@@ -1,0 +1,143 @@
+"""A layout seen in FlexAttention's tiles: which ``BLOCK_SIZE`` tiles are full, partial or absent.
+
+Compiled ``flex_attention`` walks a ``BlockMask`` tile by tile, and its kernels need the tile
+divisible by their own (128 tokens by default; with torch 2.11 the compiled backward refuses
+64-token tiles). So a layout is seen at ``flex_tile_size(block_size)``: its own blocks when they
+are a multiple of 128 tokens, else ``FLEX_BLOCK`` = 128-token tiles, each of them
+
+- **full** when every token pair in it is active under the layout (and ``q_idx >= kv_idx`` when
+  causal): the kernel skips ``mask_mod`` there;
+- **partial** when some pairs are: ``mask_mod`` decides pair by pair;
+- absent otherwise.
+
+A sequence length that is not a multiple of the tile leaves the last tile row or column short;
+"every pair" means every pair that exists. The classes come from the blocks alone, never from
+the ``Sq·Sk`` token pairs: a tile covers a range of block rows and columns (a block may straddle
+two tiles), and it is full when all of them are active, reached when one is. Causal (top-left)
+tiles are aligned at token 0 on both axes, so tile ``(i, j)`` is wholly causal for ``j < i`` and
+never reached for ``j > i``; inside a diagonal tile, a covered block ``(r, c)`` holds a causal
+pair exactly when ``c <= r``. A short diagonal tile can be wholly causal too (one token).
+
+>>> full, partial = tile_classes(torch.ones(1, 8, 8, dtype=torch.bool), 32, causal=True)
+>>> full[0].int().tolist(), partial[0].int().tolist()
+([[0, 0], [1, 0]], [[1, 0], [0, 1]])
+"""
+
+from __future__ import annotations
+
+import torch
+
+from designer.layout import Layout
+from designer.validate import MAX_LAYOUT_CELLS
+
+#: Flex's default tile, in tokens: the ``BLOCK_SIZE`` its compiled kernels are built around.
+FLEX_BLOCK = 128
+
+
+def flex_tile_size(block_size: int) -> int:
+    """Tokens per ``BlockMask`` tile for a layout of ``block_size``-token blocks.
+
+    >>> flex_tile_size(16), flex_tile_size(96), flex_tile_size(128), flex_tile_size(256)
+    (128, 128, 128, 256)
+    """
+    return block_size if block_size % FLEX_BLOCK == 0 else FLEX_BLOCK
+
+
+def tile_classes(
+    blocks: torch.Tensor, block_size: int, *, causal: bool, tile_size: int = FLEX_BLOCK
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(full, partial)`` bool ``[H, ceil(Sq / tile), ceil(Sk / tile)]`` for bool ``[H, M, N]``.
+
+    Memory stays within about twice the layout's cells for blocks under a tile, and the tile
+    grid is refused above ``MAX_LAYOUT_CELLS`` (blocks far larger than a tile).
+    """
+    heads, n_q, n_k = blocks.shape
+    rows = _spans(n_q, block_size, tile_size)
+    cols = _spans(n_k, block_size, tile_size)
+    tiles = heads * rows.shape[0] * cols.shape[0]
+    if tiles > MAX_LAYOUT_CELLS:
+        raise ValueError(
+            f"a BlockMask of {tile_size}-token tiles for {heads} heads x {n_q * block_size} x "
+            f"{n_k * block_size} tokens needs {tiles:,} tiles, more than the limit of "
+            f"{MAX_LAYOUT_CELLS:,}"
+        )
+    tile_any = _reduce(blocks, rows, cols, torch.any)
+    tile_all = _reduce(blocks, rows, cols, torch.all)
+    if causal:
+        i, j = torch.arange(rows.shape[0])[:, None], torch.arange(cols.shape[0])[None, :]
+        diagonal = _reduce(blocks.tril(), rows, cols, torch.any)
+        tile_any = torch.where(i == j, diagonal, tile_any & (j < i))
+        last_key = ((j + 1) * tile_size).clamp(max=n_k * block_size) - 1
+        tile_all &= last_key <= i * tile_size
+    return tile_all, tile_any & ~tile_all
+
+
+def _spans(n_blocks: int, block_size: int, tile_size: int) -> torch.Tensor:
+    """``[tiles, width]`` block indices each tile covers along one axis, the last one repeated
+    to fill the row (``any`` and ``all`` do not mind a repeat)."""
+    seq = n_blocks * block_size
+    starts = torch.arange(-(-seq // tile_size)) * tile_size
+    first = starts // block_size
+    last = ((starts + tile_size).clamp(max=seq) - 1) // block_size
+    width = int((last - first).max()) + 1
+    return torch.minimum(first[:, None] + torch.arange(width), last[:, None])
+
+
+def _reduce(blocks: torch.Tensor, rows: torch.Tensor, cols: torch.Tensor, op) -> torch.Tensor:
+    """``op`` (``torch.any`` or ``torch.all``) over the blocks each tile covers."""
+    per_row = op(blocks[:, rows, :], dim=2)  # [H, tiles_q, N]
+    return op(per_row[:, :, cols], dim=3)  # [H, tiles_q, tiles_k]
+
+
+def kv_lists(tiles: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bool ``[H, M, N]`` tiles as int32 ``(num [1, H, M], indices [1, H, M, N])``, the
+    ``BlockMask.from_kv_blocks`` form: each row's listed tiles first, in column order."""
+    num = tiles.sum(dim=-1, dtype=torch.int32)
+    indices = torch.argsort((~tiles).to(torch.int8), dim=-1, stable=True).to(torch.int32)
+    return num[None], indices[None]
+
+
+def listed_tiles(num: torch.Tensor, indices: torch.Tensor, n: int) -> torch.Tensor:
+    """Bool ``[..., M, n]`` on the CPU: the tiles a ``(num [..., M], indices [..., M, K])`` pair
+    lists (the inverse of ``kv_lists``). Raises ``ValueError`` for an index outside ``[0, n)``."""
+    num, indices = num.to("cpu", torch.int64), indices.to("cpu", torch.int64)
+    listed = torch.arange(indices.shape[-1]) < num[..., None]
+    chosen = indices[listed]
+    if chosen.numel() and (int(chosen.min()) < 0 or int(chosen.max()) >= n):
+        raise ValueError(
+            f"tile indices must be in [0, {n - 1}], got [{int(chosen.min())}, {int(chosen.max())}]"
+        )
+    dense = torch.zeros(*num.shape, n, dtype=torch.bool)
+    dense[(*listed.nonzero(as_tuple=True)[:-1], chosen)] = True
+    return dense
+
+
+def check_tiles(
+    layout: Layout,
+    causal: bool,
+    tile_size: int,
+    seq_lengths: tuple[int, int],
+    full: torch.Tensor,
+    partial: torch.Tensor,
+    what: str,
+) -> None:
+    """Raise ``ValueError`` naming ``what`` unless ``tile_size``, ``seq_lengths`` and the bool
+    ``[H, M, N]`` ``full`` and ``partial`` tiles are exactly those of ``layout``."""
+    expected_tile = flex_tile_size(layout.block_size)
+    expected_lengths = (layout.seq_len_q, layout.seq_len_k)
+    if tile_size != expected_tile or tuple(seq_lengths) != expected_lengths:
+        raise ValueError(
+            f"{what} has {tile_size}-token tiles over {seq_lengths[0]} x {seq_lengths[1]} "
+            f"tokens, but its layout ({layout.block_size}-token blocks) has {expected_tile}-token "
+            f"tiles over {expected_lengths[0]} x {expected_lengths[1]}"
+        )
+    want_full, want_partial = tile_classes(
+        layout.blocks, layout.block_size, causal=causal, tile_size=tile_size
+    )
+    if full.shape != want_full.shape:
+        raise ValueError(
+            f"{what} lists tiles for [heads, rows, columns] {list(full.shape)}, but its layout "
+            f"has {list(want_full.shape)}"
+        )
+    if not torch.equal(full, want_full) or not torch.equal(partial, want_partial):
+        raise ValueError(f"{what} tile lists are not the tiles of its layout")
