@@ -37,18 +37,21 @@ PREP_THREADS = 256
 BLOCK_M = 64
 
 # (n_warps, min_blocks) per head dim; BLOCK_N = 16 keys per warp. Registers from ptxas 13.0:
-# D=64 4 warps 207, 8 warps 203; D=128 4 warps 255 (16 B spilled), 8 warps 255 (20 B).
-# Measured (benchmarks/backward_tiles.py, H200, bf16, B=1, H=16, S=16384, 2026-11-30; effective
-# TFLOP/s dense b128 / band 7 % b16):
-# - D=64: 4 warps 214 / 175 (1 or 2 CTAs per SM alike); 8 warps 216 / 161.
-# - D=128: 4 warps 218 (1 CTA per SM), 216 (2); 8 warps 248.
+# D=64 4 warps 207 (168 at 3 CTAs per SM), 8 warps 203; D=128 4 warps 255 (16 B spilled), 8
+# warps 255 (20 B).
+# Measured (benchmarks/backward_tiles.py, H200, bf16, B=1, H=16, S=16384, 2026-11-30,
+# benchmarks/results/2026-11-30-h200-backward-tiles.json; effective TFLOP/s dense b128 / band 7 %
+# b64 / band 7 % b16 at D=64, dense / band 24 % / causal b128 at D=128):
+# - D=64: 4 warps, 2 CTAs per SM (207 registers) 214 / 192 / 175; 3 CTAs (168, no spill)
+#   218 / 199 / 185; 8 warps 218 / 178 / 161.
+# - D=128: 4 warps, 2 CTAs per SM 218 / 217 / 224; 8 warps, 1 CTA 248 / 243 / 251.
 # The dQ atomics cost the most: without them D=128 dense ran 17.1 ms (4 warps) against 25.2;
 # without the dQ product at all, 14.2. Staging each dQ tile in shared memory and adding it with
 # one bulk reduction (cp.reduce.async.bulk) ran 21.9 ms with 8 warps (22.1 by atomics) and 29.6
 # with 4: the L2 reduction traffic (B·H·T·BLOCK_M·D·4 bytes) bounds both, so fewer, wider key
 # tiles per CTA (8 warps) win at D=128. A separate dQ pass would recompute Sᵀ and dPᵀ (about
 # 10.6 ms more at the measured rate), which is slower.
-_TILES = {64: (4, 2), 128: (8, 1)}
+_TILES = {64: (4, 3), 128: (8, 1)}
 
 
 @dataclass(frozen=True)
