@@ -65,7 +65,8 @@ def _check_grads(q, k, v, the_plan, *, scale=None, with_lse=False, compiled=None
 
 
 #: Every family, block size and head dim in bf16; fp16 on two families (one build per dtype).
-STANDARD = [(f, b, d, torch.bfloat16) for f in FAMILIES for b in (16, 32, 64, 128) for d in (64, 128)]
+STANDARD = [(f, b, d, torch.bfloat16) for f in FAMILIES for b in (16, 32, 64, 128)
+            for d in (64, 128)]  # fmt: skip
 STANDARD += [(f, b, d, torch.float16) for f, b in (("causal", 32), ("bigbird_10pct", 16))
              for d in (64, 128)]  # fmt: skip
 
