@@ -1,0 +1,105 @@
+// Hopper wgmma helpers shared by our attention kernels (sm_90a): fences, register pins,
+// shared-memory descriptors and the m64nNk16 instructions, generated per shape by one macro.
+// Needs DTYPE_BF16.
+
+#pragma once
+
+namespace {
+
+#if DTYPE_BF16
+#define WGMMA_TYPES ".f32.bf16.bf16"
+#else
+#define WGMMA_TYPES ".f32.f16.f16"
+#endif
+
+__device__ __forceinline__ void fence_async_proxy() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void wgmma_wait_all() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+}
+
+// Register barriers: writes before and reads after stay on their side of the async wgmma.
+template <int N>
+__device__ __forceinline__ void pin(float (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void pin(unsigned (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+  }
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle, 8-row groups 1024 bytes apart (the stride
+// offset). Every operand we describe lies within one 64-element column block, so the leading
+// offset is never needed (K-major: unused; N-major: we set it to 1024 as well).
+__device__ __forceinline__ unsigned long long descriptor(unsigned address, unsigned leading_bytes) {
+  return static_cast<unsigned long long>((address & 0x3FFFFu) >> 4) |
+         (static_cast<unsigned long long>(leading_bytes >> 4) << 16) |
+         (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
+}
+
+// Accumulator operands: 8 atoms of 4 floats (n64) or 16 (n128), and their placeholders.
+#define WGMMA_ATOM(d, i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
+#define WGMMA_ACC8(d)                                                                     \
+  WGMMA_ATOM(d, 0), WGMMA_ATOM(d, 1), WGMMA_ATOM(d, 2), WGMMA_ATOM(d, 3), WGMMA_ATOM(d, 4), \
+      WGMMA_ATOM(d, 5), WGMMA_ATOM(d, 6), WGMMA_ATOM(d, 7)
+#define WGMMA_ACC16(d)                                                                      \
+  WGMMA_ACC8(d), WGMMA_ATOM(d, 8), WGMMA_ATOM(d, 9), WGMMA_ATOM(d, 10), WGMMA_ATOM(d, 11), \
+      WGMMA_ATOM(d, 12), WGMMA_ATOM(d, 13), WGMMA_ATOM(d, 14), WGMMA_ATOM(d, 15)
+#define WGMMA_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define WGMMA_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+
+// d (+)= A · B for a 64 x 64 tile, A and B from shared memory; TransA / TransB = 1 reads that
+// operand MN-major (its rows run along K), 0 K-major. A template, so an unused shape stays
+// silent.
+template <int TransA = 0, int TransB = 0>
+__device__ __forceinline__ void wgmma_ss(float (&d)[8][4], unsigned long long desc_a,
+                                         unsigned long long desc_b, int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16" WGMMA_TYPES " " WGMMA_D32
+               ", %32, %33, p, 1, 1, %35, %36;\n}\n"
+               : WGMMA_ACC8(d)
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TransA), "n"(TransB));
+}
+
+// The same for a 64 x 128 tile.
+template <int TransA = 0, int TransB = 0>
+__device__ __forceinline__ void wgmma_ss(float (&d)[16][4], unsigned long long desc_a,
+                                         unsigned long long desc_b, int accumulate) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16" WGMMA_TYPES " " WGMMA_D64
+               ", %64, %65, p, 1, 1, %67, %68;\n}\n"
+               : WGMMA_ACC16(d)
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TransA), "n"(TransB));
+}
+
+// d += A · B for a 64 x 64 tile, A from registers (the accumulator layout of a 64 x 16 slice),
+// B from shared memory N-major.
+__device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4],
+                                         unsigned long long desc_b) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16" WGMMA_TYPES " " WGMMA_D32
+               ", {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+               : WGMMA_ACC8(d)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
+}
+
+}  // namespace
