@@ -26,9 +26,10 @@ from gpu.bench.report import environment
 
 CASES = ("dense-b128-d64", "dense-b128-d128", "banded_7pct-b64-d64", "banded_25pct-b128-d128",
          "banded_7pct-b16-d64", "causal-b128-d128")  # fmt: skip
-#: (n_warps, min_blocks) per head dim: the register and shared-memory budgets that fit (D=64 at
-#: 3 CTAs per SM: 168 registers, no spill; D=128 at 2 CTAs per SM with 8 warps cannot fit).
-CANDIDATES = {64: ((4, 2), (4, 3), (8, 1)), 128: ((4, 2), (8, 1))}
+#: (n_warps, min_blocks, wgmma) per head dim: the register and shared-memory budgets that fit
+#: (D=64 at 3 CTAs per SM: 168 registers, no spill; D=128 at 2 CTAs per SM with 8 warps cannot).
+CANDIDATES = {64: ((4, 2, False), (4, 3, False), (8, 1, False), (4, 2, True), (4, 3, True)),
+              128: ((4, 2, False), (8, 1, False), (8, 1, True))}  # fmt: skip
 
 
 def measure(case_name: str) -> list[dict]:
@@ -45,8 +46,8 @@ def measure(case_name: str) -> list[dict]:
     pairs = active_pairs(layout.blocks, layout.block_size, causal=config.causal)
     flops = 2.5 * attention_flops(1, config.head_dim, pairs)
     rows = []
-    for n_warps, min_blocks in CANDIDATES[config.head_dim]:
-        cfg = BackwardConfig("bf16", config.head_dim, n_warps, min_blocks)
+    for n_warps, min_blocks, wgmma in CANDIDATES[config.head_dim]:
+        cfg = BackwardConfig("bf16", config.head_dim, n_warps, min_blocks, wgmma)
         lut = the_plan._backward_lut(cfg.block_m, cfg.block_n)
         bwd = plan_backward(
             cfg, lut, causal_offset=the_plan.causal_offset, n_heads=the_plan.n_heads,
@@ -58,11 +59,11 @@ def measure(case_name: str) -> list[dict]:
 
         ms = do_bench(run, warmup=25, rep=200, return_mode="median")
         rows.append({
-            "case": case_name, "n_warps": n_warps, "block_n": cfg.block_n,
+            "case": case_name, "wgmma": wgmma, "n_warps": n_warps, "block_n": cfg.block_n,
             "min_blocks": min_blocks, "ms": ms, "tflops": tflops(int(flops), ms),
         })  # fmt: skip
-        print(f"{case_name:28s} warps {n_warps} min_blocks {min_blocks}: {ms:8.3f} ms "
-              f"{rows[-1]['tflops']:6.1f} TFLOP/s", flush=True)  # fmt: skip
+        print(f"{case_name:24s} wgmma {wgmma:d} warps {n_warps} min_blocks {min_blocks}: "
+              f"{ms:8.3f} ms {rows[-1]['tflops']:6.1f} TFLOP/s", flush=True)  # fmt: skip
     return rows
 
 

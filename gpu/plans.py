@@ -81,7 +81,9 @@ class BlockSparsePlan:
             for head_dim in HEAD_DIMS:
                 config = choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=hopper)
                 self._lut(config.block_m, config.block_n)
-                backward = choose_backward_config(head_dim=head_dim, dtype=torch.bfloat16)
+                backward = choose_backward_config(
+                    head_dim=head_dim, dtype=torch.bfloat16, wgmma=hopper
+                )
                 self._backward_lut(backward.block_m, backward.block_n)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -141,9 +143,12 @@ class BlockSparsePlan:
     def backward(self, dtype: torch.dtype, head_dim: int) -> Any:
         """The ``gpu.backward.BackwardPlan`` for this dtype and head dim, compiled on first use."""
         from gpu.backward import choose_backward_config, plan_backward
+        from gpu.fused import is_hopper
 
         def make() -> Any:
-            config = choose_backward_config(head_dim=head_dim, dtype=dtype)
+            config = choose_backward_config(
+                head_dim=head_dim, dtype=dtype, wgmma=is_hopper(self.device)
+            )
             return plan_backward(
                 config, self._backward_lut(config.block_m, config.block_n),
                 causal_offset=self.causal_offset, n_heads=self.n_heads, seq_q=self.seq_q,

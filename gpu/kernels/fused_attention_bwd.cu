@@ -29,15 +29,26 @@
 // cell c); order int [n_k_tiles], key tiles heaviest first. A layout of one head serves every
 // query head.
 //
-// Defines: DTYPE_BF16, HEAD_DIM (64, 128), BLOCK_M (64), BLOCK_N (16·N_WARPS), N_WARPS (4, 8),
-// MIN_BLOCKS.
+// Two instruction paths, like the forward's. WGMMA = 0: mma.sync m16n8k16 (sm_80 and newer) on
+// tiles stored with 16-byte chunk c of row r at c ^ (r & 7), fragments through ldmatrix.
+// WGMMA = 1 (sm_90a): warpgroup g owns keys [64g, 64g + 64); Sᵀ and dPᵀ read both operands from
+// shared memory (K-major), dV and dK take Pᵀ and dSᵀ from registers and dO, Q N-major, and dQ
+// reads dSᵀ and K both MN-major; tiles are stored in wgmma's 128-byte-swizzle layout (64-element
+// column blocks of 128-byte rows, the same XOR), and warpgroup g computes dQ's head dims
+// [64g, 64g + 64), so HEAD_DIM = 64 · N_WARPS / 4.
+//
+// Defines: DTYPE_BF16, HEAD_DIM (64, 128), WGMMA (0/1), BLOCK_M (64), BLOCK_N (16·N_WARPS),
+// N_WARPS (4, 8), MIN_BLOCKS.
 
 #if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(BLOCK_M) || !defined(BLOCK_N) || \
-    !defined(N_WARPS) || !defined(MIN_BLOCKS)
-#error "define DTYPE_BF16, HEAD_DIM, BLOCK_M, BLOCK_N, N_WARPS, MIN_BLOCKS"
+    !defined(N_WARPS) || !defined(MIN_BLOCKS) || !defined(WGMMA)
+#error "define DTYPE_BF16, HEAD_DIM, WGMMA, BLOCK_M, BLOCK_N, N_WARPS, MIN_BLOCKS"
 #endif
 
 #include "attention_common.cuh"
+#if WGMMA
+#include "wgmma.cuh"
+#endif
 
 namespace {
 
@@ -66,6 +77,7 @@ static_assert(N_WARPS % 4 == 0 && kDqAtoms % 2 == 0, "dQ atoms split evenly");
 static_assert((kBlockM * kChunks) % kThreads == 0, "Q tile copy must split evenly");
 static_assert((kBlockN * kChunks) % kThreads == 0, "K/V tile copy must split evenly");
 static_assert(kThreads >= kBlockM / 2, "lse and delta copies need BLOCK_M / 2 threads");
+static_assert(!WGMMA || kHeadDim == 16 * N_WARPS, "wgmma: each warpgroup owns 64 dims of dQ");
 
 // Byte offset of 16-byte chunk `chunk` of row `row`, rows RowBytes apart, chunk c stored at
 // c ^ (row & 7): ldmatrix reads of 8 rows hit 8 different bank groups.
@@ -74,8 +86,18 @@ __device__ __forceinline__ unsigned swizzled(int row, int chunk) {
   return row * RowBytes + ((chunk ^ (row & 7)) << 4);
 }
 
-// Copy rows [row0, row0 + Rows) of a [seq, HEAD_DIM] slice into a swizzled tile; rows past
-// `seq` are zero-filled.
+// Byte offset of 16-byte chunk `chunk` of row `row` in a [Rows, HEAD_DIM] tile (see the header).
+template <int Rows>
+__device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
+#if WGMMA
+  return (chunk >> 3) * (Rows * 128) + swizzled<128>(row, chunk & 7);
+#else
+  return swizzled<kRowBytes>(row, chunk);
+#endif
+}
+
+// Copy rows [row0, row0 + Rows) of a [seq, HEAD_DIM] slice into a tile; rows past `seq` are
+// zero-filled.
 template <int Rows>
 __device__ __forceinline__ void load_tile(unsigned tile, const unsigned short* slice,
                                           long long stride, int row0, int seq) {
@@ -87,11 +109,12 @@ __device__ __forceinline__ void load_tile(unsigned tile, const unsigned short* s
   for (int i = 0; i < Rows / kRowsPerPass; ++i) {
     const int r = row + i * kRowsPerPass;
     const bool inside = row0 + r < seq;
-    copy_async_16(tile + swizzled<kRowBytes>(r, chunk),
+    copy_async_16(tile + tile_offset<Rows>(r, chunk),
                   inside ? slice + (row0 + r) * stride + chunk * 8 : slice, inside ? 16 : 0);
   }
 }
 
+#if !WGMMA
 // acc[j] (+)= A_warp · B_tileᵀ over the head dim: A = 16 rows at `a_base`, B = the BLOCK_M rows
 // of a Q-like tile at `b_base` (this lane's ldmatrix addresses for k-step 0).
 __device__ __forceinline__ void rows_times_tile(unsigned a_base, unsigned b_base,
@@ -126,6 +149,48 @@ __device__ __forceinline__ void fragments_times_tile(const unsigned (&a)[kBlockM
     }
   }
 }
+
+#endif
+
+#if WGMMA
+// acc = A Bᵀ over the head dim for this warpgroup: A = 64 rows at `a_rows`, B = the BLOCK_M rows
+// at `b_tile`, both K-major, A's column blocks `a_pitch` bytes apart.
+__device__ __forceinline__ void rows_times_rows(unsigned a_rows, unsigned a_pitch,
+                                                unsigned b_tile, float (&acc)[kSAtoms][4]) {
+#pragma unroll
+  for (int j = 0; j < kSAtoms; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+  pin(acc);
+  wgmma_fence();
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {  // 16 head dims = 32 bytes of a 128-byte row
+    const unsigned column = (kk & 3) * 32;
+    wgmma_ss(acc, descriptor(a_rows + (kk >> 2) * a_pitch + column, 16),
+             descriptor(b_tile + (kk >> 2) * kBlockM * 128 + column, 16), kk > 0);
+  }
+  wgmma_commit();
+  wgmma_wait_all();
+  pin(acc);
+}
+
+// acc += A · tile, A from registers (k = queries), the BLOCK_M-row tile N-major.
+__device__ __forceinline__ void fragments_times_rows(unsigned (&a)[kBlockM / 16][4],
+                                                     unsigned b_tile, float (&acc)[kOAtoms][4]) {
+  pin(acc);
+  pin(a);
+  wgmma_fence();
+#pragma unroll
+  for (int ks = 0; ks < kBlockM / 16; ++ks) {
+#pragma unroll
+    for (int block = 0; block < kHeadDim / 64; ++block) {
+      float(&acc_block)[8][4] = *reinterpret_cast<float(*)[8][4]>(&acc[8 * block]);
+      wgmma_rs(acc_block, a[ks], descriptor(b_tile + block * kBlockM * 128 + ks * 16 * 128, 1024));
+    }
+  }
+  wgmma_commit();
+  wgmma_wait_all();
+  pin(acc);
+}
+#endif
 
 // fp32 accumulators (rows = 16 keys, columns = queries) -> 16-bit A fragments, 16 queries per
 // k-step.
@@ -324,6 +389,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     if (have_next) load_step(next, buffer ^ 1);
     copy_async_commit();
     copy_async_wait<1>();
+#if WGMMA
+    fence_async_proxy();  // the tensor cores read what cp.async wrote
+#endif
     __syncthreads();
 
     const Int4 entry = entries[step.entry];
@@ -334,11 +402,17 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     const float* delta_row = rows_f + (2 + buffer) * kBlockM;
 
     // Sᵀ = K Qᵀ and Pᵀ (in place)
+#if WGMMA
+    const unsigned key_rows = (warp >> 2) * 64 * 128;  // this warpgroup's keys in a column block
+    float s[kSAtoms][4];
+    rows_times_rows(k_tile_s + key_rows, kBlockN * 128, q_tile, s);
+#else
     const unsigned a_offset = swizzled<kRowBytes>(key_row0 + (lane & 15), lane >> 4);
     const unsigned b_offset =
         swizzled<kRowBytes>((lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
     float s[kSAtoms][4];
     rows_times_tile(k_tile_s + a_offset, q_tile + b_offset, s);
+#endif
     if (entry.y != 0) {
       apply_mask(s, entry, key_row0, k_row0, q_row0, sub_rows_log2, sub_cols_log2,
                  causal_offset, seq_k);
@@ -353,6 +427,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
       }
     }
     // dV += Pᵀ dO
+#if WGMMA
+    {
+      unsigned p[kBlockM / 16][4];
+      pack_fragments(s, p);
+      fragments_times_rows(p, do_tile, dv_acc);
+    }
+    // dPᵀ = V dOᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ - Δ) (in place of dPᵀ)
+    float dp[kSAtoms][4];
+    rows_times_rows(v_tile_s + key_rows, kBlockN * 128, do_tile, dp);
+#else
     const unsigned trans_offset = swizzled<kRowBytes>(lane & 15, lane >> 4);
     {
       unsigned p[kBlockM / 16][4];
@@ -362,6 +446,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     // dPᵀ = V dOᵀ, then dSᵀ = Pᵀ ∘ (dPᵀ - Δ) (in place of dPᵀ)
     float dp[kSAtoms][4];
     rows_times_tile(v_tile_s + a_offset, do_tile + b_offset, dp);
+#endif
 #pragma unroll
     for (int nj = 0; nj < kSAtoms; ++nj) {
       const float2 d = *reinterpret_cast<const float2*>(delta_row + nj * 8 + 2 * (lane & 3));
@@ -375,7 +460,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     {
       unsigned ds[kBlockM / 16][4];
       pack_fragments(dp, ds);
+#if WGMMA
+      fragments_times_rows(ds, q_tile, dk_acc);
+#else
       fragments_times_tile(ds, q_tile + trans_offset, dk_acc);
+#endif
       unsigned char* ds_bytes = reinterpret_cast<unsigned char*>(shared_raw) + (ds_tile - k_tile_s);
 #pragma unroll
       for (int ks = 0; ks < kBlockM / 16; ++ks) {
@@ -389,6 +478,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
         }
       }
     }
+#if WGMMA
+    fence_async_proxy();  // dSᵀ is read by the tensor cores
+#endif
     __syncthreads();
 
     // dQ rows [16·(w % 4), +16), dims [dim0, dim0 + 8·kDqAtoms): dS K
@@ -398,6 +490,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
       float dq[kDqAtoms][4];
 #pragma unroll
       for (int j = 0; j < kDqAtoms; ++j) dq[j][0] = dq[j][1] = dq[j][2] = dq[j][3] = 0.f;
+#if WGMMA
+      pin(dq);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kBlockN / 16; ++ks) {  // dSᵀ and K rows are keys: both MN-major
+        wgmma_ss<1, 1>(dq, descriptor(ds_tile + ks * 16 * 128, 1024),
+                       descriptor(k_tile_s + (dim0 >> 6) * kBlockN * 128 + ks * 16 * 128, 1024),
+                       1);
+      }
+      wgmma_commit();
+      wgmma_wait_all();
+      pin(dq);
+#else
       const unsigned a_base = ds_tile + swizzled<kDsRowBytes>(
                                             ((lane >> 4) << 3) + (lane & 7),
                                             2 * m_atom + ((lane >> 3) & 1));
@@ -414,6 +519,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
           mma_16816(dq[2 * dp2 + 1], a, bb[2], bb[3]);
         }
       }
+#endif
       float* dq_slice = dq_acc + ((static_cast<long long>(b) * q_heads + step.head) * seq_q) *
                                      kHeadDim;
 #pragma unroll
