@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from designer.validate import check_bool, check_choice, check_int
-from gpu.fused import DTYPE_NAMES, HEAD_DIMS, LOG2_E, SHARED_MEMORY_LIMIT, _dtype_name
+from gpu.fused import DTYPE_NAMES, HEAD_DIMS, LOG2_E, SHARED_MEMORY_LIMIT, dtype_name
 from gpu.fused_lut import BackwardLut
 from gpu.operands import check_strides
 from gpu.runtime import KernelLauncher, compile_kernel, current_raw_stream
@@ -124,7 +124,7 @@ def choose_backward_config(*, head_dim: int, dtype: torch.dtype, wgmma: bool) ->
     the Hopper path (compute capability 9.0)."""
     check_choice("head_dim", head_dim, HEAD_DIMS)
     n_warps, min_blocks = _TILES[check_bool("wgmma", wgmma), head_dim]
-    return BackwardConfig(_dtype_name(dtype), head_dim, n_warps, min_blocks, wgmma)
+    return BackwardConfig(dtype_name(dtype), head_dim, n_warps, min_blocks, wgmma)
 
 
 @dataclass(frozen=True)

@@ -143,11 +143,11 @@ def choose_config(
     ``wgmma`` picks the Hopper path; ``plan_fused`` sets it on compute capability 9.0. The K
     and V row strides are compiled in (None: contiguous rows).
     """
-    dtype_name = _dtype_name(dtype)
+    name = dtype_name(dtype)
     check_choice("head_dim", head_dim, HEAD_DIMS)
     block_m, block_n, n_warps, min_blocks = _TILES[check_bool("wgmma", wgmma), head_dim]
     return KernelConfig(
-        dtype_name, head_dim, block_m, block_n, n_warps, min_blocks, wgmma,
+        name, head_dim, block_m, block_n, n_warps, min_blocks, wgmma,
         row_stride_or_none(k_row_stride, head_dim), row_stride_or_none(v_row_stride, head_dim),
     )  # fmt: skip
 
@@ -394,7 +394,8 @@ def _cuda_device(device: torch.device | str) -> torch.device:
     return device
 
 
-def _dtype_name(dtype: torch.dtype) -> str:
+def dtype_name(dtype: torch.dtype) -> str:
+    """The kernels' name of a 16-bit dtype (\"bf16\" or \"f16\"); anything else is refused."""
     if dtype not in DTYPE_NAMES:
         allowed = ", ".join(str(t) for t in DTYPE_NAMES)
         raise ValueError(f"dtype must be one of {allowed}, got {dtype}")
