@@ -395,7 +395,7 @@ def _cuda_device(device: torch.device | str) -> torch.device:
 
 
 def dtype_name(dtype: torch.dtype) -> str:
-    """The kernels' name of a 16-bit dtype (\"bf16\" or \"f16\"); anything else is refused."""
+    """The kernels' name of a 16-bit dtype (``"bf16"`` or ``"f16"``); anything else is refused."""
     if dtype not in DTYPE_NAMES:
         allowed = ", ".join(str(t) for t in DTYPE_NAMES)
         raise ValueError(f"dtype must be one of {allowed}, got {dtype}")
