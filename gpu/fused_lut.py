@@ -158,28 +158,14 @@ def build_fused_lut(
         seq_k=seq_k,
     )
     _, n_q_tiles, n_k_tiles = words.shape
-    active = words != 0
-    counts = active.sum(-1).reshape(-1)  # per (head, q_tile), head-major
-    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    counts, starts, entries = _grouped_entries(words, flags)  # per (head, q_tile), head-major
     order = np.argsort(-counts, kind="stable")
     heads, q_tiles = np.divmod(np.arange(counts.size), n_q_tiles)
     items = np.stack([heads, q_tiles, starts, counts], axis=1)[order]
-
-    head_idx, q_idx, k_idx = np.nonzero(active)  # row-major: grouped per (head, q_tile)
-    word = words[head_idx, q_idx, k_idx]
-    entries = np.stack(
-        [
-            k_idx.astype(np.int64),
-            flags[head_idx, q_idx, k_idx].astype(np.int64),
-            (word & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64),
-            (word >> np.uint64(32)).astype(np.uint32).view(np.int32).astype(np.int64),
-        ],
-        axis=1,
-    ).reshape(-1, 4)
     sub_rows, sub_cols = cell_sizes(block_size, block_m, block_n)
     return FusedLut(
         items=torch.from_numpy(items.astype(np.int32)),
-        entries=torch.from_numpy(entries.astype(np.int32)),
+        entries=entries,
         n_q_tiles=n_q_tiles,
         n_k_tiles=n_k_tiles,
         sub_rows=sub_rows,
@@ -228,31 +214,41 @@ def build_backward_lut(
         blocks, block_size, block_m=block_m, block_n=block_n, causal=causal,
         causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
     )  # fmt: skip
-    _, n_q_tiles, n_k_tiles = words.shape
-    words, flags = words.transpose(0, 2, 1), flags.transpose(0, 2, 1)  # [H, k_tile, q_tile]
+    n_heads, n_q_tiles, n_k_tiles = words.shape
+    # [H, k_tile, q_tile]: grouped per (head, k_tile), query order
+    counts, starts, entries = _grouped_entries(words.transpose(0, 2, 1), flags.transpose(0, 2, 1))
+    sub_rows, sub_cols = cell_sizes(block_size, block_m, block_n)
+    work = counts.reshape(n_heads, n_k_tiles).sum(0)
+    return BackwardLut(
+        lists=torch.from_numpy(np.stack([starts, counts], axis=1).astype(np.int32)),
+        entries=entries,
+        order=torch.from_numpy(np.argsort(-work, kind="stable").astype(np.int32)),
+        n_q_tiles=n_q_tiles,
+        n_k_tiles=n_k_tiles,
+        sub_rows=sub_rows,
+        sub_cols=sub_cols,
+        n_tiles=int(counts.sum()),
+    )
+
+
+def _grouped_entries(
+    words: np.ndarray, flags: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
+    """The CSR of the active tiles of ``[H, rows, cols]`` mask words, grouped per (head, row):
+    each group's entry count and first entry (flat, head-major), and the int32 entries ``(col,
+    flags, mask bits 0-31, mask bits 32-63)``."""
     active = words != 0
-    counts = active.sum(-1)  # [H, k_tile]
-    flat = counts.reshape(-1)
-    starts = np.concatenate(([0], np.cumsum(flat)[:-1]))
-    head_idx, k_idx, q_idx = np.nonzero(active)  # grouped per (head, k_tile), query order
-    word = words[head_idx, k_idx, q_idx]
+    counts = active.sum(-1).reshape(-1)
+    starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+    head_idx, row_idx, col_idx = np.nonzero(active)  # row-major: grouped per (head, row)
+    word = words[head_idx, row_idx, col_idx]
     entries = np.stack(
         [
-            q_idx.astype(np.int64),
-            flags[head_idx, k_idx, q_idx].astype(np.int64),
+            col_idx.astype(np.int64),
+            flags[head_idx, row_idx, col_idx].astype(np.int64),
             (word & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64),
             (word >> np.uint64(32)).astype(np.uint32).view(np.int32).astype(np.int64),
         ],
         axis=1,
     ).reshape(-1, 4)
-    sub_rows, sub_cols = cell_sizes(block_size, block_m, block_n)
-    return BackwardLut(
-        lists=torch.from_numpy(np.stack([starts, flat], axis=1).astype(np.int32)),
-        entries=torch.from_numpy(entries.astype(np.int32)),
-        order=torch.from_numpy(np.argsort(-counts.sum(0), kind="stable").astype(np.int32)),
-        n_q_tiles=n_q_tiles,
-        n_k_tiles=n_k_tiles,
-        sub_rows=sub_rows,
-        sub_cols=sub_cols,
-        n_tiles=int(flat.sum()),
-    )
+    return counts, starts, torch.from_numpy(entries.astype(np.int32))
