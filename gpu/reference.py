@@ -15,6 +15,8 @@ softmax and its temporaries and a bool token mask: measured on the CPU (fp32, ca
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import torch
 
 #: Scores held at once, per chunk of query rows, in bytes.
@@ -50,11 +52,7 @@ def dense_masked_attention(
     >>> dense_masked_attention(q, k, v, torch.ones(1, 2, 2, dtype=torch.bool), 2).shape
     torch.Size([1, 1, 4, 8])
     """
-    batch, n_heads, seq_q, head_dim = q.shape
-    seq_k = k.shape[2]
-    group = n_heads // k.shape[1]
-    scale = head_dim**-0.5 if scale is None else scale
-    offset = seq_k - seq_q if causal_alignment == "bottom_right" else 0
+    batch, n_heads, seq_q, _ = q.shape
     if out is None:
         out = torch.empty(q.shape, dtype=compute_dtype, device=q.device)
     lse = (
@@ -62,6 +60,26 @@ def dense_masked_attention(
         if return_lse
         else None
     )
+    for h, rows, _, _, v_h, scores in _score_chunks(
+        q, k, v, blocks, block_size, causal, causal_alignment, scale, compute_dtype, chunk_bytes
+    ):
+        out[:, h, rows] = _masked_softmax_times(scores, v_h)
+        if return_lse:
+            lse[:, h, rows] = torch.logsumexp(scores, dim=-1)
+    return (out, lse) if return_lse else out
+
+
+def _score_chunks(
+    q, k, v, blocks, block_size, causal, causal_alignment, scale, compute_dtype, chunk_bytes
+) -> Iterator[tuple[int, slice, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Per query head and chunk of query rows: ``(head, rows, q chunk, k_h, v_h, scores)`` in
+    ``compute_dtype``, the scaled scores ``[B, rows, Sk]`` at ``-inf`` where the layout or the
+    causal limit masks them. A chunk holds about ``chunk_bytes`` of scores."""
+    batch, n_heads, seq_q, head_dim = q.shape
+    seq_k = k.shape[2]
+    group = n_heads // k.shape[1]
+    scale = head_dim**-0.5 if scale is None else scale
+    offset = seq_k - seq_q if causal_alignment == "bottom_right" else 0
     bytes_per_row = batch * seq_k * torch.finfo(compute_dtype).bits // 8
     rows_per_chunk = max(1, chunk_bytes // max(1, bytes_per_row * block_size)) * block_size
     blocks = blocks.to(q.device)
@@ -78,11 +96,8 @@ def dense_masked_attention(
                 mask &= key_idx[None, :] <= query_idx[:, None] + offset
             q_chunk = q[:, h, row0:row1].to(compute_dtype)
             scores = torch.matmul(q_chunk, k_h.transpose(-1, -2)) * scale
-            scores = scores.masked_fill(~mask, float("-inf"))
-            out[:, h, row0:row1] = _masked_softmax_times(scores, v_h)
-            if return_lse:
-                lse[:, h, row0:row1] = torch.logsumexp(scores, dim=-1)
-    return (out, lse) if return_lse else out
+            scores.masked_fill_(~mask, float("-inf"))  # in place: one chunk of scores alive
+            yield h, slice(row0, row1), q_chunk, k_h, v_h, scores
 
 
 def _token_mask(head_blocks: torch.Tensor, block_size: int, row0: int, row1: int) -> torch.Tensor:
@@ -136,37 +151,21 @@ def dense_masked_attention_backward(
     ...     q, k, v, g, torch.ones(1, 2, 2, dtype=torch.bool), 2)]
     [4, 4, 4]
     """
-    batch, n_heads, seq_q, head_dim = q.shape
-    seq_k = k.shape[2]
-    group = n_heads // k.shape[1]
-    scale = head_dim**-0.5 if scale is None else scale
-    offset = seq_k - seq_q if causal_alignment == "bottom_right" else 0
+    scale = q.shape[3] ** -0.5 if scale is None else scale
+    group = q.shape[1] // k.shape[1]
     dq = torch.zeros(q.shape, dtype=compute_dtype, device=q.device)
     dk = torch.zeros(k.shape, dtype=compute_dtype, device=q.device)
     dv = torch.zeros(v.shape, dtype=compute_dtype, device=q.device)
-    bytes_per_row = batch * seq_k * torch.finfo(compute_dtype).bits // 8
-    rows_per_chunk = max(1, chunk_bytes // max(1, bytes_per_row * block_size)) * block_size
-    blocks = blocks.to(q.device)
-    key_idx = torch.arange(seq_k, device=q.device)
-    for h in range(n_heads):
-        head_blocks = blocks[h if blocks.shape[0] > 1 else 0]
-        k_h = k[:, h // group].to(compute_dtype)
-        v_h = v[:, h // group].to(compute_dtype)
-        for row0 in range(0, seq_q, rows_per_chunk):
-            row1 = min(seq_q, row0 + rows_per_chunk)
-            mask = _token_mask(head_blocks, block_size, row0, row1)[:, :seq_k]
-            if causal:
-                query_idx = torch.arange(row0, row1, device=q.device)
-                mask &= key_idx[None, :] <= query_idx[:, None] + offset
-            q_chunk = q[:, h, row0:row1].to(compute_dtype)
-            g_chunk = grad_out[:, h, row0:row1].to(compute_dtype)
-            scores = torch.matmul(q_chunk, k_h.transpose(-1, -2)) * scale
-            probs = _masked_softmax(scores.masked_fill(~mask, float("-inf")))
-            delta = (g_chunk * torch.matmul(probs, v_h)).sum(-1, keepdim=True)
-            if grad_lse is not None:
-                delta = delta - grad_lse[:, h, row0:row1, None].to(compute_dtype)
-            grad_scores = probs * (torch.matmul(g_chunk, v_h.transpose(-1, -2)) - delta)
-            dq[:, h, row0:row1] = scale * torch.matmul(grad_scores, k_h)
-            dk[:, h // group] += scale * torch.matmul(grad_scores.transpose(-1, -2), q_chunk)
-            dv[:, h // group] += torch.matmul(probs.transpose(-1, -2), g_chunk)
+    for h, rows, q_chunk, k_h, v_h, scores in _score_chunks(
+        q, k, v, blocks, block_size, causal, causal_alignment, scale, compute_dtype, chunk_bytes
+    ):
+        g_chunk = grad_out[:, h, rows].to(compute_dtype)
+        probs = _masked_softmax(scores)
+        delta = (g_chunk * torch.matmul(probs, v_h)).sum(-1, keepdim=True)
+        if grad_lse is not None:
+            delta = delta - grad_lse[:, h, rows, None].to(compute_dtype)
+        grad_scores = probs * (torch.matmul(g_chunk, v_h.transpose(-1, -2)) - delta)
+        dq[:, h, rows] = scale * torch.matmul(grad_scores, k_h)
+        dk[:, h // group] += scale * torch.matmul(grad_scores.transpose(-1, -2), q_chunk)
+        dv[:, h // group] += torch.matmul(probs.transpose(-1, -2), g_chunk)
     return dq, dk, dv
