@@ -25,10 +25,9 @@ from torch import nn
 
 from designer.design import Design
 from designer.formats import load_design
-from designer.layout import Layout
 from designer.validate import as_block_tensor, check_bool, check_choice, check_int
 from gpu.api import CUDA_BLOCK_SIZES, IMPLS, block_sparse_attention
-from gpu.plans import CAUSAL_ALIGNMENTS, BlockSparsePlan
+from gpu.plans import CAUSAL_ALIGNMENTS, BlockSparsePlan, layout_blocks, token_length
 from gpu.plans import plan as build_plan
 from gpu.runtime import GpuUnavailableError, unavailable_reason
 
@@ -55,12 +54,10 @@ class _Settings:
         if impl != "reference":
             check_choice(f'block_size (impl="{impl}")', block, CUDA_BLOCK_SIZES)
         _, n_q_blocks, n_k_blocks = shape
-        lengths = []
-        for key, n_blocks in (("seq_q", n_q_blocks), ("seq_k", n_k_blocks)):
-            whole = n_blocks * block
-            value = whole if values[key] is None else values[key]
-            lengths.append(check_int(f"{key} ({n_blocks} blocks of {block})", value,
-                                     low=whole - block + 1, high=whole))  # fmt: skip
+        lengths = [
+            token_length(f"{key} ({n_blocks} blocks of {block})", values[key], n_blocks, block)
+            for key, n_blocks in (("seq_q", n_q_blocks), ("seq_k", n_k_blocks))
+        ]
         name = values["name"]
         if name is not None and (not isinstance(name, str) or len(name) > MAX_NAME_CHARS):
             raise TypeError(f"name must be a string of at most {MAX_NAME_CHARS} characters or None")
@@ -114,21 +111,7 @@ class BlockSparseAttention(nn.Module):
                 f'impl="{impl}" needs a CUDA GPU: {reason.rstrip(".")}; pass impl="reference" '
                 "for the dense torch reference"
             )
-        if isinstance(layout, Layout):
-            if block_size is not None and block_size != layout.block_size:
-                raise ValueError(
-                    f"block_size ({block_size}) must equal the layout's block_size "
-                    f"({layout.block_size})"
-                )
-            blocks, block_size = layout.blocks, layout.block_size
-        else:
-            if block_size is None:
-                raise TypeError("block_size is required unless layout is a designer.Layout")
-            blocks = as_block_tensor("layout", _as_tensor(layout), allow_2d=True)
-        if 0 in blocks.shape:
-            raise ValueError(
-                f"layout must have at least one head and block, got {list(blocks.shape)}"
-            )
+        blocks, block_size = layout_blocks(layout, block_size, allow_2d=True)
         self._settings = _Settings.checked(
             tuple(blocks.shape), impl, block_size=block_size, causal=causal,
             causal_alignment=causal_alignment, seq_q=seq_q, seq_k=seq_k, name=name,
@@ -149,6 +132,7 @@ class BlockSparseAttention(nn.Module):
         (the app's ``.pt`` download, ``save_design`` output; checked, ``ValueError`` if invalid).
 
         >>> import io
+        >>> from designer.layout import Layout
         >>> from designer.formats import save_design
         >>> buffer = io.BytesIO()
         >>> save_design(Design(Layout(torch.ones(1, 2, 2, dtype=torch.bool), 16), name="d"), buffer)
@@ -301,10 +285,3 @@ def _settings_from_state(state: Any, shape: tuple[int, ...], impl: str) -> _Sett
         keys = sorted(state) if isinstance(state, dict) else type(state).__name__
         raise ValueError(f"extra state must be a dict with keys {list(fields)}, got {keys}")
     return _Settings.checked(shape, impl, **state)
-
-
-def _as_tensor(layout: Any) -> Any:
-    """A CuPy layout as a torch tensor (shared through DLPack); anything else as it is."""
-    if type(layout).__module__.split(".")[0] == "cupy":
-        return torch.from_dlpack(layout)
-    return layout

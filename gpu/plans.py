@@ -223,6 +223,27 @@ def plan(
     >>> plan(torch.ones(2, 16, 16, dtype=torch.bool), 64, seq_q=1000, device="cpu").seq_q
     1000
     """
+    blocks, block_size = layout_blocks(layout, block_size)
+    causal = check_bool("causal", causal)
+    causal_alignment = check_choice("causal_alignment", causal_alignment, CAUSAL_ALIGNMENTS)
+    _, n_q_blocks, n_k_blocks = blocks.shape
+    blocks_text = f"the layout's {{}} blocks of {block_size}"
+    seq_q = token_length(f"seq_q ({blocks_text.format(n_q_blocks)})", seq_q, n_q_blocks, block_size)
+    seq_k = token_length(f"seq_k ({blocks_text.format(n_k_blocks)})", seq_k, n_k_blocks, block_size)
+    device = _device(device, layout)
+    if device.type == "cuda":
+        from gpu.fused_lut import BLOCK_SIZES
+
+        check_choice("block_size", block_size, BLOCK_SIZES)
+    return BlockSparsePlan(blocks, block_size, causal, causal_alignment, seq_q, seq_k, device)
+
+
+def layout_blocks(
+    layout: Any, block_size: int | None, *, allow_2d: bool = False
+) -> tuple[torch.Tensor, int]:
+    """The checked bool ``[H, M, N]`` blocks and the block size of a ``designer.Layout`` (whose
+    block size ``block_size`` must equal if given) or of a 0/1 torch tensor, numpy or CuPy array
+    with ``block_size``; ``allow_2d`` also takes ``[M, N]`` as one head."""
     if isinstance(layout, Layout):
         if block_size is not None and block_size != layout.block_size:
             raise ValueError(
@@ -235,21 +256,11 @@ def plan(
             raise TypeError("block_size is required unless layout is a designer.Layout")
         if type(layout).__module__.split(".")[0] == "cupy":
             layout = torch.from_dlpack(layout)
-        blocks = as_block_tensor("layout", layout)
+        blocks = as_block_tensor("layout", layout, allow_2d=allow_2d)
         block_size = check_int("block_size", block_size, low=1)
     if 0 in blocks.shape:
         raise ValueError(f"layout must have at least one head and block, got {list(blocks.shape)}")
-    causal = check_bool("causal", causal)
-    causal_alignment = check_choice("causal_alignment", causal_alignment, CAUSAL_ALIGNMENTS)
-    _, n_q_blocks, n_k_blocks = blocks.shape
-    seq_q = _length("seq_q", seq_q, n_q_blocks, block_size)
-    seq_k = _length("seq_k", seq_k, n_k_blocks, block_size)
-    device = _device(device, layout)
-    if device.type == "cuda":
-        from gpu.fused_lut import BLOCK_SIZES
-
-        check_choice("block_size", block_size, BLOCK_SIZES)
-    return BlockSparsePlan(blocks, block_size, causal, causal_alignment, seq_q, seq_k, device)
+    return blocks, block_size
 
 
 def plan_by_id(plan_id: int) -> BlockSparsePlan:
@@ -260,12 +271,13 @@ def plan_by_id(plan_id: int) -> BlockSparsePlan:
     return found
 
 
-def _length(name: str, value: int | None, n_blocks: int, block_size: int) -> int:
+def token_length(label: str, value: int | None, n_blocks: int, block_size: int) -> int:
+    """``value`` (default: whole blocks) if ``n_blocks`` blocks cover it with a partial last block
+    at most; ``label`` names it in the error."""
     whole = n_blocks * block_size
     if value is None:
         return whole
-    return check_int(f"{name} (the layout's {n_blocks} blocks of {block_size})", value,
-                     low=whole - block_size + 1, high=whole)  # fmt: skip
+    return check_int(label, value, low=whole - block_size + 1, high=whole)
 
 
 def _device(device: Any, layout: Any) -> torch.device:
