@@ -2,8 +2,11 @@
 
 A plan holds the checked layout, its lengths and causal rule, and, for a CUDA device, the fused
 kernel's look-up tables already uploaded. Kernels compile on first use per (dtype, head dim) and
-are cached. A call with a plan (``gpu.block_sparse_attention(q, k, v, plan)``) then only checks
-shapes and launches: no device synchronisation, no copy of the layout, no hashing.
+are cached. The backward's transposed table is built and uploaded by the first backward call, so
+a plan used only for inference never pays for it (run one training step before capturing a
+backward in a CUDA graph, as graph capture needs anyway). A call with a plan
+(``gpu.block_sparse_attention(q, k, v, plan)``) then only checks shapes and launches: no device
+synchronisation, no copy of the layout, no hashing.
 
 Plans are immutable and safe to share between threads; they are registered by a small integer id
 so that the ``torch.library`` op (which cannot take Python objects) can find them.
@@ -73,18 +76,13 @@ class BlockSparsePlan:
         set_(self, "_backward_luts", {})
         set_(self, "plan_id", next(_IDS))
         _BY_ID[self.plan_id] = self
-        if device.type == "cuda":  # every table a launch may need, built and uploaded now
-            from gpu.backward import choose_backward_config
+        if device.type == "cuda":  # every table a forward launch may need, uploaded now
             from gpu.fused import HEAD_DIMS, choose_config, is_hopper
 
             hopper = is_hopper(device)
             for head_dim in HEAD_DIMS:
                 config = choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=hopper)
                 self._lut(config.block_m, config.block_n)
-                backward = choose_backward_config(
-                    head_dim=head_dim, dtype=torch.bfloat16, wgmma=hopper
-                )
-                self._backward_lut(backward.block_m, backward.block_n)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"BlockSparsePlan is immutable ({name}); build another with gpu.plan")
