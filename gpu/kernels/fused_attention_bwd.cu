@@ -39,6 +39,8 @@
 //
 // Defines: DTYPE_BF16, HEAD_DIM (64, 128), WGMMA (0/1), BLOCK_M (64), BLOCK_N (16·N_WARPS),
 // N_WARPS (4, 8), MIN_BLOCKS.
+// Helpers: attention_bwd_tiles.cuh (tile layouts, loads, masks), attention_bwd_products.cuh
+// (the tensor-core products).
 
 #if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(BLOCK_M) || !defined(BLOCK_N) || \
     !defined(N_WARPS) || !defined(MIN_BLOCKS) || !defined(WGMMA)
@@ -65,9 +67,6 @@ constexpr int kKVBytes = kBlockN * kRowBytes;
 constexpr int kDsRowBytes = kBlockM * 2;
 constexpr int kDParts = N_WARPS / (kBlockM / 16);  // warps sharing one 16-row dQ atom
 constexpr int kDqAtoms = kOAtoms / kDParts;        // 8-dim atoms of dQ per warp
-constexpr unsigned kFlagPartial = 1u;
-constexpr unsigned kFlagDiagonal = 2u;
-constexpr unsigned kFlagKeyBound = 4u;
 constexpr float kLog2E = 1.4426950408889634f;
 
 static_assert(kHeadDim == 64 || kHeadDim == 128, "HEAD_DIM must be 64 or 128");
@@ -79,175 +78,12 @@ static_assert((kBlockN * kChunks) % kThreads == 0, "K/V tile copy must split eve
 static_assert(kThreads >= kBlockM / 2, "lse and delta copies need BLOCK_M / 2 threads");
 static_assert(!WGMMA || kHeadDim == 16 * N_WARPS, "wgmma: each warpgroup owns 64 dims of dQ");
 
-// Byte offset of 16-byte chunk `chunk` of row `row`, rows RowBytes apart, chunk c stored at
-// c ^ (row & 7): ldmatrix reads of 8 rows hit 8 different bank groups.
-template <int RowBytes>
-__device__ __forceinline__ unsigned swizzled(int row, int chunk) {
-  return row * RowBytes + ((chunk ^ (row & 7)) << 4);
-}
+}  // namespace
 
-// Byte offset of 16-byte chunk `chunk` of row `row` in a [Rows, HEAD_DIM] tile (see the header).
-template <int Rows>
-__device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
-#if WGMMA
-  return (chunk >> 3) * (Rows * 128) + swizzled<128>(row, chunk & 7);
-#else
-  return swizzled<kRowBytes>(row, chunk);
-#endif
-}
+#include "attention_bwd_tiles.cuh"
+#include "attention_bwd_products.cuh"
 
-// Copy rows [row0, row0 + Rows) of a [seq, HEAD_DIM] slice into a tile; rows past `seq` are
-// zero-filled.
-template <int Rows>
-__device__ __forceinline__ void load_tile(unsigned tile, const unsigned short* slice,
-                                          long long stride, int row0, int seq) {
-  constexpr int kRowsPerPass = kThreads / kChunks;
-  const int tid = fresh_thread();
-  const int row = tid / kChunks;
-  const int chunk = tid % kChunks;
-#pragma unroll
-  for (int i = 0; i < Rows / kRowsPerPass; ++i) {
-    const int r = row + i * kRowsPerPass;
-    const bool inside = row0 + r < seq;
-    copy_async_16(tile + tile_offset<Rows>(r, chunk),
-                  inside ? slice + (row0 + r) * stride + chunk * 8 : slice, inside ? 16 : 0);
-  }
-}
-
-#if !WGMMA
-// acc[j] (+)= A_warp · B_tileᵀ over the head dim: A = 16 rows at `a_base`, B = the BLOCK_M rows
-// of a Q-like tile at `b_base` (this lane's ldmatrix addresses for k-step 0).
-__device__ __forceinline__ void rows_times_tile(unsigned a_base, unsigned b_base,
-                                                float (&acc)[kSAtoms][4]) {
-#pragma unroll
-  for (int j = 0; j < kSAtoms; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-#pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; ++kk) {
-    unsigned a[4];
-    ldmatrix_x4(a_base ^ (kk << 5), a);
-#pragma unroll
-    for (int nj = 0; nj < kSAtoms / 2; ++nj) {
-      unsigned b[4];
-      ldmatrix_x4((b_base ^ (kk << 5)) + nj * 16 * kRowBytes, b);
-      mma_16816(acc[2 * nj], a, b[0], b[1]);
-      mma_16816(acc[2 * nj + 1], a, b[2], b[3]);
-    }
-  }
-}
-
-// acc += Aᵀ-fragments (from accumulators, k = queries) · tile rows (B through ldmatrix.trans).
-__device__ __forceinline__ void fragments_times_tile(const unsigned (&a)[kBlockM / 16][4],
-                                                     unsigned b_base, float (&acc)[kOAtoms][4]) {
-#pragma unroll
-  for (int ks = 0; ks < kBlockM / 16; ++ks) {
-#pragma unroll
-    for (int dp = 0; dp < kOAtoms / 2; ++dp) {
-      unsigned b[4];
-      ldmatrix_x4_trans((b_base ^ (dp << 5)) + ks * 16 * kRowBytes, b);
-      mma_16816(acc[2 * dp], a[ks], b[0], b[1]);
-      mma_16816(acc[2 * dp + 1], a[ks], b[2], b[3]);
-    }
-  }
-}
-
-#endif
-
-#if WGMMA
-// acc = A Bᵀ over the head dim for this warpgroup: A = 64 rows at `a_rows`, B = the BLOCK_M rows
-// at `b_tile`, both K-major, A's column blocks `a_pitch` bytes apart.
-__device__ __forceinline__ void rows_times_rows(unsigned a_rows, unsigned a_pitch,
-                                                unsigned b_tile, float (&acc)[kSAtoms][4]) {
-#pragma unroll
-  for (int j = 0; j < kSAtoms; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
-  pin(acc);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; ++kk) {  // 16 head dims = 32 bytes of a 128-byte row
-    const unsigned column = (kk & 3) * 32;
-    wgmma_ss(acc, descriptor(a_rows + (kk >> 2) * a_pitch + column, 16),
-             descriptor(b_tile + (kk >> 2) * kBlockM * 128 + column, 16), kk > 0);
-  }
-  wgmma_commit();
-  wgmma_wait_all();
-  pin(acc);
-}
-
-// acc += A · tile, A from registers (k = queries), the BLOCK_M-row tile N-major.
-__device__ __forceinline__ void fragments_times_rows(unsigned (&a)[kBlockM / 16][4],
-                                                     unsigned b_tile, float (&acc)[kOAtoms][4]) {
-  pin(acc);
-  pin(a);
-  wgmma_fence();
-#pragma unroll
-  for (int ks = 0; ks < kBlockM / 16; ++ks) {
-#pragma unroll
-    for (int block = 0; block < kHeadDim / 64; ++block) {
-      float(&acc_block)[8][4] = *reinterpret_cast<float(*)[8][4]>(&acc[8 * block]);
-      wgmma_rs(acc_block, a[ks], descriptor(b_tile + block * kBlockM * 128 + ks * 16 * 128, 1024));
-    }
-  }
-  wgmma_commit();
-  wgmma_wait_all();
-  pin(acc);
-}
-#endif
-
-// fp32 accumulators (rows = 16 keys, columns = queries) -> 16-bit A fragments, 16 queries per
-// k-step.
-__device__ __forceinline__ void pack_fragments(const float (&s)[kSAtoms][4],
-                                               unsigned (&a)[kBlockM / 16][4]) {
-#pragma unroll
-  for (int ks = 0; ks < kBlockM / 16; ++ks) {
-    a[ks][0] = pack_pair(s[2 * ks][0], s[2 * ks][1]);
-    a[ks][1] = pack_pair(s[2 * ks][2], s[2 * ks][3]);
-    a[ks][2] = pack_pair(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-    a[ks][3] = pack_pair(s[2 * ks + 1][2], s[2 * ks + 1][3]);
-  }
-}
-
-// *address += (x, y) atomically (two adjacent floats; one vector reduction on sm_90).
-__device__ __forceinline__ void add_pair(float* address, float x, float y) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(address), "f"(x), "f"(y)
-               : "memory");
-#else
-  atomicAdd(address, x);
-  atomicAdd(address + 1, y);
-#endif
-}
-
-// Set masked scores of Sᵀ to -inf: inactive layout blocks (flag bit 0), keys past the query's
-// causal limit (bit 1), keys at or past seq_k (bit 2).
-__device__ __forceinline__ void apply_mask(float (&s)[kSAtoms][4], const Int4& entry,
-                                           int key_row0, int k_tile0, int q_tile0,
-                                           int sub_rows_log2, int sub_cols_log2,
-                                           int causal_offset, int seq_k) {
-  const int lane = fresh_lane();
-  const unsigned long long word =
-      (static_cast<unsigned long long>(static_cast<unsigned>(entry.w)) << 32) |
-      static_cast<unsigned>(entry.z);
-  const bool use_bits = entry.y & kFlagPartial;
-  const bool causal = entry.y & kFlagDiagonal;
-  const bool bounded = entry.y & kFlagKeyBound;
-  const int n_sub_cols = kBlockN >> sub_cols_log2;
-#pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int row = key_row0 + half * 8 + (lane >> 2);  // key within the tile
-    const int key = k_tile0 + row;
-    const unsigned long long column_bits = use_bits ? word >> (row >> sub_cols_log2) : ~0ull;
-#pragma unroll
-    for (int nj = 0; nj < kSAtoms; ++nj) {
-#pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int column = nj * 8 + 2 * (lane & 3) + e;  // query within the tile
-        const bool block_on = (column_bits >> ((column >> sub_rows_log2) * n_sub_cols)) & 1ull;
-        const bool keep = block_on && (!causal || key <= q_tile0 + column + causal_offset) &&
-                          (!bounded || key < seq_k);
-        if (!keep) s[nj][2 * half + e] = negative_infinity();
-      }
-    }
-  }
-}
+namespace {
 
 // One step of the walk: query head `head` (its index `group_index` in the kv group) and entry
 // `entry` (number `n` of that head's list).
