@@ -120,9 +120,7 @@ def _backward(ctx, grad_out, grad_lse):
     return dq, dk, dv, None, None, None
 
 
-torch.library.register_autograd(
-    "blocksparse::attention", _backward, setup_context=_setup_context
-)
+torch.library.register_autograd("blocksparse::attention", _backward, setup_context=_setup_context)
 
 
 def _compute_dtype(q: torch.Tensor) -> torch.dtype:

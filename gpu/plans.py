@@ -194,6 +194,7 @@ class BlockSparsePlan:
             )  # fmt: skip
         return found
 
+
 def plan(
     layout: Any,
     block_size: int | None = None,
