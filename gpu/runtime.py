@@ -175,7 +175,7 @@ def allow_shared_memory(kernel: Any, shared_bytes: int, device_id: int) -> None:
 
 
 #: ``struct`` codes and sizes of the kernel parameter kinds (natural alignment = size).
-_PARAM_CODES = {"p": ("Q", 8), "q": ("q", 8), "i": ("i", 4), "f": ("f", 4)}
+_PARAM_CODES = {"p": ("Q", 8), "q": ("q", 8), "i": ("i", 4), "f": ("f", 4), "m": ("128s", 64)}
 
 
 class KernelLauncher:
@@ -185,7 +185,8 @@ class KernelLauncher:
     api_overhead.py`` measures both).
 
     ``signature`` has one letter per kernel parameter: ``p`` pointer, ``q`` int64, ``i`` int32,
-    ``f`` float32. The launch runs in the context the kernel was loaded in, whatever context
+    ``f`` float32, ``m`` a 128-byte TMA tensor map (``bytes``, ``gpu.tensor_maps``). The launch
+    runs in the context the kernel was loaded in, whatever context
     (or none) the calling thread has, so it goes to the kernel's device on the given stream.
     """
 
@@ -193,11 +194,11 @@ class KernelLauncher:
         cupy = require_cupy()
         fmt, offsets, size = "<", [], 0
         for letter in signature:
-            code, width = _PARAM_CODES[letter]
-            padding = -size % width
+            code, alignment = _PARAM_CODES[letter]
+            padding = -size % alignment
             fmt += "x" * padding + code
             offsets.append(size + padding)
-            size += padding + width
+            size += padding + struct.calcsize(code)
         self._struct = struct.Struct(fmt)
         self._offsets = offsets
         self._local = threading.local()
@@ -205,7 +206,9 @@ class KernelLauncher:
         with cupy.cuda.Device(device_id):  # this device's copy of the kernel, and its context
             self._function = ctypes.c_void_p(kernel.kernel.ptr)
             context = ctypes.c_void_p()
-            _check(_driver().cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent")
+            check_driver_result(
+                cuda_driver().cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent"
+            )
         self._context = context.value
 
     def __call__(self, grid: int, threads: int, shared_bytes: int, stream: int, *args) -> None:
@@ -219,12 +222,12 @@ class KernelLauncher:
             )
             local.current = ctypes.c_void_p()
         self._struct.pack_into(buffer, 0, *args)
-        driver = _driver()
+        driver = cuda_driver()
         current = local.current
         driver.cuCtxGetCurrent(ctypes.byref(current))
         switch = current.value != self._context
         if switch:
-            _check(driver.cuCtxPushCurrent_v2(self._context), "cuCtxPushCurrent")
+            check_driver_result(driver.cuCtxPushCurrent_v2(self._context), "cuCtxPushCurrent")
         try:
             result = driver.cuLaunchKernel(
                 self._function, grid, 1, 1, threads, 1, 1, shared_bytes, stream, local.pointers,
@@ -233,11 +236,11 @@ class KernelLauncher:
         finally:
             if switch:
                 driver.cuCtxPopCurrent_v2(ctypes.byref(current))
-        _check(result, "cuLaunchKernel")
+        check_driver_result(result, "cuLaunchKernel")
 
 
 @functools.cache
-def _driver() -> ctypes.CDLL:
+def cuda_driver() -> ctypes.CDLL:
     """The CUDA driver library, with the signatures of the few calls the launcher makes."""
     driver = ctypes.CDLL("libcuda.so.1")
     pointer = ctypes.c_void_p
@@ -251,10 +254,11 @@ def _driver() -> ctypes.CDLL:
     return driver
 
 
-def _check(result: int, call: str) -> None:
+def check_driver_result(result: int, call: str) -> None:
+    """Raise ``RuntimeError`` naming the driver call and its error when ``result`` is not 0."""
     if result != 0:
         name = ctypes.c_char_p()
-        _driver().cuGetErrorName(result, ctypes.byref(name))
+        cuda_driver().cuGetErrorName(result, ctypes.byref(name))
         raise RuntimeError(f"{call} failed: {(name.value or b'?').decode()} ({result})")
 
 
