@@ -38,7 +38,7 @@ from gpu.bench.cases import find_case
 from gpu.bench.flex import FlexSession
 from gpu.bench.harness import seeded_inputs
 from gpu.bench.metrics import active_pairs, attention_flops, tflops
-from gpu.fused import plan_fused, run_fused
+from gpu.fused import choose_config, plan_fused, plan_fused_with, run_fused
 
 CASES = ("banded_2pct-b128-d64", "banded_7pct-b64-d64", "banded_7pct-b16-d64", "dense-b128-d128")
 CALLS = 200
@@ -79,11 +79,17 @@ def host_costs() -> dict[str, float]:
     the_plan = gpu.plan(blocks, block, causal=True, device="cuda")
     fused_plan = plan_fused(blocks, block, causal=True, head_dim=64, dtype=q.dtype,
                             device=q.device)  # fmt: skip
+    # CuPy's generic call passes no tensor maps: compare launchers on the mma.sync kernel
+    mma_config = choose_config(head_dim=64, dtype=q.dtype, wgmma=False)
+    mma_plan = plan_fused_with(blocks, block, mma_config, causal=True, device=q.device)
     out = torch.empty_like(q)
     scale = 0.125
-    generic = _generic_cupy_call(fused_plan, q, k, v, out, scale)
+    generic = _generic_cupy_call(mma_plan, q, k, v, out, scale)
     calls = {
-        "the kernel through CuPy's generic RawKernel call": generic,
+        "the mma.sync kernel through CuPy's generic RawKernel call": generic,
+        "the mma.sync kernel through run_fused": lambda: run_fused(
+            mma_plan, q, k, v, scale=scale, out=out
+        ),
         "run_fused (checks + launch)": lambda: run_fused(fused_plan, q, k, v, scale=scale, out=out),
         "plan, out given": lambda: block_sparse_attention(q, k, v, the_plan, scale=scale, out=out),
         "plan": lambda: block_sparse_attention(q, k, v, the_plan),

@@ -28,9 +28,11 @@ from dataclasses import dataclass, replace
 import torch
 
 from designer.validate import as_block_tensor, check_bool, check_choice, check_float, check_int
+from gpu.fused_hopper import HopperConfig
 from gpu.fused_lut import BLOCK_SIZES, TILE_SIZES, FusedLut, build_fused_lut
 from gpu.operands import check_attention_operands, check_lse, check_out, check_strides
 from gpu.runtime import KernelLauncher, compile_kernel, current_raw_stream
+from gpu.tensor_maps import RowMaps
 
 KERNEL_SOURCE = "fused_attention.cu"
 KERNEL_FUNCTION = "fused_attention_fwd"
@@ -53,12 +55,9 @@ LOG2_E = math.log2(math.e)
 #   299 / 320 / 249; 128x128: 244 / 265 / 193.
 # - wgmma D=128 128x64 8 warps, 2 CTAs/SM, 128 regs: 335 / 468 / 350; 128x128: 289 / 379 / 253;
 #   64x64: 286 / 368 / 297.
-_TILES = {
-    (False, 64): (128, 64, 4, 2),
-    (False, 128): (128, 64, 4, 2),
-    (True, 64): (64, 64, 4, 3),
-    (True, 128): (128, 64, 8, 2),
-}
+_TILES = {64: (128, 64, 4, 2), 128: (128, 64, 4, 2)}
+# (block_n, stages, pingpong) of the Hopper kernel per head dim.
+HOPPER_TILES = {64: (128, 2, True), 128: (128, 2, True)}
 
 
 @dataclass(frozen=True)
@@ -78,6 +77,10 @@ class KernelConfig:
     wgmma: bool = False
     k_row_stride: int | None = None  # elements between key rows (None: head_dim, contiguous)
     v_row_stride: int | None = None  # elements between value rows (None: head_dim)
+
+    source = KERNEL_SOURCE
+    function = KERNEL_FUNCTION
+    signature = KERNEL_SIGNATURE
 
     def __post_init__(self) -> None:
         check_choice("dtype", self.dtype, tuple(DTYPE_NAMES.values()))
@@ -137,17 +140,20 @@ def choose_config(
     wgmma: bool,
     k_row_stride: int | None = None,
     v_row_stride: int | None = None,
-) -> KernelConfig:
-    """The tiles we use for ``head_dim`` and ``dtype`` (any layout block size).
+) -> KernelConfig | HopperConfig:
+    """The kernel build we use for ``head_dim`` and ``dtype`` (any layout block size).
 
-    ``wgmma`` picks the Hopper path; ``plan_fused`` sets it on compute capability 9.0. The K
-    and V row strides are compiled in (None: contiguous rows).
+    ``wgmma`` picks the Hopper kernel (``gpu.fused_hopper``; ``plan_fused`` sets it on compute
+    capability 9.0), which reads any strides through TMA. The ``mma.sync`` kernel compiles the
+    K and V row strides in (None: contiguous rows).
     """
     name = dtype_name(dtype)
     check_choice("head_dim", head_dim, HEAD_DIMS)
-    block_m, block_n, n_warps, min_blocks = _TILES[check_bool("wgmma", wgmma), head_dim]
+    if check_bool("wgmma", wgmma):
+        return HopperConfig(name, head_dim, *HOPPER_TILES[head_dim])
+    block_m, block_n, n_warps, min_blocks = _TILES[head_dim]
     return KernelConfig(
-        name, head_dim, block_m, block_n, n_warps, min_blocks, wgmma,
+        name, head_dim, block_m, block_n, n_warps, min_blocks, False,
         row_stride_or_none(k_row_stride, head_dim), row_stride_or_none(v_row_stride, head_dim),
     )  # fmt: skip
 
@@ -173,7 +179,7 @@ class FusedPlan:
     ``n_heads`` is the layout's: 1 serves any number of query heads.
     """
 
-    config: KernelConfig
+    config: KernelConfig | HopperConfig
     block_size: int
     causal: bool
     causal_offset: int  # keys k_idx <= q_idx + causal_offset are kept when causal
@@ -187,6 +193,7 @@ class FusedPlan:
     sub_rows_log2: int
     sub_cols_log2: int
     launcher: KernelLauncher
+    maps: RowMaps | None  # the Hopper kernel's per-call tensor maps (None: no maps)
 
     def flops(self, batch: int, q_heads: int | None = None) -> int:
         """FLOPs the kernel executes for ``batch`` elements (full tiles, both matmuls)."""
@@ -249,8 +256,10 @@ def plan_fused_with(
     blocks = as_block_tensor("blocks", blocks)
     block_size = check_choice("block_size", block_size, BLOCK_SIZES)
     causal = check_bool("causal", causal)
-    if not isinstance(config, KernelConfig):
-        raise TypeError(f"config must be a KernelConfig, got {type(config).__name__}")
+    if not isinstance(config, (KernelConfig, HopperConfig)):
+        raise TypeError(
+            f"config must be a KernelConfig or HopperConfig, got {type(config).__name__}"
+        )
     device = _cuda_device(device)
     n_heads, n_q_blocks, n_k_blocks = blocks.shape
     seq_q = n_q_blocks * block_size if seq_q is None else seq_q
@@ -263,8 +272,8 @@ def plan_fused_with(
             ),
             device,
         )  # fmt: skip
-    kernel = compile_kernel(KERNEL_SOURCE, KERNEL_FUNCTION, config.defines(), device=device.index)
-    launcher = KernelLauncher(kernel, KERNEL_SIGNATURE, device.index, config.shared_bytes)
+    kernel = compile_kernel(config.source, config.function, config.defines(), device=device.index)
+    launcher = KernelLauncher(kernel, config.signature, device.index, config.shared_bytes)
     return FusedPlan(
         config=config,
         block_size=block_size,
@@ -280,6 +289,7 @@ def plan_fused_with(
         sub_rows_log2=int(math.log2(lut.sub_rows)),
         sub_cols_log2=int(math.log2(lut.sub_cols)),
         launcher=launcher,
+        maps=config.tensor_maps() if isinstance(config, HopperConfig) else None,
     )
 
 
@@ -313,7 +323,10 @@ def run_fused(
     out = torch.empty_like(q) if out is None else check_out("out", out, q)
     check_operand_strides(q, k, v, out)
     k_row, v_row = kv_row_strides(k, v)
-    if (k_row, v_row) != (cfg.k_row_stride or cfg.head_dim, cfg.v_row_stride or cfg.head_dim):
+    if isinstance(cfg, KernelConfig) and (k_row, v_row) != (
+        cfg.k_row_stride or cfg.head_dim,
+        cfg.v_row_stride or cfg.head_dim,
+    ):
         raise ValueError(
             f"k and v rows must be {cfg.k_row_stride or cfg.head_dim} and "
             f"{cfg.v_row_stride or cfg.head_dim} elements apart (compiled into this plan's "
@@ -345,20 +358,24 @@ def launch_fused(
     if n_ctas == 0:
         return
     cfg = plan.config
+    shapes = (batch, q_heads, heads_per_item, q_heads // k.shape[1], seq_q, k.shape[2])
+    masking = (plan.causal_offset, plan.sub_rows_log2, plan.sub_cols_log2, scale * LOG2_E)
+    lse_pointer = 0 if lse is None else lse.data_ptr()
+    if plan.maps is not None:
+        q_map, k_map, v_map, broadcast = plan.maps(q, k, v)
+        arguments = (
+            q_map, k_map, v_map, out.data_ptr(), lse_pointer, plan.items.data_ptr(),
+            plan.entries.data_ptr(), *out.stride()[:3], *shapes, broadcast, *masking,
+        )  # fmt: skip
+    else:
+        arguments = (
+            *(t.data_ptr() for t in (q, k, v, out)), lse_pointer, plan.items.data_ptr(),
+            plan.entries.data_ptr(), *q.stride()[:3], *k.stride()[:2], *v.stride()[:2],
+            *out.stride()[:3], *shapes, *masking,
+        )  # fmt: skip
     plan.launcher(
-        n_ctas,
-        cfg.threads,
-        cfg.shared_bytes,
-        current_raw_stream(q.device.index),
-        *(t.data_ptr() for t in (q, k, v, out)),
-        0 if lse is None else lse.data_ptr(),
-        plan.items.data_ptr(),
-        plan.entries.data_ptr(),
-        *q.stride()[:3], *k.stride()[:2], *v.stride()[:2], *out.stride()[:3],
-        batch, q_heads, heads_per_item, q_heads // k.shape[1], seq_q, k.shape[2],
-        plan.causal_offset, plan.sub_rows_log2, plan.sub_cols_log2,
-        scale * LOG2_E,
-    )  # fmt: skip
+        n_ctas, cfg.threads, cfg.shared_bytes, current_raw_stream(q.device.index), *arguments
+    )
 
 
 def check_operand_strides(

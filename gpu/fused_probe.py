@@ -19,6 +19,7 @@ from gpu.bench.harness import seeded_inputs
 from gpu.bench.metrics import active_pairs, attention_flops, errors, median, tflops
 from gpu.bench.timing import CudaEventTimer
 from gpu.fused import KernelConfig, choose_config, plan_fused_with, run_fused
+from gpu.fused_hopper import HopperConfig
 from gpu.reference import dense_masked_attention
 
 # Tiles timed besides the defaults (and checked by tests/gpu/test_fused.py):
@@ -31,12 +32,23 @@ ALTERNATIVE_TILES = [
     (128, 128, 128, 8, 1, True),
     (128, 64, 64, 4, 2, True),
 ]
+# Hopper kernel builds timed besides the default: (head_dim, block_n, stages, pingpong)
+HOPPER_ALTERNATIVES = [
+    (64, 128, 2, False),
+    (64, 128, 3, True),
+    (64, 64, 2, True),
+    (64, 64, 4, True),
+    (128, 128, 2, False),
+    (128, 128, 3, True),
+    (128, 64, 2, True),
+    (128, 64, 3, True),
+]
 DEFAULT_CASES = "banded_7pct-b128-d64,dense-b128-d64,banded_7pct-b16-d64,banded_7pct-b128-d128"
 
 
-def candidate_configs(head_dim: int, *, hopper: bool) -> list[KernelConfig]:
-    """The default tiles (both instruction paths where the GPU has them), then the alternatives,
-    each once."""
+def candidate_configs(head_dim: int, *, hopper: bool) -> list[KernelConfig | HopperConfig]:
+    """The default builds (both kernels where the GPU has them), then the alternatives, each
+    once."""
     paths = (False, True) if hopper else (False,)
     configs = [choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=w) for w in paths]
     configs += [
@@ -44,6 +56,9 @@ def candidate_configs(head_dim: int, *, hopper: bool) -> list[KernelConfig]:
         for d, *tiles, wgmma in ALTERNATIVE_TILES
         if d == head_dim and (hopper or not wgmma)
     ]
+    if hopper:
+        configs += [HopperConfig("bf16", d, *tiles) for d, *tiles in HOPPER_ALTERNATIVES
+                    if d == head_dim]  # fmt: skip
     return list(dict.fromkeys(configs))
 
 
@@ -75,8 +90,8 @@ def probe_case(name: str, timer: CudaEventTimer, *, hopper: bool) -> list[dict]:
         _, relative = errors(run(), reference)
         record = {
             "case": name,
-            "tiles": [tiles.block_m, tiles.block_n, tiles.n_warps, tiles.min_blocks],
-            "instruction": "wgmma" if tiles.wgmma else "mma.sync",
+            "tiles": describe(tiles),
+            "instruction": instruction(tiles),
             "ms": ms,
             "tflops": tflops(flops, ms),
             "executed_tflops": tflops(plan.flops(config.batch), ms),
@@ -84,12 +99,26 @@ def probe_case(name: str, timer: CudaEventTimer, *, hopper: bool) -> list[dict]:
         }
         records.append(record)
         print(
-            f"{name:24s} {record['instruction']:8s} {record['tiles']!s:17s} {ms:8.3f} ms "
+            f"{name:24s} {record['instruction']:9s} {record['tiles']!s:17s} {ms:8.3f} ms "
             f"{record['tflops']:5.0f} eff {record['executed_tflops']:5.0f} exec TFLOP/s "
             f"err {relative:.1e}",
             flush=True,
         )
     return records
+
+
+def instruction(config: KernelConfig | HopperConfig) -> str:
+    if isinstance(config, HopperConfig):
+        return "tma+wgmma"
+    return "wgmma" if config.wgmma else "mma.sync"
+
+
+def describe(config: KernelConfig | HopperConfig) -> list[int]:
+    """``[block_m, block_n, n_warps, min_blocks]``; Hopper: ``[block_m, block_n, stages,
+    pingpong]``."""
+    if isinstance(config, HopperConfig):
+        return [config.block_m, config.block_n, config.stages, int(config.pingpong)]
+    return [config.block_m, config.block_n, config.n_warps, config.min_blocks]
 
 
 def main() -> None:

@@ -19,7 +19,8 @@ from gpu.fused import (
     plan_fused_with,
     run_fused,
 )
-from gpu.fused_probe import ALTERNATIVE_TILES
+from gpu.fused_hopper import HopperConfig
+from gpu.fused_probe import ALTERNATIVE_TILES, HOPPER_ALTERNATIVES
 from tests.gpu.nvcc import compile_source, nvcc_or_skip
 
 TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 5e-3}
@@ -35,9 +36,11 @@ def test_every_chosen_config_compiles_with_nvcc(tmp_path):
         for w in (False, True)
     ]
 
-    def compile_one(config: KernelConfig) -> subprocess.CompletedProcess:
-        out = tmp_path / f"{config.dtype}_{config.head_dim}_{config.wgmma}.o"
-        return compile_source(nvcc, "fused_attention.cu", config.defines(), out)
+    configs += [HopperConfig("bf16", d, *tiles) for d, *tiles in HOPPER_ALTERNATIVES]
+
+    def compile_one(config: KernelConfig | HopperConfig) -> subprocess.CompletedProcess:
+        out = tmp_path / f"{abs(hash(config))}.o"
+        return compile_source(nvcc, config.source, config.defines(), out)
 
     with ThreadPoolExecutor(2) as pool:
         results = list(pool.map(compile_one, configs))
@@ -45,14 +48,32 @@ def test_every_chosen_config_compiles_with_nvcc(tmp_path):
         assert result.returncode == 0, f"{config}:\n{result.stderr}"
 
 
-@pytest.mark.parametrize("wgmma", [False, True])
-def test_choose_config_gives_valid_tiles(wgmma):
+def test_choose_config_gives_valid_tiles():
     for head_dim in HEAD_DIMS:
-        config = choose_config(head_dim=head_dim, dtype=torch.float16, wgmma=wgmma)
-        rows_per_warp = 16 if wgmma else 32
-        assert config.dtype == "f16" and config.block_m == rows_per_warp * config.n_warps
+        config = choose_config(head_dim=head_dim, dtype=torch.float16, wgmma=False)
+        assert config.dtype == "f16" and config.block_m == 32 * config.n_warps
         assert config.defines()["HEAD_DIM"] == head_dim
-        assert config.defines()["WGMMA"] == int(wgmma)
+        assert config.defines()["WGMMA"] == 0
+        hopper_config = choose_config(head_dim=head_dim, dtype=torch.float16, wgmma=True)
+        assert isinstance(hopper_config, HopperConfig)
+        assert hopper_config.source == "fused_attention_hopper.cu"
+        assert hopper_config.defines()["HEAD_DIM"] == head_dim
+        assert hopper_config.defines()["DTYPE_BF16"] == 0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"dtype": "f32"}, "dtype must be one of"),
+        ({"head_dim": 96}, "head_dim must be one of"),
+        ({"block_n": 32}, "block_n must be one of 64, 128"),
+        ({"stages": 5}, "stages must be one of 2, 3, 4"),
+        ({"head_dim": 128, "stages": 4}, "need 295168 bytes of shared memory"),
+    ],
+)
+def test_hopper_config_names_bad_values(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        HopperConfig(**{"dtype": "bf16", "head_dim": 64, **kwargs})
 
 
 @pytest.mark.parametrize(
@@ -195,6 +216,22 @@ def test_alternative_tiles_match_reference(tiles):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("tiles", HOPPER_ALTERNATIVES)
+def test_hopper_alternatives_match_reference(tiles):
+    """Every Hopper build the probe measures computes the same function, long rows included."""
+    if not hopper():
+        pytest.skip("the Hopper kernel needs compute capability 9.0")
+    head_dim, *settings = tiles
+    config = HopperConfig("bf16", head_dim, *settings)
+    for causal in (False, True):
+        check(mixed_layout(13, 21, seed=7), 16, causal=causal, head_dim=head_dim,
+              dtype=torch.bfloat16, config=config)  # fmt: skip
+    full = torch.ones(1, 12, 12, dtype=torch.bool)
+    half = HopperConfig("f16", head_dim, *settings)
+    check(full, 64, causal=False, head_dim=head_dim, dtype=torch.float16, config=half, batch=1)
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("head_dim", HEAD_DIMS)
 def test_dense_long_rows_and_causal_longer_keys(head_dim):
     """Many key tiles per row (double buffering over several tiles), both causal shapes."""
@@ -240,10 +277,11 @@ def test_run_checks_its_tensors():
         ((q, q, q), {"out": q.cpu()}, ValueError, "out must be a .* tensor on cuda"),
         ((q, q, q), {"lse": torch.zeros(1, 2, 64, device="cuda")}, ValueError,
          "lse must be a contiguous float32"),
-        ((q, q.transpose(1, 2).contiguous().transpose(1, 2), q), {}, ValueError,
-         "k and v rows must be 64 and 64 elements apart"),
         ((q, q, [1]), {}, TypeError, "v must be a torch tensor"),
     ]  # fmt: skip
+    if not hopper():  # the mma.sync kernel compiles its K/V row strides in
+        cases.append(((q, q.transpose(1, 2).contiguous().transpose(1, 2), q), {}, ValueError,
+                      "k and v rows must be 64 and 64 elements apart"))  # fmt: skip
     for args, kwargs, error, match in cases:
         with pytest.raises(error, match=match):
             run_fused(plan, *args, **{"scale": 0.125, **kwargs})

@@ -1,0 +1,306 @@
+// Block-sparse flash attention, forward pass, for Hopper (sm_90a): FlashAttention-3's structure
+// (Shah et al. 2024) on our look-up tables. The algorithm and the table format are those of
+// fused_attention.cu (read its header first); this file changes how the work is scheduled.
+//
+// Warp specialisation. A CTA is three warpgroups for one (item, batch, head):
+// - warpgroup 0, the producer, gives most of its registers away (setmaxnreg) and one thread of
+//   it issues every load with TMA: the Q tile once, then the K and V tiles of each active key
+//   tile into a ring of STAGES buffers. Each buffer has a "full" mbarrier (the copy engine
+//   completes it with the bytes it wrote) and an "empty" one (each consumer warp arrives when
+//   its tensor-core reads of the buffer are done).
+// - consumer warpgroup g (0 or 1) owns query rows [64g, 64g + 64) of the 128-row query tile and
+//   the whole key tile: S = Q K^T (wgmma, both operands in shared memory), the online softmax in
+//   registers, O += P V (P from registers, V N-major in shared memory).
+// Overlap. Inside a warpgroup, S of tile n + 1 and P·V of tile n are issued together and the
+// softmax of tile n + 1 runs while P·V of tile n is still on the tensor cores (wgmma.wait_group
+// 1); O is rescaled once P·V has landed. With PINGPONG, the consumers take turns (named
+// barriers) to issue their products, so one's softmax runs under the other's matrix work.
+//
+// Tiles in shared memory: 64-element column blocks of 128-byte rows with the 128-byte swizzle
+// (16-byte chunk c of row r at chunk c ^ (r & 7)), written that way by TMA and read that way by
+// wgmma. Rows past the sequence ends are zero-filled by TMA. At the end each warp normalises
+// its 16 rows, stages them through its own rows of the Q tile and writes 16-byte stores.
+//
+// Tensor maps (gpu/tensor_maps.py): 4-d [D, S, H, B] views of q, k and v with boxes of 64 x
+// BLOCK_M (q) and 64 x BLOCK_N (k, v). `broadcast` bit 2i / 2i + 1: operand i (q, k, v) has a
+// zero batch / head stride; its map then has extent 1 there and the coordinate is 0.
+//
+// Compile-time defines: DTYPE_BF16, HEAD_DIM (64 or 128), BLOCK_N (64 or 128), STAGES (2 to 4),
+// PINGPONG (0/1).
+
+#if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(BLOCK_N) || !defined(STAGES) || \
+    !defined(PINGPONG)
+#error "define DTYPE_BF16, HEAD_DIM, BLOCK_N, STAGES, PINGPONG"
+#endif
+
+#include "attention_common.cuh"
+#include "attention_forward.cuh"
+#include "hopper.cuh"
+#include "wgmma.cuh"
+
+namespace {
+
+constexpr int kHeadDim = HEAD_DIM;
+constexpr int kBlockN = BLOCK_N;
+constexpr int kConsumers = 2;
+constexpr int kStages = STAGES;
+constexpr int kBlockM = 64 * kConsumers;
+constexpr int kThreads = 128 * (kConsumers + 1);
+constexpr int kSAtoms = kBlockN / 8;   // 8-column atoms of S
+constexpr int kOAtoms = kHeadDim / 8;  // 8-column atoms of O
+constexpr unsigned kQBytes = kBlockM * kHeadDim * 2;
+constexpr unsigned kTileBytes = kBlockN * kHeadDim * 2;
+// Registers per thread after the hand-over: 128 · (24 + 2 · 240) fits the 65536 of an SM.
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+
+static_assert(kHeadDim == 64 || kHeadDim == 128, "HEAD_DIM must be 64 or 128");
+static_assert(kBlockN == 64 || kBlockN == 128, "BLOCK_N must be 64 or 128");
+static_assert(kStages >= 2 && kStages <= 4, "STAGES must be 2 to 4");
+
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `Rows` rows.
+template <int Rows>
+__device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
+  return (chunk >> 3) * (Rows * 128) + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
+}
+
+// The shared-memory plan: Q | K stages | V stages | mbarriers.
+struct Shared {
+  unsigned q, k, v, bars;
+  __device__ unsigned k_tile(int stage) const { return k + stage * kTileBytes; }
+  __device__ unsigned v_tile(int stage) const { return v + stage * kTileBytes; }
+  __device__ unsigned q_full() const { return bars; }
+  __device__ unsigned k_full(int stage) const { return bars + 8 * (1 + stage); }
+  __device__ unsigned k_empty(int stage) const { return bars + 8 * (1 + kStages + stage); }
+  __device__ unsigned v_full(int stage) const { return bars + 8 * (1 + 2 * kStages + stage); }
+  __device__ unsigned v_empty(int stage) const { return bars + 8 * (1 + 3 * kStages + stage); }
+};
+
+// Load `Rows` rows from `row0` of one (head, batch) slice as HEAD_DIM / 64 boxes of 64 columns.
+template <int Rows>
+__device__ __forceinline__ void load_rows(unsigned dst, const TensorMap& map, unsigned bar,
+                                          int row0, int head, int b) {
+#pragma unroll
+  for (int block = 0; block < kHeadDim / 64; ++block) {
+    tma_load_4d(dst + block * Rows * 128, map, bar, block * 64, row0, head, b);
+  }
+}
+
+// The producer's single thread: Q, then K and V of every active key tile through the ring.
+__device__ __forceinline__ void produce(const Shared& sh, const TensorMap& q_map,
+                                        const TensorMap& k_map, const TensorMap& v_map,
+                                        const Int4* entries, int first, int count, int q_row0,
+                                        int head, int kv_head, int b, int broadcast) {
+  const int q_b = (broadcast & 1) ? 0 : b, q_h = (broadcast & 2) ? 0 : head;
+  const int k_b = (broadcast & 4) ? 0 : b, k_h = (broadcast & 8) ? 0 : kv_head;
+  const int v_b = (broadcast & 16) ? 0 : b, v_h = (broadcast & 32) ? 0 : kv_head;
+  barrier_expect_bytes(sh.q_full(), kQBytes);
+  load_rows<kBlockM>(sh.q, q_map, sh.q_full(), q_row0, q_h, q_b);
+  int next_row0 = entries[first].x * kBlockN;
+  for (int n = 0; n < count; ++n) {
+    const int stage = n % kStages;
+    const unsigned parity = ((n / kStages) & 1) ^ 1;  // the first round finds every buffer free
+    const int k_row0 = next_row0;
+    if (n + 1 < count) next_row0 = entries[first + n + 1].x * kBlockN;
+    barrier_wait(sh.k_empty(stage), parity);
+    barrier_expect_bytes(sh.k_full(stage), kTileBytes);
+    load_rows<kBlockN>(sh.k_tile(stage), k_map, sh.k_full(stage), k_row0, k_h, k_b);
+    barrier_wait(sh.v_empty(stage), parity);
+    barrier_expect_bytes(sh.v_full(stage), kTileBytes);
+    load_rows<kBlockN>(sh.v_tile(stage), v_map, sh.v_full(stage), k_row0, v_h, v_b);
+  }
+}
+
+// Issue S = Q K^T for this warpgroup's 64 query rows (at `q_rows`) against the key tile at
+// `k_tile` (both K-major); the first k-step overwrites s.
+__device__ __forceinline__ void issue_qk(unsigned q_rows, unsigned k_tile,
+                                         float (&s)[kSAtoms][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / 16; ++kk) {  // 16 head dims = 32 bytes of a 128-byte row
+    const unsigned column = (kk & 3) * 32;
+    const unsigned long long a = descriptor(q_rows + (kk >> 2) * kBlockM * 128 + column, 16);
+    const unsigned long long b = descriptor(k_tile + (kk >> 2) * kBlockN * 128 + column, 16);
+    wgmma_ss(s, a, b, kk > 0);
+  }
+  wgmma_commit();
+}
+
+// Issue o += P · V_tile, one 64-wide instruction per 64-column block of V and 16 keys.
+__device__ __forceinline__ void issue_pv(unsigned v_tile, unsigned (&p)[kBlockN / 16][4],
+                                         float (&o)[kOAtoms][4]) {
+#pragma unroll
+  for (int ks = 0; ks < kBlockN / 16; ++ks) {
+#pragma unroll
+    for (int block = 0; block < kHeadDim / 64; ++block) {
+      const unsigned address = v_tile + block * kBlockN * 128 + ks * 16 * 128;
+      float(&o_block)[8][4] = *reinterpret_cast<float(*)[8][4]>(&o[8 * block]);
+      wgmma_rs(o_block, p[ks], descriptor(address, 1024));
+    }
+  }
+  wgmma_commit();
+}
+
+// Consumer turns (PINGPONG): the two consumers issue their products in turn, through named
+// barriers 1 and 2; consumer 1's first arrival lets consumer 0 start.
+struct Turns {
+  int group;
+  __device__ void start() const {
+    if (PINGPONG && group == kConsumers - 1) named_arrive(1, 256);
+  }
+  __device__ void wait() const {
+    if (PINGPONG) named_sync(1 + group, 256);
+  }
+  __device__ void pass(bool last) const {  // the last consumer's last pass has no taker
+    if (PINGPONG && !(last && group == kConsumers - 1)) {
+      named_arrive(1 + (group + 1) % kConsumers, 256);
+    }
+  }
+};
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+    fused_attention_fwd_hopper(const __grid_constant__ TensorMap q_map,
+                               const __grid_constant__ TensorMap k_map,
+                               const __grid_constant__ TensorMap v_map,
+                               unsigned short* __restrict__ out, float* __restrict__ lse,
+                               const Int4* __restrict__ items, const Int4* __restrict__ entries,
+                               long long o_sb, long long o_sh, long long o_ss, int batch,
+                               int q_heads, int heads_per_item, int kv_group, int seq_q,
+                               int seq_k, int broadcast, int causal_offset, int sub_rows_log2,
+                               int sub_cols_log2, float scale_log2) {
+  extern __shared__ __align__(1024) Bits128 shared_raw[];
+  Shared sh;
+  sh.q = shared_address(shared_raw);
+  sh.k = sh.q + kQBytes;
+  sh.v = sh.k + kStages * kTileBytes;
+  sh.bars = sh.v + kStages * kTileBytes;
+
+  // ---- which work item, batch element and heads (the grid walks items heaviest first)
+  const int per_item = batch * heads_per_item;
+  const Int4 item = items[blockIdx.x / per_item];
+  const int b = (blockIdx.x % per_item) % batch;
+  const int head = item.x * heads_per_item + (blockIdx.x % per_item) / batch;
+  const int kv_head = head / kv_group;
+  const int q_row0 = item.y * kBlockM;
+  const int first = item.z;
+  const int count = item.w;
+
+  const int warp = warp_index();
+  if (threadIdx.x == 0) {
+    barrier_init(sh.q_full(), 1);
+#pragma unroll
+    for (int stage = 0; stage < kStages; ++stage) {
+      barrier_init(sh.k_full(stage), 1);
+      barrier_init(sh.v_full(stage), 1);
+      barrier_init(sh.k_empty(stage), 4 * kConsumers);  // one arrival per consumer warp
+      barrier_init(sh.v_empty(stage), 4 * kConsumers);
+    }
+    barrier_init_fence();
+  }
+  __syncthreads();
+
+  if (warp < 4) {  // ---- producer warpgroup
+    registers_release<kProducerRegisters>();
+    if (threadIdx.x == 0 && count > 0) {
+      produce(sh, q_map, k_map, v_map, entries, first, count, q_row0, head, kv_head, b,
+              broadcast);
+    }
+    return;
+  }
+  registers_claim<kConsumerRegisters>();
+
+  // ---- consumer warpgroup `group`: query rows [64 group, 64 group + 64) of the tile
+  const Turns turns{warp / 4 - 1};
+  const int warp_row0 = turns.group * 64 + (warp & 3) * 16;
+  const unsigned q_rows = sh.q + turns.group * 64 * 128;
+  const bool arrives = fresh_lane() == 0;  // one arrival per warp on "empty" barriers
+
+  float o[kOAtoms][4];
+  float s[kSAtoms][4];
+  unsigned p[kBlockN / 16][4];
+  float row_max[1][2] = {{negative_infinity(), negative_infinity()}};
+  float row_sum[1][2] = {{0.f, 0.f}};
+  float correction[1][2];
+#pragma unroll
+  for (int j = 0; j < kOAtoms; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
+#pragma unroll
+  for (int j = 0; j < kSAtoms; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
+
+  // S -> P for tile n: mask, softmax (the O rescale waits for the caller)
+  auto scores_to_probabilities = [&](const Int4& entry) {
+    float(&s2)[1][kSAtoms][4] = *reinterpret_cast<float(*)[1][kSAtoms][4]>(&s);
+    if (entry.y != 0) {  // full tiles never mask
+      apply_mask(s2, entry, warp_row0, q_row0, sub_rows_log2, sub_cols_log2, causal_offset,
+                 seq_k);
+    }
+    softmax_scores(s2, row_max, row_sum, correction, scale_log2);
+  };
+  auto pack = [&] {
+    pack_probabilities(*reinterpret_cast<float(*)[1][kSAtoms][4]>(&s),
+                       *reinterpret_cast<unsigned(*)[1][kBlockN / 16][4]>(&p));
+  };
+
+  if (count > 0) {
+    turns.start();
+    barrier_wait(sh.q_full(), 0);
+    Int4 entry = entries[first];
+    // tile 0: S alone
+    barrier_wait(sh.k_full(0), 0);
+    turns.wait();
+    pin(s);
+    wgmma_fence();
+    issue_qk(q_rows, sh.k_tile(0), s);
+    turns.pass(false);
+    wgmma_wait<0>();
+    pin(s);
+    if (arrives) barrier_arrive(sh.k_empty(0));
+    scores_to_probabilities(entry);
+    pack();
+    // tile n: S_n with P_{n-1} V_{n-1}; the softmax of S_n runs while P V is in flight
+    for (int n = 1; n < count; ++n) {
+      entry = entries[first + n];
+      const int stage = n % kStages, previous = (n - 1) % kStages;
+      barrier_wait(sh.k_full(stage), (n / kStages) & 1);
+      barrier_wait(sh.v_full(previous), ((n - 1) / kStages) & 1);
+      turns.wait();
+      pin(s);
+      pin(o);
+      pin(p);
+      wgmma_fence();
+      issue_qk(q_rows, sh.k_tile(stage), s);
+      issue_pv(sh.v_tile(previous), p, o);
+      turns.pass(false);
+      wgmma_wait<1>();  // S_n has landed, P V may still run
+      pin(s);
+      if (arrives) barrier_arrive(sh.k_empty(stage));
+      scores_to_probabilities(entry);
+      wgmma_wait<0>();
+      pin(o);
+      pin(p);
+      if (arrives) barrier_arrive(sh.v_empty(previous));
+      rescale(*reinterpret_cast<float(*)[1][kOAtoms][4]>(&o), correction);
+      pack();
+    }
+    // the last P V
+    const int last = (count - 1) % kStages;
+    barrier_wait(sh.v_full(last), ((count - 1) / kStages) & 1);
+    turns.wait();
+    pin(o);
+    pin(p);
+    wgmma_fence();
+    issue_pv(sh.v_tile(last), p, o);
+    turns.pass(true);
+    wgmma_wait<0>();
+    pin(o);
+    if (arrives) barrier_arrive(sh.v_empty(last));
+  }
+
+  // ---- normalise, stage in this warp's own rows of the Q tile, store
+  store_rows(*reinterpret_cast<float(*)[1][kOAtoms][4]>(&o), row_max, row_sum,
+             reinterpret_cast<unsigned char*>(shared_raw),
+             [](int row, int chunk) { return tile_offset<kBlockM>(row, chunk); }, warp_row0,
+             q_row0, seq_q, out + b * o_sb + head * o_sh, o_ss,
+             lse == nullptr ? nullptr : lse + (static_cast<long long>(b) * q_heads + head) * seq_q,
+             scale_log2);
+}
