@@ -17,7 +17,7 @@ Work and traffic of one call, with ``T`` the key tiles visited per batch element
 
 >>> config = choose_config(head_dim=128, dtype=torch.bfloat16, wgmma=True)
 >>> config.block_m, config.block_n, config.n_warps, config.shared_bytes
-(128, 64, 8, 98304)
+(128, 128, 12, 196864)
 """
 
 from __future__ import annotations
@@ -44,28 +44,29 @@ DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 HEAD_DIMS = (64, 128)
 LOG2_E = math.log2(math.e)
 
-# (block_m, block_n, n_warps, min_blocks) per (wgmma, head dim); registers from ptxas 13.0.
+# mma.sync: (block_m, block_n, n_warps, min_blocks) per head dim; registers from ptxas 13.0.
 # Measured alternatives (H200, bf16, B=1, H=16, S=16384, 2026-11-29; band 6.9 % / dense / band
 # 7 % at block 16, effective TFLOP/s):
-# - mma.sync D=64 128x64 237 regs: 268 / 288 / 245; 128x128 (spills 60 B) 267 / 279 / 202;
-#   64x64 2 warps 252 / 278 / 226; 128x32 237 / 254 (run 1).
-# - mma.sync D=128 128x64 255 regs (32 B spilled per key tile): 256 / 334 / 254; 128x32 298 /
-#   300 vs 316 / 336 (run 1).
-# - wgmma D=64 64x64 one warpgroup, 3 CTAs/SM, 104 regs: 302 / 328 / 288; 128x64 8 warps:
-#   299 / 320 / 249; 128x128: 244 / 265 / 193.
-# - wgmma D=128 128x64 8 warps, 2 CTAs/SM, 128 regs: 335 / 468 / 350; 128x128: 289 / 379 / 253;
-#   64x64: 286 / 368 / 297.
+# - D=64 128x64 237 regs: 268 / 288 / 245; 128x128 (spills 60 B) 267 / 279 / 202; 64x64 2 warps
+#   252 / 278 / 226; 128x32 237 / 254 (run 1).
+# - D=128 128x64 255 regs (32 B spilled per key tile): 256 / 334 / 254; 128x32 298 / 300 vs
+#   316 / 336 (run 1).
 _TILES = {64: (128, 64, 4, 2), 128: (128, 64, 4, 2)}
-# (block_n, stages, pingpong) of the Hopper kernel per head dim.
+# Hopper: (block_n, stages, pingpong) per head dim; 168 registers at entry, 240 per consumer
+# thread after setmaxnreg, no spills. Measured alternatives (H200, bf16, B=1, H=16, S=16384,
+# 2026-11-30, one CTA per work unit before the grid was made persistent; dense / band 7 % at
+# block 16 (D=64) or 128 (D=128) / causal, effective TFLOP/s):
+# - D=64 128 keys, 2 stages: 470 / 270; 3 stages 472 / 267; no ping-pong 431 / 259; 64 keys
+#   381 / 263, 4 stages 388 / 262. The old one-warpgroup wgmma kernel (64x64, 3 CTAs/SM): 352 / 292.
+# - D=128 128 keys, 2 stages: 687 / 534 / 669; 3 stages 692 / 536 / 668; no ping-pong 542 /
+#   439 / 541; 64 keys 552 / 447 / 548. The old wgmma kernel (128x64, 8 warps): 391 / 358 / 401.
 HOPPER_TILES = {64: (128, 2, True), 128: (128, 2, True)}
 
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """Compile-time choices of one fused kernel build; each becomes a ``-D`` define.
-
-    ``wgmma=False`` is the ``mma.sync`` path (sm_80 and newer, 32 query rows per warp);
-    ``wgmma=True`` the Hopper path (sm_90a only, 64 query rows per warpgroup of 4 warps).
+    """Compile-time choices of one ``mma.sync`` kernel build (sm_80 and newer, 32 query rows per
+    warp); each becomes a ``-D`` define. Hopper builds are ``gpu.fused_hopper.HopperConfig``.
     """
 
     dtype: str  # "bf16" or "f16"
@@ -74,10 +75,10 @@ class KernelConfig:
     block_n: int = 64  # keys per tile
     n_warps: int = 4
     min_blocks: int = 2  # CTAs per SM the register budget is sized for
-    wgmma: bool = False
     k_row_stride: int | None = None  # elements between key rows (None: head_dim, contiguous)
     v_row_stride: int | None = None  # elements between value rows (None: head_dim)
 
+    wgmma = False
     source = KERNEL_SOURCE
     function = KERNEL_FUNCTION
     signature = KERNEL_SIGNATURE
@@ -85,19 +86,17 @@ class KernelConfig:
     def __post_init__(self) -> None:
         check_choice("dtype", self.dtype, tuple(DTYPE_NAMES.values()))
         check_choice("head_dim", self.head_dim, HEAD_DIMS)
-        check_bool("wgmma", self.wgmma)
-        check_choice("n_warps", self.n_warps, (4, 8) if self.wgmma else (1, 2, 4))
-        check_choice("block_n", self.block_n, (64, 128) if self.wgmma else TILE_SIZES)
+        check_choice("n_warps", self.n_warps, (1, 2, 4))
+        check_choice("block_n", self.block_n, TILE_SIZES)
         check_int("min_blocks", self.min_blocks, low=1, high=4)
         for name in ("k_row_stride", "v_row_stride"):
             stride = getattr(self, name)
             if stride is not None and (check_int(name, stride, low=self.head_dim) % 8):
                 raise ValueError(f"{name} must be a multiple of 8 elements, got {stride}")
-        rows = 16 if self.wgmma else 32
-        if self.block_m != rows * self.n_warps:
+        if self.block_m != 32 * self.n_warps:
             raise ValueError(
-                f"block_m must be {rows} x n_warps = {rows * self.n_warps} ({rows} query rows "
-                f"per warp), got {self.block_m}"
+                f"block_m must be 32 x n_warps = {32 * self.n_warps} (32 query rows per warp), "
+                f"got {self.block_m}"
             )
         if self.threads < self.head_dim:
             raise ValueError(
@@ -123,7 +122,6 @@ class KernelConfig:
         return {
             "DTYPE_BF16": int(self.dtype == "bf16"),
             "HEAD_DIM": self.head_dim,
-            "WGMMA": int(self.wgmma),
             "BLOCK_M": self.block_m,
             "BLOCK_N": self.block_n,
             "N_WARPS": self.n_warps,
@@ -153,7 +151,7 @@ def choose_config(
         return HopperConfig(name, head_dim, *HOPPER_TILES[head_dim])
     block_m, block_n, n_warps, min_blocks = _TILES[head_dim]
     return KernelConfig(
-        name, head_dim, block_m, block_n, n_warps, min_blocks, False,
+        name, head_dim, block_m, block_n, n_warps, min_blocks,
         row_stride_or_none(k_row_stride, head_dim), row_stride_or_none(v_row_stride, head_dim),
     )  # fmt: skip
 
@@ -194,6 +192,7 @@ class FusedPlan:
     sub_cols_log2: int
     launcher: KernelLauncher
     maps: RowMaps | None  # the Hopper kernel's per-call tensor maps (None: no maps)
+    max_ctas: int | None  # the Hopper kernel's persistent grid: one CTA per SM (None: no limit)
 
     def flops(self, batch: int, q_heads: int | None = None) -> int:
         """FLOPs the kernel executes for ``batch`` elements (full tiles, both matmuls)."""
@@ -272,6 +271,7 @@ def plan_fused_with(
             ),
             device,
         )  # fmt: skip
+    hopper = isinstance(config, HopperConfig)
     kernel = compile_kernel(config.source, config.function, config.defines(), device=device.index)
     launcher = KernelLauncher(kernel, config.signature, device.index, config.shared_bytes)
     return FusedPlan(
@@ -289,7 +289,8 @@ def plan_fused_with(
         sub_rows_log2=int(math.log2(lut.sub_rows)),
         sub_cols_log2=int(math.log2(lut.sub_cols)),
         launcher=launcher,
-        maps=config.tensor_maps() if isinstance(config, HopperConfig) else None,
+        maps=config.tensor_maps() if hopper else None,
+        max_ctas=torch.cuda.get_device_properties(device).multi_processor_count if hopper else None,
     )
 
 
@@ -361,12 +362,14 @@ def launch_fused(
     shapes = (batch, q_heads, heads_per_item, q_heads // k.shape[1], seq_q, k.shape[2])
     masking = (plan.causal_offset, plan.sub_rows_log2, plan.sub_cols_log2, scale * LOG2_E)
     lse_pointer = 0 if lse is None else lse.data_ptr()
+    grid = n_ctas
     if plan.maps is not None:
         q_map, k_map, v_map, broadcast = plan.maps(q, k, v)
         arguments = (
             q_map, k_map, v_map, out.data_ptr(), lse_pointer, plan.items.data_ptr(),
-            plan.entries.data_ptr(), *out.stride()[:3], *shapes, broadcast, *masking,
+            plan.entries.data_ptr(), *out.stride()[:3], n_ctas, *shapes, broadcast, *masking,
         )  # fmt: skip
+        grid = min(n_ctas, plan.max_ctas)
     else:
         arguments = (
             *(t.data_ptr() for t in (q, k, v, out)), lse_pointer, plan.items.data_ptr(),
@@ -374,7 +377,7 @@ def launch_fused(
             *out.stride()[:3], *shapes, *masking,
         )  # fmt: skip
     plan.launcher(
-        n_ctas, cfg.threads, cfg.shared_bytes, current_raw_stream(q.device.index), *arguments
+        grid, cfg.threads, cfg.shared_bytes, current_raw_stream(q.device.index), *arguments
     )
 
 

@@ -4,10 +4,12 @@ Same algorithm, tables and operands as the ``mma.sync`` forward of ``gpu.fused``
 (sm_90a) one producer warpgroup loads Q, K and V tiles with TMA and two consumer warpgroups,
 64 query rows each, run ``wgmma`` and the softmax, pipelined and taking turns. TMA reads any
 strides ``check_strides`` accepts, so one build serves every view (no strides compiled in).
+The grid is persistent: at most one CTA per SM, each walking its share of the work heaviest
+first.
 
 >>> config = HopperConfig("bf16", 128)
 >>> config.block_m, config.block_n, config.threads, config.shared_bytes
-(128, 128, 384, 164096)
+(128, 128, 384, 196864)
 """
 
 from __future__ import annotations
@@ -19,8 +21,8 @@ from gpu.tensor_maps import RowMaps
 
 KERNEL_SOURCE = "fused_attention_hopper.cu"
 KERNEL_FUNCTION = "fused_attention_fwd_hopper"
-#: Parameter kinds (``KernelLauncher``): 3 tensor maps, 4 pointers, 3 strides, 10 ints, the scale.
-KERNEL_SIGNATURE = "m" * 3 + "p" * 4 + "q" * 3 + "i" * 10 + "f"
+#: Parameter kinds (``KernelLauncher``): 3 tensor maps, 4 pointers, 3 strides, 11 ints, the scale.
+KERNEL_SIGNATURE = "m" * 3 + "p" * 4 + "q" * 3 + "i" * 11 + "f"
 SHARED_MEMORY_LIMIT = 227 * 1024
 #: Shared bytes after the tiles for the ring's mbarriers.
 BARRIER_BYTES = 256
@@ -62,8 +64,9 @@ class HopperConfig:
 
     @property
     def shared_bytes(self) -> int:
-        """The Q tile, ``stages`` K and V tiles (16-bit) and the mbarriers."""
-        return (self.block_m + 2 * self.stages * self.block_n) * self.head_dim * 2 + BARRIER_BYTES
+        """Two Q tiles, ``stages`` K and V tiles (16-bit) and the mbarriers."""
+        tiles = 2 * self.block_m + 2 * self.stages * self.block_n
+        return tiles * self.head_dim * 2 + BARRIER_BYTES
 
     def defines(self) -> dict[str, int]:
         return {

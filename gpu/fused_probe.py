@@ -23,25 +23,15 @@ from gpu.fused_hopper import HopperConfig
 from gpu.reference import dense_masked_attention
 
 # Tiles timed besides the defaults (and checked by tests/gpu/test_fused.py):
-# (head_dim, block_m, block_n, n_warps, min_blocks, wgmma)
-ALTERNATIVE_TILES = [
-    (64, 128, 128, 4, 1, False),
-    (64, 64, 64, 2, 4, False),
-    (64, 128, 128, 8, 1, True),
-    (64, 64, 64, 4, 3, True),
-    (128, 128, 128, 8, 1, True),
-    (128, 64, 64, 4, 2, True),
-]
+# mma.sync: (head_dim, block_m, block_n, n_warps, min_blocks)
+ALTERNATIVE_TILES = [(64, 128, 128, 4, 1), (64, 64, 64, 2, 4)]
 # Hopper kernel builds timed besides the default: (head_dim, block_n, stages, pingpong)
 HOPPER_ALTERNATIVES = [
     (64, 128, 2, False),
     (64, 128, 3, True),
     (64, 64, 2, True),
-    (64, 64, 4, True),
     (128, 128, 2, False),
-    (128, 128, 3, True),
     (128, 64, 2, True),
-    (128, 64, 3, True),
 ]
 DEFAULT_CASES = "banded_7pct-b128-d64,dense-b128-d64,banded_7pct-b16-d64,banded_7pct-b128-d128"
 
@@ -51,11 +41,7 @@ def candidate_configs(head_dim: int, *, hopper: bool) -> list[KernelConfig | Hop
     once."""
     paths = (False, True) if hopper else (False,)
     configs = [choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=w) for w in paths]
-    configs += [
-        KernelConfig("bf16", d, *tiles, wgmma=wgmma)
-        for d, *tiles, wgmma in ALTERNATIVE_TILES
-        if d == head_dim and (hopper or not wgmma)
-    ]
+    configs += [KernelConfig("bf16", d, *tiles) for d, *tiles in ALTERNATIVE_TILES if d == head_dim]
     if hopper:
         configs += [HopperConfig("bf16", d, *tiles) for d, *tiles in HOPPER_ALTERNATIVES
                     if d == head_dim]  # fmt: skip
@@ -108,9 +94,7 @@ def probe_case(name: str, timer: CudaEventTimer, *, hopper: bool) -> list[dict]:
 
 
 def instruction(config: KernelConfig | HopperConfig) -> str:
-    if isinstance(config, HopperConfig):
-        return "tma+wgmma"
-    return "wgmma" if config.wgmma else "mma.sync"
+    return "tma+wgmma" if isinstance(config, HopperConfig) else "mma.sync"
 
 
 def describe(config: KernelConfig | HopperConfig) -> list[int]:

@@ -53,7 +53,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[M][NS][4], const Int4& ent
         for (int e = 0; e < 2; ++e) {
           const int key = k_col0 + nj * 8 + e;
           const bool keep = block_on && key <= q_index[mi][half] && key < key_end;
-          s[mi][nj][2 * half + e] = keep ? s[mi][nj][2 * half + e] : negative_infinity();
+          if (!keep) s[mi][nj][2 * half + e] = negative_infinity();  // a select: no branch
         }
       }
     }

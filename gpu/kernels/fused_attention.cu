@@ -30,37 +30,33 @@
 //
 // Work split. Grid = n_items · B · heads_per_item CTAs; CTA x runs item x / (B · heads_per_item)
 // for batch x % B and head item.head · heads_per_item + (x / B) % heads_per_item, so the grid
-// walks the items heaviest first. Q is loaded once (cp.async), K/V tiles are double-buffered: the copy
-// of tile n + 1 is in flight while tile n is computed. S accumulators turn into the A operand of
-// P V in registers (the accumulator and A fragment layouts line up). Two instruction paths:
-//
-// - WGMMA = 0 (mma.sync m16n8k16, any GPU from sm_80): warp w owns query rows [32w, 32w + 32)
-//   (two 16-row atoms) and the whole key tile, so each K/V fragment read from shared memory
-//   feeds two mma's; fragments come from ldmatrix (.trans for V). Shared rows are HEAD_DIM·2
-//   bytes, 16-byte chunk c of row r stored at chunk c ^ (r & 7) (no ldmatrix bank conflicts).
-// - WGMMA = 1 (Hopper wgmma, sm_90a): warpgroup g (4 warps) owns query rows [64g, 64g + 64);
-//   S = Q K^T reads Q and K straight from shared memory, O += P V takes P from registers and V
-//   from shared memory (N-major). Tiles are stored as 64-element column blocks of 128-byte rows
-//   with the same XOR swizzle, which is wgmma's 128-byte-swizzle canonical layout; cp.async
-//   writes are made visible to the tensor cores with fence.proxy.async before the barrier.
+// walks the items heaviest first. Q is loaded once (cp.async), K/V tiles are double-buffered: the
+// copy of tile n + 1 is in flight while tile n is computed. S accumulators turn into the A operand
+// of P V in registers (the accumulator and A fragment layouts line up). The instruction is
+// mma.sync m16n8k16 (any GPU from sm_80; Hopper runs fused_attention_hopper.cu instead): warp w
+// owns query rows [32w, 32w + 32) (two 16-row atoms) and the whole key tile, so each K/V fragment
+// read from shared memory feeds two mma's; fragments come from ldmatrix (.trans for V). Shared
+// rows are HEAD_DIM·2 bytes, 16-byte chunk c of row r stored at chunk c ^ (r & 7) (no ldmatrix
+// bank conflicts).
 //
 // At the end each warp normalises its rows (16 or 32), stages them through its own rows of the
 // Q buffer and writes 16-byte coalesced stores.
 //
 // Compile-time defines: K_ROW_STRIDE and V_ROW_STRIDE (elements between key rows and between
 // value rows: compile-time, so the K/V tile copies of the main loop address rows by immediate
-// offsets), DTYPE_BF16 (1: bfloat16, 0: float16), HEAD_DIM (64 or 128), WGMMA (0/1),
-// BLOCK_M (32·N_WARPS, or 16·N_WARPS with WGMMA), BLOCK_N (multiple of 16, at most 128; 64 or
-// 128 with WGMMA), N_WARPS, MIN_BLOCKS (CTAs per SM the register budget is sized for). The
+// offsets), DTYPE_BF16 (1: bfloat16, 0: float16), HEAD_DIM (64 or 128), BLOCK_M (32·N_WARPS),
+// BLOCK_N (multiple of 16, at most 128), N_WARPS, MIN_BLOCKS (CTAs per SM the register budget is
+// sized for). The
 // helpers shared with the backward kernels come from attention_common.cuh.
 
 #if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(BLOCK_M) || !defined(BLOCK_N) || \
-    !defined(N_WARPS) || !defined(MIN_BLOCKS) || !defined(WGMMA) || !defined(K_ROW_STRIDE) || \
+    !defined(N_WARPS) || !defined(MIN_BLOCKS) || !defined(K_ROW_STRIDE) || \
     !defined(V_ROW_STRIDE)
-#error "define DTYPE_BF16, HEAD_DIM, WGMMA, BLOCK_M, BLOCK_N, N_WARPS, MIN_BLOCKS, K/V_ROW_STRIDE"
+#error "define DTYPE_BF16, HEAD_DIM, BLOCK_M, BLOCK_N, N_WARPS, MIN_BLOCKS, K/V_ROW_STRIDE"
 #endif
 
 #include "attention_common.cuh"
+#include "attention_forward.cuh"
 
 namespace {
 
@@ -68,23 +64,17 @@ constexpr int kHeadDim = HEAD_DIM;
 constexpr int kBlockM = BLOCK_M;
 constexpr int kBlockN = BLOCK_N;
 constexpr int kThreads = N_WARPS * 32;
-constexpr int kWarpRows = WGMMA ? 16 : 32;    // accumulator rows per warp
+constexpr int kWarpRows = 32;                  // accumulator rows per warp
 constexpr int kMAtoms = kWarpRows / 16;        // 16-row atoms per warp
 constexpr int kChunks = kHeadDim / 8;          // 16-byte chunks per shared row
 constexpr int kRowBytes = kHeadDim * 2;
-constexpr int kRowPitch = WGMMA ? 128 : kRowBytes;  // bytes between rows of one column block
 constexpr int kSAtoms = kBlockN / 8;           // 8-column atoms of S per warp row block
 constexpr int kOAtoms = kHeadDim / 8;          // 8-column atoms of O
 constexpr int kQBytes = kBlockM * kRowBytes;
 constexpr int kKVBytes = kBlockN * kRowBytes;
-constexpr unsigned kFlagPartial = 1u;
-constexpr unsigned kFlagDiagonal = 2u;
-constexpr unsigned kFlagKeyBound = 4u;
 
 static_assert(kHeadDim == 64 || kHeadDim == 128, "HEAD_DIM must be 64 or 128");
-static_assert(kBlockM == kWarpRows * N_WARPS, "each warp owns 32 (wgmma: 16) query rows");
-static_assert(!WGMMA || (N_WARPS % 4 == 0 && (kBlockN == 64 || kBlockN == 128)),
-              "wgmma needs whole warpgroups and BLOCK_N of 64 or 128");
+static_assert(kBlockM == kWarpRows * N_WARPS, "each warp owns 32 query rows");
 static_assert(kBlockN % 16 == 0 && kBlockN <= 128, "BLOCK_N must be a multiple of 16, <= 128");
 static_assert((kBlockM * kChunks) % kThreads == 0, "Q tile copy must split evenly");
 static_assert((kBlockN * kChunks) % kThreads == 0, "K/V tile copy must split evenly");
@@ -97,11 +87,7 @@ static_assert((kThreads / kChunks) % 8 == 0, "each copy pass must cover whole sw
 // offset(r, 2j + c) = offset(r, c) ^ (j << 5), so an mma.sync k-step is one XOR on a base address.
 template <int Rows>
 __device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
-#if WGMMA
-  return (chunk >> 3) * (Rows * 128) + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
-#else
   return row * kRowBytes + ((chunk ^ (row & 7)) << 4);
-#endif
 }
 
 // ------------------------------------------------------------------ tile steps
@@ -119,7 +105,7 @@ __device__ __forceinline__ void load_tile(unsigned tile, const unsigned short* s
 #pragma unroll
   for (int i = 0; i < Rows / kRowsPerPass; ++i) {
     const bool inside = row0 + row + i * kRowsPerPass < seq;
-    copy_async_16(dst + i * kRowsPerPass * kRowPitch,
+    copy_async_16(dst + i * kRowsPerPass * kRowBytes,
                   inside ? src + i * kRowsPerPass * stride : slice, inside ? 16 : 0);
   }
 }
@@ -152,164 +138,12 @@ __device__ __forceinline__ void load_rows(unsigned tile, const RowSource& source
 #pragma unroll
   for (int i = 0; i < Rows / kRowsPerPass; ++i) {
     const bool inside = row0 + source.row + i * kRowsPerPass < seq;
-    copy_async_16(dst + i * kRowsPerPass * kRowPitch,
+    copy_async_16(dst + i * kRowsPerPass * kRowBytes,
                   inside ? src + i * kRowsPerPass * RowStride : source.src, inside ? 16 : 0);
   }
 }
 
-// Set masked scores to -inf: inactive layout blocks (flag bit 0), keys after the query's causal
-// limit (bit 1), keys at or past seq_k (bit 2).
-__device__ __forceinline__ void apply_mask(float (&s)[kMAtoms][kSAtoms][4], const Int4& entry,
-                                           int warp_row0, int q_row0, int sub_rows_log2,
-                                           int sub_cols_log2, int causal_offset, int seq_k) {
-  const int lane = fresh_lane();
-  const unsigned long long word =
-      (static_cast<unsigned long long>(static_cast<unsigned>(entry.w)) << 32) |
-      static_cast<unsigned>(entry.z);
-  const bool use_bits = entry.y & kFlagPartial;
-  const bool causal = entry.y & kFlagDiagonal;
-  const int key_end = (entry.y & kFlagKeyBound) ? seq_k : 0x7fffffff;
-  const int sub_cols = kBlockN >> sub_cols_log2;
-  unsigned row_bits[kMAtoms][2];
-  int q_index[kMAtoms][2];
-#pragma unroll
-  for (int mi = 0; mi < kMAtoms; ++mi) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = warp_row0 + mi * 16 + half * 8 + (lane >> 2);
-      row_bits[mi][half] =
-          use_bits ? static_cast<unsigned>(word >> ((row >> sub_rows_log2) * sub_cols)) : ~0u;
-      q_index[mi][half] = causal ? q_row0 + row + causal_offset : 0x7fffffff;
-    }
-  }
-  const int k_col0 = entry.x * kBlockN + 2 * (lane & 3);
-#pragma unroll
-  for (int nj = 0; nj < kSAtoms; ++nj) {
-    const int bit = (nj * 8) >> sub_cols_log2;
-#pragma unroll
-    for (int mi = 0; mi < kMAtoms; ++mi) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const bool block_on = (row_bits[mi][half] >> bit) & 1u;
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int key = k_col0 + nj * 8 + e;
-          const bool keep = block_on && key <= q_index[mi][half] && key < key_end;
-          if (!keep) s[mi][nj][2 * half + e] = negative_infinity();
-        }
-      }
-    }
-  }
-}
-
-// Online softmax on one tile: S -> P (in place), rescale O, update max and sum.
-__device__ __forceinline__ void softmax_step(float (&s)[kMAtoms][kSAtoms][4],
-                                             float (&o)[kMAtoms][kOAtoms][4],
-                                             float (&row_max)[kMAtoms][2],
-                                             float (&row_sum)[kMAtoms][2], float scale_log2) {
-  const float neg_inf = negative_infinity();
-#pragma unroll
-  for (int mi = 0; mi < kMAtoms; ++mi) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float tile_max = neg_inf;
-#pragma unroll
-      for (int nj = 0; nj < kSAtoms; ++nj) {
-        tile_max = max_of(tile_max, max_of(s[mi][nj][2 * half], s[mi][nj][2 * half + 1]));
-      }
-      tile_max = max_of(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-      tile_max = max_of(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
-      const float new_max = max_of(row_max[mi][half], tile_max);
-      const float base = new_max == neg_inf ? 0.f : new_max * scale_log2;  // all masked so far
-      const float correction = exp2_approx(row_max[mi][half] * scale_log2 - base);
-      row_max[mi][half] = new_max;
-      float sum = 0.f;
-#pragma unroll
-      for (int nj = 0; nj < kSAtoms; ++nj) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const float p = exp2_approx(__fmaf_rn(s[mi][nj][2 * half + e], scale_log2, -base));
-          s[mi][nj][2 * half + e] = p;
-          sum += p;
-        }
-      }
-      row_sum[mi][half] = row_sum[mi][half] * correction + sum;
-#pragma unroll
-      for (int dn = 0; dn < kOAtoms; ++dn) {
-        o[mi][dn][2 * half] *= correction;
-        o[mi][dn][2 * half + 1] *= correction;
-      }
-    }
-  }
-}
-
-// P (fp32 S accumulators) -> 16-bit A fragments of P · V, 16 keys per k-step.
-__device__ __forceinline__ void pack_probabilities(const float (&s)[kMAtoms][kSAtoms][4],
-                                                   unsigned (&p)[kMAtoms][kBlockN / 16][4]) {
-#pragma unroll
-  for (int mi = 0; mi < kMAtoms; ++mi) {
-#pragma unroll
-    for (int ks = 0; ks < kBlockN / 16; ++ks) {
-      p[mi][ks][0] = pack_pair(s[mi][2 * ks][0], s[mi][2 * ks][1]);
-      p[mi][ks][1] = pack_pair(s[mi][2 * ks][2], s[mi][2 * ks][3]);
-      p[mi][ks][2] = pack_pair(s[mi][2 * ks + 1][0], s[mi][2 * ks + 1][1]);
-      p[mi][ks][3] = pack_pair(s[mi][2 * ks + 1][2], s[mi][2 * ks + 1][3]);
-    }
-  }
-}
-
-#if WGMMA
-// ------------------------------------------------------------------ wgmma path (sm_90a)
-}  // namespace
-
-#include "wgmma.cuh"
-
-namespace {
-
-// S = Q K^T for this warpgroup's 64 query rows (starting at shared address `q_rows`) against the
-// key tile at `k_tile`, both K-major.
-__device__ __forceinline__ void qk_wgmma(unsigned q_rows, unsigned k_tile,
-                                         float (&s)[kSAtoms][4]) {
-#pragma unroll
-  for (int j = 0; j < kSAtoms; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
-  pin(s);
-  wgmma_fence();
-#pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; ++kk) {  // 16 head dims = 32 bytes of a 128-byte row
-    const unsigned column = (kk & 3) * 32;
-    const unsigned long long a = descriptor(q_rows + (kk >> 2) * kBlockM * 128 + column, 16);
-    const unsigned long long b = descriptor(k_tile + (kk >> 2) * kBlockN * 128 + column, 16);
-    wgmma_ss(s, a, b, kk > 0);  // the m64nN shape follows from the array size
-  }
-  wgmma_commit();
-  wgmma_wait_all();
-  pin(s);
-}
-
-// o += P · V_tile, P from registers (16 keys per k-step), V N-major in shared memory. One
-// 64-wide instruction per 64-column block of V keeps each operand inside one column block, so
-// only the 8-row-group stride (1024 bytes) is ever used.
-__device__ __forceinline__ void pv_wgmma(unsigned v_tile, unsigned (&p)[kBlockN / 16][4],
-                                         float (&o)[kOAtoms][4]) {
-  pin(o);
-  pin(p);
-  wgmma_fence();
-#pragma unroll
-  for (int ks = 0; ks < kBlockN / 16; ++ks) {  // 16 keys = two 1024-byte row groups
-#pragma unroll
-    for (int block = 0; block < kHeadDim / 64; ++block) {
-      const unsigned address = v_tile + block * kBlockN * 128 + ks * 16 * 128;
-      float(&o_block)[8][4] = *reinterpret_cast<float(*)[8][4]>(&o[8 * block]);
-      wgmma_rs(o_block, p[ks], descriptor(address, 1024));
-    }
-  }
-  wgmma_commit();
-  wgmma_wait_all();
-  pin(o);
-}
-
-#else
-// ------------------------------------------------------------------ mma.sync path
+// ------------------------------------------------------------------ mma.sync products
 
 // s = Q_warp · K_tile^T. `q_base`, `k_base`: this lane's ldmatrix addresses for k-step 0.
 template <typename QFragments>
@@ -366,8 +200,6 @@ __device__ __forceinline__ void pv_product(unsigned v_base,
     }
   }
 }
-
-#endif  // WGMMA
 
 }  // namespace
 
@@ -431,10 +263,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     row_max[mi][0] = row_max[mi][1] = negative_infinity();
     row_sum[mi][0] = row_sum[mi][1] = 0.f;
   }
-#if !WGMMA
   constexpr bool kQInRegisters = kHeadDim <= 64;  // D = 128 would need 64 more registers
   unsigned q_registers[kQInRegisters ? kHeadDim / 16 : 1][kMAtoms][4];
-#endif
 
   // ---- walk the active key tiles
   for (int n = 0; n < count; ++n) {
@@ -447,17 +277,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     }
     copy_async_commit();
     copy_async_wait<1>();  // everything but the prefetch has landed
-#if WGMMA
-    fence_async_proxy();  // the tensor cores read what cp.async wrote
-#endif
     __syncthreads();
 
     const unsigned k_tile = k_tiles + (n & 1) * kKVBytes;
     const unsigned v_tile = v_tiles + (n & 1) * kKVBytes;
     float s[kMAtoms][kSAtoms][4];
-#if WGMMA
-    qk_wgmma(q_tile + (warp_row0 & ~63) * 128, k_tile, s[0]);
-#else
     const int lane = fresh_lane();
     const unsigned q_base = q_tile + tile_offset<kBlockM>(warp_row0 + (lane & 15), lane >> 4);
     const unsigned k_base =
@@ -479,59 +303,22 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
         load_q_fragments(q_base, kk, a);
       }, s);
     }
-#endif
     if (entry.y != 0) {
       apply_mask(s, entry, warp_row0, q_row0, sub_rows_log2, sub_cols_log2, causal_offset, seq_k);
     }
-    softmax_step(s, o, row_max, row_sum, scale_log2);
+    float correction[kMAtoms][2];
+    softmax_scores(s, row_max, row_sum, correction, scale_log2);
+    rescale(o, correction);
     unsigned p[kMAtoms][kBlockN / 16][4];
     pack_probabilities(s, p);
-#if WGMMA
-    pv_wgmma(v_tile, p[0], o[0]);
-#else
     pv_product(v_tile + tile_offset<kBlockN>(lane & 15, lane >> 4), p, o);
-#endif
     __syncthreads();  // buffer n & 1 is refilled by the next iteration's prefetch
   }
 
   // ---- normalise, stage this warp's rows in its own rows of the Q buffer, store coalesced
-  const int lane = fresh_lane();
-  unsigned char* staging = reinterpret_cast<unsigned char*>(shared_raw);
-#pragma unroll
-  for (int mi = 0; mi < kMAtoms; ++mi) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float sum = row_sum[mi][half];
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      const float inverse = sum > 0.f ? 1.f / sum : 0.f;  // no active key: zeros
-      const int row = warp_row0 + mi * 16 + half * 8 + (lane >> 2);
-      if (lse != nullptr && (lane & 3) == 0 && q_row0 + row < seq_q) {
-        // ln Σ e^(scale·s) = (max·scale·log2 e + log2 Σ 2^((s - max)·scale·log2 e)) · ln 2
-        constexpr float kLn2 = 0.6931471805599453f;
-        lse[(static_cast<long long>(b) * q_heads + head) * seq_q + q_row0 + row] =
-            sum > 0.f ? (row_max[mi][half] * scale_log2 + __log2f(sum)) * kLn2
-                      : negative_infinity();
-      }
-#pragma unroll
-      for (int dn = 0; dn < kOAtoms; ++dn) {
-        const unsigned packed =
-            pack_pair(o[mi][dn][2 * half] * inverse, o[mi][dn][2 * half + 1] * inverse);
-        *reinterpret_cast<unsigned*>(staging + tile_offset<kBlockM>(row, dn) + 4 * (lane & 3)) =
-            packed;
-      }
-    }
-  }
-  __syncwarp();
-  constexpr int kRowsPerPass = 32 / kChunks;
-#pragma unroll
-  for (int pass = 0; pass < kWarpRows / kRowsPerPass; ++pass) {
-    const int row = warp_row0 + pass * kRowsPerPass + lane / kChunks;
-    const int chunk = lane % kChunks;
-    const Bits128 value =
-        *reinterpret_cast<const Bits128*>(staging + tile_offset<kBlockM>(row, chunk));
-    if (q_row0 + row < seq_q) {
-      *reinterpret_cast<Bits128*>(out_slice + (q_row0 + row) * o_ss + chunk * 8) = value;
-    }
-  }
+  store_rows(o, row_max, row_sum, reinterpret_cast<unsigned char*>(shared_raw),
+             [](int row, int chunk) { return tile_offset<kBlockM>(row, chunk); }, warp_row0,
+             q_row0, seq_q, out_slice, o_ss,
+             lse == nullptr ? nullptr : lse + (static_cast<long long>(b) * q_heads + head) * seq_q,
+             scale_log2);
 }

@@ -2,12 +2,19 @@
 // (Shah et al. 2024) on our look-up tables. The algorithm and the table format are those of
 // fused_attention.cu (read its header first); this file changes how the work is scheduled.
 //
-// Warp specialisation. A CTA is three warpgroups for one (item, batch, head):
+// Persistent CTAs. The grid is at most one CTA per SM; CTA x runs work units x, x + gridDim.x,
+// ... of the n_work = n_items · B · heads_per_item units (unit w: item w / (B · heads_per_item),
+// batch element (w % (B · heads_per_item)) % B, head item.head · heads_per_item + (w % (B ·
+// heads_per_item)) / B), so the CTAs take the items heaviest first. Q has two buffers, so the
+// next unit's Q and first K/V tiles load while the current one finishes.
+//
+// Warp specialisation. A CTA is three warpgroups:
 // - warpgroup 0, the producer, gives most of its registers away (setmaxnreg) and one thread of
-//   it issues every load with TMA: the Q tile once, then the K and V tiles of each active key
-//   tile into a ring of STAGES buffers. Each buffer has a "full" mbarrier (the copy engine
-//   completes it with the bytes it wrote) and an "empty" one (each consumer warp arrives when
-//   its tensor-core reads of the buffer are done).
+//   it issues every load with TMA: per unit the Q tile, then the K and V tiles of each active
+//   key tile into a ring of STAGES buffers that runs on across units. Each buffer has a "full"
+//   mbarrier (the copy engine completes it with the bytes it wrote) and an "empty" one (each
+//   consumer warp arrives when its tensor-core reads of the buffer are done, or for Q, when it
+//   has stored its rows of the output through it).
 // - consumer warpgroup g (0 or 1) owns query rows [64g, 64g + 64) of the 128-row query tile and
 //   the whole key tile: S = Q K^T (wgmma, both operands in shared memory), the online softmax in
 //   registers, O += P V (P from registers, V N-major in shared memory).
@@ -64,17 +71,40 @@ __device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
   return (chunk >> 3) * (Rows * 128) + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
-// The shared-memory plan: Q | K stages | V stages | mbarriers.
+// The shared-memory plan: two Q tiles | K stages | V stages | mbarriers.
 struct Shared {
   unsigned q, k, v, bars;
+  __device__ unsigned q_tile(int buffer) const { return q + buffer * kQBytes; }
   __device__ unsigned k_tile(int stage) const { return k + stage * kTileBytes; }
   __device__ unsigned v_tile(int stage) const { return v + stage * kTileBytes; }
-  __device__ unsigned q_full() const { return bars; }
-  __device__ unsigned k_full(int stage) const { return bars + 8 * (1 + stage); }
-  __device__ unsigned k_empty(int stage) const { return bars + 8 * (1 + kStages + stage); }
-  __device__ unsigned v_full(int stage) const { return bars + 8 * (1 + 2 * kStages + stage); }
-  __device__ unsigned v_empty(int stage) const { return bars + 8 * (1 + 3 * kStages + stage); }
+  __device__ unsigned q_full(int buffer) const { return bars + 8 * buffer; }
+  __device__ unsigned q_empty(int buffer) const { return bars + 8 * (2 + buffer); }
+  __device__ unsigned k_full(int stage) const { return bars + 8 * (4 + stage); }
+  __device__ unsigned k_empty(int stage) const { return bars + 8 * (4 + kStages + stage); }
+  __device__ unsigned v_full(int stage) const { return bars + 8 * (4 + 2 * kStages + stage); }
+  __device__ unsigned v_empty(int stage) const { return bars + 8 * (4 + 3 * kStages + stage); }
 };
+
+// One unit of work: a work item (a query tile's key-tile list) for one batch element and head.
+struct Work {
+  int b, head, kv_head, q_row0, first, count;
+};
+
+// Work unit w walks the items heaviest first: w / (B · heads_per_item) is the item, and a
+// layout of one head serves heads_per_item query heads.
+__device__ __forceinline__ Work work_unit(const Int4* items, int w, int batch,
+                                          int heads_per_item, int kv_group) {
+  const int per_item = batch * heads_per_item;
+  const Int4 item = items[w / per_item];
+  Work work;
+  work.b = (w % per_item) % batch;
+  work.head = item.x * heads_per_item + (w % per_item) / batch;
+  work.kv_head = work.head / kv_group;
+  work.q_row0 = item.y * kBlockM;
+  work.first = item.z;
+  work.count = item.w;
+  return work;
+}
 
 // Load `Rows` rows from `row0` of one (head, batch) slice as HEAD_DIM / 64 boxes of 64 columns.
 template <int Rows>
@@ -86,22 +116,25 @@ __device__ __forceinline__ void load_rows(unsigned dst, const TensorMap& map, un
   }
 }
 
-// The producer's single thread: Q, then K and V of every active key tile through the ring.
+// The producer's single thread, for one work unit: Q into Q buffer `round & 1`, then K and V
+// of every active key tile through the ring, whose position `ring` counts the tiles before.
 __device__ __forceinline__ void produce(const Shared& sh, const TensorMap& q_map,
                                         const TensorMap& k_map, const TensorMap& v_map,
-                                        const Int4* entries, int first, int count, int q_row0,
-                                        int head, int kv_head, int b, int broadcast) {
-  const int q_b = (broadcast & 1) ? 0 : b, q_h = (broadcast & 2) ? 0 : head;
-  const int k_b = (broadcast & 4) ? 0 : b, k_h = (broadcast & 8) ? 0 : kv_head;
-  const int v_b = (broadcast & 16) ? 0 : b, v_h = (broadcast & 32) ? 0 : kv_head;
-  barrier_expect_bytes(sh.q_full(), kQBytes);
-  load_rows<kBlockM>(sh.q, q_map, sh.q_full(), q_row0, q_h, q_b);
-  int next_row0 = entries[first].x * kBlockN;
-  for (int n = 0; n < count; ++n) {
-    const int stage = n % kStages;
-    const unsigned parity = ((n / kStages) & 1) ^ 1;  // the first round finds every buffer free
+                                        const Int4* entries, const Work& work, int round,
+                                        int ring, int broadcast) {
+  const int q_b = (broadcast & 1) ? 0 : work.b, q_h = (broadcast & 2) ? 0 : work.head;
+  const int k_b = (broadcast & 4) ? 0 : work.b, k_h = (broadcast & 8) ? 0 : work.kv_head;
+  const int v_b = (broadcast & 16) ? 0 : work.b, v_h = (broadcast & 32) ? 0 : work.kv_head;
+  const int buffer = round & 1;
+  barrier_wait(sh.q_empty(buffer), ((round >> 1) & 1) ^ 1);  // free from two rounds ago
+  barrier_expect_bytes(sh.q_full(buffer), kQBytes);
+  load_rows<kBlockM>(sh.q_tile(buffer), q_map, sh.q_full(buffer), work.q_row0, q_h, q_b);
+  int next_row0 = work.count > 0 ? entries[work.first].x * kBlockN : 0;
+  for (int n = 0; n < work.count; ++n) {
+    const int stage = (ring + n) % kStages;
+    const unsigned parity = (((ring + n) / kStages) & 1) ^ 1;  // a fresh buffer counts as free
     const int k_row0 = next_row0;
-    if (n + 1 < count) next_row0 = entries[first + n + 1].x * kBlockN;
+    if (n + 1 < work.count) next_row0 = entries[work.first + n + 1].x * kBlockN;
     barrier_wait(sh.k_empty(stage), parity);
     barrier_expect_bytes(sh.k_full(stage), kTileBytes);
     load_rows<kBlockN>(sh.k_tile(stage), k_map, sh.k_full(stage), k_row0, k_h, k_b);
@@ -140,20 +173,23 @@ __device__ __forceinline__ void issue_pv(unsigned v_tile, unsigned (&p)[kBlockN 
   wgmma_commit();
 }
 
-// Consumer turns (PINGPONG): the two consumers issue their products in turn, through named
-// barriers 1 and 2; consumer 1's first arrival lets consumer 0 start.
+// Consumer turns (PINGPONG): the two consumers issue their products in turn through named
+// barriers 1 and 2. Consumer 1's first turn also arrives on barrier 1 so that consumer 0 can
+// start; consumer 0 takes that surplus arrival back at the end.
 struct Turns {
   int group;
-  __device__ void start() const {
-    if (PINGPONG && group == kConsumers - 1) named_arrive(1, 256);
+  bool started;
+  __device__ void wait() {
+    if (!PINGPONG) return;
+    if (group == 1 && !started) named_arrive(1, 256);
+    started = true;
+    named_sync(1 + group, 256);
   }
-  __device__ void wait() const {
-    if (PINGPONG) named_sync(1 + group, 256);
+  __device__ void pass() const {
+    if (PINGPONG) named_arrive(2 - group, 256);
   }
-  __device__ void pass(bool last) const {  // the last consumer's last pass has no taker
-    if (PINGPONG && !(last && group == kConsumers - 1)) {
-      named_arrive(1 + (group + 1) % kConsumers, 256);
-    }
+  __device__ void finish() const {
+    if (PINGPONG && group == 0 && started) named_sync(1, 256);
   }
 };
 
@@ -165,142 +201,153 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                                const __grid_constant__ TensorMap v_map,
                                unsigned short* __restrict__ out, float* __restrict__ lse,
                                const Int4* __restrict__ items, const Int4* __restrict__ entries,
-                               long long o_sb, long long o_sh, long long o_ss, int batch,
-                               int q_heads, int heads_per_item, int kv_group, int seq_q,
-                               int seq_k, int broadcast, int causal_offset, int sub_rows_log2,
-                               int sub_cols_log2, float scale_log2) {
+                               long long o_sb, long long o_sh, long long o_ss, int n_work,
+                               int batch, int q_heads, int heads_per_item, int kv_group,
+                               int seq_q, int seq_k, int broadcast, int causal_offset,
+                               int sub_rows_log2, int sub_cols_log2, float scale_log2) {
   extern __shared__ __align__(1024) Bits128 shared_raw[];
   Shared sh;
   sh.q = shared_address(shared_raw);
-  sh.k = sh.q + kQBytes;
+  sh.k = sh.q + 2 * kQBytes;
   sh.v = sh.k + kStages * kTileBytes;
   sh.bars = sh.v + kStages * kTileBytes;
 
-  // ---- which work item, batch element and heads (the grid walks items heaviest first)
-  const int per_item = batch * heads_per_item;
-  const Int4 item = items[blockIdx.x / per_item];
-  const int b = (blockIdx.x % per_item) % batch;
-  const int head = item.x * heads_per_item + (blockIdx.x % per_item) / batch;
-  const int kv_head = head / kv_group;
-  const int q_row0 = item.y * kBlockM;
-  const int first = item.z;
-  const int count = item.w;
-
   const int warp = warp_index();
   if (threadIdx.x == 0) {
-    barrier_init(sh.q_full(), 1);
+#pragma unroll
+    for (int buffer = 0; buffer < 2; ++buffer) {
+      barrier_init(sh.q_full(buffer), 1);
+      barrier_init(sh.q_empty(buffer), 4 * kConsumers);  // one arrival per consumer warp
+    }
 #pragma unroll
     for (int stage = 0; stage < kStages; ++stage) {
       barrier_init(sh.k_full(stage), 1);
       barrier_init(sh.v_full(stage), 1);
-      barrier_init(sh.k_empty(stage), 4 * kConsumers);  // one arrival per consumer warp
+      barrier_init(sh.k_empty(stage), 4 * kConsumers);
       barrier_init(sh.v_empty(stage), 4 * kConsumers);
     }
     barrier_init_fence();
   }
   __syncthreads();
 
+  // Persistent CTAs: CTA x runs work units x, x + gridDim.x, ... (heaviest first).
   if (warp < 4) {  // ---- producer warpgroup
     registers_release<kProducerRegisters>();
-    if (threadIdx.x == 0 && count > 0) {
-      produce(sh, q_map, k_map, v_map, entries, first, count, q_row0, head, kv_head, b,
-              broadcast);
+    if (threadIdx.x == 0) {
+      int ring = 0;
+      for (int w = blockIdx.x, round = 0; w < n_work; w += gridDim.x, ++round) {
+        const Work work = work_unit(items, w, batch, heads_per_item, kv_group);
+        produce(sh, q_map, k_map, v_map, entries, work, round, ring, broadcast);
+        ring += work.count;
+      }
     }
     return;
   }
   registers_claim<kConsumerRegisters>();
 
-  // ---- consumer warpgroup `group`: query rows [64 group, 64 group + 64) of the tile
-  const Turns turns{warp / 4 - 1};
+  // ---- consumer warpgroup `group`: query rows [64 group, 64 group + 64) of each tile
+  Turns turns{warp / 4 - 1, false};
   const int warp_row0 = turns.group * 64 + (warp & 3) * 16;
-  const unsigned q_rows = sh.q + turns.group * 64 * 128;
   const bool arrives = fresh_lane() == 0;  // one arrival per warp on "empty" barriers
-
   float o[kOAtoms][4];
   float s[kSAtoms][4];
   unsigned p[kBlockN / 16][4];
-  float row_max[1][2] = {{negative_infinity(), negative_infinity()}};
-  float row_sum[1][2] = {{0.f, 0.f}};
-  float correction[1][2];
-#pragma unroll
-  for (int j = 0; j < kOAtoms; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 #pragma unroll
   for (int j = 0; j < kSAtoms; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 
-  // S -> P for tile n: mask, softmax (the O rescale waits for the caller)
-  auto scores_to_probabilities = [&](const Int4& entry) {
-    float(&s2)[1][kSAtoms][4] = *reinterpret_cast<float(*)[1][kSAtoms][4]>(&s);
-    if (entry.y != 0) {  // full tiles never mask
-      apply_mask(s2, entry, warp_row0, q_row0, sub_rows_log2, sub_cols_log2, causal_offset,
-                 seq_k);
-    }
-    softmax_scores(s2, row_max, row_sum, correction, scale_log2);
-  };
-  auto pack = [&] {
-    pack_probabilities(*reinterpret_cast<float(*)[1][kSAtoms][4]>(&s),
-                       *reinterpret_cast<unsigned(*)[1][kBlockN / 16][4]>(&p));
-  };
+  int ring = 0;
+  for (int w = blockIdx.x, round = 0; w < n_work; w += gridDim.x, ++round) {
+    const Work work = work_unit(items, w, batch, heads_per_item, kv_group);
+    const int buffer = round & 1;
+    const unsigned q_rows = sh.q_tile(buffer) + turns.group * 64 * 128;
+    float row_max[1][2] = {{negative_infinity(), negative_infinity()}};
+    float row_sum[1][2] = {{0.f, 0.f}};
+    float correction[1][2];
+#pragma unroll
+    for (int j = 0; j < kOAtoms; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
-  if (count > 0) {
-    turns.start();
-    barrier_wait(sh.q_full(), 0);
-    Int4 entry = entries[first];
-    // tile 0: S alone
-    barrier_wait(sh.k_full(0), 0);
-    turns.wait();
-    pin(s);
-    wgmma_fence();
-    issue_qk(q_rows, sh.k_tile(0), s);
-    turns.pass(false);
-    wgmma_wait<0>();
-    pin(s);
-    if (arrives) barrier_arrive(sh.k_empty(0));
-    scores_to_probabilities(entry);
-    pack();
-    // tile n: S_n with P_{n-1} V_{n-1}; the softmax of S_n runs while P V is in flight
-    for (int n = 1; n < count; ++n) {
-      entry = entries[first + n];
-      const int stage = n % kStages, previous = (n - 1) % kStages;
-      barrier_wait(sh.k_full(stage), (n / kStages) & 1);
-      barrier_wait(sh.v_full(previous), ((n - 1) / kStages) & 1);
+    // S -> P for one tile: mask, softmax (the O rescale waits for P V)
+    auto scores_to_probabilities = [&](const Int4& entry) {
+      float(&s2)[1][kSAtoms][4] = *reinterpret_cast<float(*)[1][kSAtoms][4]>(&s);
+      if (entry.y != 0) {  // full tiles never mask
+        apply_mask(s2, entry, warp_row0, work.q_row0, sub_rows_log2, sub_cols_log2,
+                   causal_offset, seq_k);
+      }
+      softmax_scores(s2, row_max, row_sum, correction, scale_log2);
+    };
+    auto pack = [&] {
+      pack_probabilities(*reinterpret_cast<float(*)[1][kSAtoms][4]>(&s),
+                         *reinterpret_cast<unsigned(*)[1][kBlockN / 16][4]>(&p));
+    };
+    auto full = [&](int n) { return (ring + n) % kStages; };
+    auto parity = [&](int n) { return static_cast<unsigned>(((ring + n) / kStages) & 1); };
+
+    barrier_wait(sh.q_full(buffer), (round >> 1) & 1);
+    if (work.count > 0) {
+      Int4 entry = entries[work.first];
+      // tile 0: S alone
+      barrier_wait(sh.k_full(full(0)), parity(0));
       turns.wait();
       pin(s);
+      wgmma_fence();
+      issue_qk(q_rows, sh.k_tile(full(0)), s);
+      turns.pass();
+      wgmma_wait<0>();
+      pin(s);
+      if (arrives) barrier_arrive(sh.k_empty(full(0)));
+      scores_to_probabilities(entry);
+      pack();
+      // tile n: S_n with P_{n-1} V_{n-1}; the softmax of S_n runs while P V is in flight
+      for (int n = 1; n < work.count; ++n) {
+        entry = entries[work.first + n];
+        barrier_wait(sh.k_full(full(n)), parity(n));
+        barrier_wait(sh.v_full(full(n - 1)), parity(n - 1));
+        turns.wait();
+        pin(s);
+        pin(o);
+        pin(p);
+        wgmma_fence();
+        issue_qk(q_rows, sh.k_tile(full(n)), s);
+        issue_pv(sh.v_tile(full(n - 1)), p, o);
+        turns.pass();
+        wgmma_wait<1>();  // S_n has landed, P V may still run
+        pin(s);
+        if (arrives) barrier_arrive(sh.k_empty(full(n)));
+        scores_to_probabilities(entry);
+        wgmma_wait<0>();
+        pin(o);
+        pin(p);
+        if (arrives) barrier_arrive(sh.v_empty(full(n - 1)));
+        rescale(*reinterpret_cast<float(*)[1][kOAtoms][4]>(&o), correction);
+        pack();
+      }
+      // the last P V
+      const int last = work.count - 1;
+      barrier_wait(sh.v_full(full(last)), parity(last));
+      turns.wait();
       pin(o);
       pin(p);
       wgmma_fence();
-      issue_qk(q_rows, sh.k_tile(stage), s);
-      issue_pv(sh.v_tile(previous), p, o);
-      turns.pass(false);
-      wgmma_wait<1>();  // S_n has landed, P V may still run
-      pin(s);
-      if (arrives) barrier_arrive(sh.k_empty(stage));
-      scores_to_probabilities(entry);
+      issue_pv(sh.v_tile(full(last)), p, o);
+      turns.pass();
       wgmma_wait<0>();
       pin(o);
-      pin(p);
-      if (arrives) barrier_arrive(sh.v_empty(previous));
-      rescale(*reinterpret_cast<float(*)[1][kOAtoms][4]>(&o), correction);
-      pack();
+      if (arrives) barrier_arrive(sh.v_empty(full(last)));
     }
-    // the last P V
-    const int last = (count - 1) % kStages;
-    barrier_wait(sh.v_full(last), ((count - 1) / kStages) & 1);
-    turns.wait();
-    pin(o);
-    pin(p);
-    wgmma_fence();
-    issue_pv(sh.v_tile(last), p, o);
-    turns.pass(true);
-    wgmma_wait<0>();
-    pin(o);
-    if (arrives) barrier_arrive(sh.v_empty(last));
-  }
 
-  // ---- normalise, stage in this warp's own rows of the Q tile, store
-  store_rows(*reinterpret_cast<float(*)[1][kOAtoms][4]>(&o), row_max, row_sum,
-             reinterpret_cast<unsigned char*>(shared_raw),
-             [](int row, int chunk) { return tile_offset<kBlockM>(row, chunk); }, warp_row0,
-             q_row0, seq_q, out + b * o_sb + head * o_sh, o_ss,
-             lse == nullptr ? nullptr : lse + (static_cast<long long>(b) * q_heads + head) * seq_q,
-             scale_log2);
+    // ---- normalise, stage in this warp's own rows of the Q tile, store; free the Q tile
+    store_rows(*reinterpret_cast<float(*)[1][kOAtoms][4]>(&o), row_max, row_sum,
+               reinterpret_cast<unsigned char*>(shared_raw) + buffer * kQBytes,
+               [](int row, int chunk) { return tile_offset<kBlockM>(row, chunk); }, warp_row0,
+               work.q_row0, seq_q, out + work.b * o_sb + work.head * o_sh, o_ss,
+               lse == nullptr
+                   ? nullptr
+                   : lse + (static_cast<long long>(work.b) * q_heads + work.head) * seq_q,
+               scale_log2);
+    fence_async_proxy();  // the staging writes come before the next TMA write of this tile
+    __syncwarp();
+    if (arrives) barrier_arrive(sh.q_empty(buffer));
+    ring += work.count;
+  }
+  turns.finish();
 }
