@@ -2,11 +2,12 @@
 // (Shah et al. 2024) on our look-up tables. The algorithm and the table format are those of
 // fused_attention.cu (read its header first); this file changes how the work is scheduled.
 //
-// Persistent CTAs. The grid is at most one CTA per SM; CTA x runs work units x, x + gridDim.x,
-// ... of the n_work = n_items · B · heads_per_item units (unit w: item w / (B · heads_per_item),
-// batch element (w % (B · heads_per_item)) % B, head item.head · heads_per_item + (w % (B ·
-// heads_per_item)) / B), so the CTAs take the items heaviest first. Q has two buffers, so the
-// next unit's Q and first K/V tiles load while the current one finishes.
+// Persistent CTAs. The grid is at most one CTA per SM. Of the n_work = n_items · B ·
+// heads_per_item work units (unit w: item w / (B · heads_per_item), batch element (w % (B ·
+// heads_per_item)) % B, head item.head · heads_per_item + (w % (B · heads_per_item)) / B), round
+// r gives CTA x unit r·G + x for even r and r·G + G - 1 - x for odd r (G = gridDim.x): the items
+// are sorted heaviest first, and the snake order evens out the CTAs' totals. Q has two buffers,
+// so the next unit's Q and first K/V tiles load while the current one finishes.
 //
 // Warp specialisation. A CTA is three warpgroups:
 // - warpgroup 0, the producer, gives most of its registers away (setmaxnreg) and one thread of
@@ -104,6 +105,13 @@ __device__ __forceinline__ Work work_unit(const Int4* items, int w, int batch,
   work.first = item.z;
   work.count = item.w;
   return work;
+}
+
+// The work unit CTA blockIdx.x runs in round `round` (see the header), or n_work and more.
+__device__ __forceinline__ int unit_of_round(int round) {
+  const int base = round * static_cast<int>(gridDim.x);
+  return base + ((round & 1) ? static_cast<int>(gridDim.x - 1 - blockIdx.x)
+                             : static_cast<int>(blockIdx.x));
 }
 
 // Load `Rows` rows from `row0` of one (head, batch) slice as HEAD_DIM / 64 boxes of 64 columns.
@@ -230,12 +238,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   }
   __syncthreads();
 
-  // Persistent CTAs: CTA x runs work units x, x + gridDim.x, ... (heaviest first).
+  const int rounds = (n_work + gridDim.x - 1) / gridDim.x;
   if (warp < 4) {  // ---- producer warpgroup
     registers_release<kProducerRegisters>();
     if (threadIdx.x == 0) {
       int ring = 0;
-      for (int w = blockIdx.x, round = 0; w < n_work; w += gridDim.x, ++round) {
+      for (int round = 0; round < rounds; ++round) {
+        const int w = unit_of_round(round);
+        if (w >= n_work) continue;
         const Work work = work_unit(items, w, batch, heads_per_item, kv_group);
         produce(sh, q_map, k_map, v_map, entries, work, round, ring, broadcast);
         ring += work.count;
@@ -256,7 +266,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   for (int j = 0; j < kSAtoms; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 
   int ring = 0;
-  for (int w = blockIdx.x, round = 0; w < n_work; w += gridDim.x, ++round) {
+  for (int round = 0; round < rounds; ++round) {
+    const int w = unit_of_round(round);
+    if (w >= n_work) continue;  // only in the last round
     const Work work = work_unit(items, w, batch, heads_per_item, kv_group);
     const int buffer = round & 1;
     const unsigned q_rows = sh.q_tile(buffer) + turns.group * 64 * 128;
