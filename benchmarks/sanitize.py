@@ -6,8 +6,8 @@ CPU (so a call that runs clean but computes wrong fails too): the fused forward
 through the same call) and the SDD pipeline (``impl="sdd"``). Together they cover both dtypes and
 head dims, layout blocks 16 and 64, causal in both alignments, partial last blocks, Sq != Sk,
 GQA and MQA, one layout head shared by every query head, ``[B, S, H, D]`` memory read in place,
-a query row with no key, and on Hopper the ``mma.sync`` path beside ``wgmma`` (the plan is told
-the GPU is not Hopper).
+a query row with no key, an empty layout, more work units than a persistent grid's CTAs, and on
+Hopper the ``mma.sync`` path beside the Hopper kernel (the plan is told the GPU is not Hopper).
 
 The script first runs every case once without a sanitizer (which fills the NVRTC cubin cache of
 ``gpu/runtime.py``, so nothing compiles under the sanitizer, and checks that the cases pass),
@@ -93,6 +93,7 @@ class Case:
     bshd: bool = False  # q, k, v as [B, S, H, D] memory viewed as [B, H, S, D]
     shared_layout: bool = False  # one layout head for every query head
     mma_sync: bool = False  # the mma.sync path even on Hopper
+    empty: bool = False  # no active block: every output row zero
 
     @property
     def name(self) -> str:
@@ -103,7 +104,8 @@ class Case:
             parts.append("causal" if self.alignment == "top_left" else "causal_br")
         if self.kv_heads != self.q_heads:
             parts.append(f"gqa{self.q_heads}:{self.kv_heads}")
-        flags = (("bshd", self.bshd), ("shared", self.shared_layout), ("mma", self.mma_sync))
+        flags = (("bshd", self.bshd), ("shared", self.shared_layout), ("mma", self.mma_sync),
+                 ("empty", self.empty))  # fmt: skip
         return "-".join(parts + [flag for flag, on in flags if on])
 
 
@@ -112,6 +114,10 @@ CASES = (
     Case("forward", "f16", 64, 16, 200, 300, causal=True, alignment="bottom_right"),
     Case("forward", "f16", 128, 64, 256, 200, bshd=True, shared_layout=True),
     Case("forward", "bf16", 64, 16, 256, 256, mma_sync=True),
+    Case("forward", "bf16", 64, 64, 1000, 1500),
+    Case("forward", "f16", 128, 16, 100, 37, causal=True, alignment="bottom_right"),
+    Case("forward", "bf16", 64, 64, 2048, 2048, q_heads=16, causal=True),  # CTAs run 2+ units
+    Case("forward", "f16", 64, 64, 128, 192, empty=True),
     Case("backward", "bf16", 128, 64, 512, 512, q_heads=4, causal=True),
     Case("backward", "f16", 64, 16, 200, 200),
     Case("backward", "bf16", 64, 64, 256, 384, causal=True, alignment="bottom_right", bshd=True),
@@ -120,7 +126,7 @@ CASES = (
     Case("sdd", "bf16", 64, 64, 256, 256, causal=True),
 )  # fmt: skip
 #: --quick: both dtypes and head dims, forward and backward, GQA, a partial block at block 16.
-QUICK = (CASES[0].name, CASES[4].name, CASES[5].name)
+QUICK = (CASES[0].name, CASES[8].name, CASES[9].name)
 
 
 # --------------------------------------------------------------------------- one case (child)
@@ -136,6 +142,8 @@ def run_case(case: Case, *, device: str = "cuda", impl: str | None = None) -> tu
     blocks = torch.rand(1 if case.shared_layout else case.q_heads, n_q, n_k, generator=gen) < 0.5
     blocks[:, -1, -1] = True  # the partial corner is visited
     blocks[0, 0] = False  # query rows with no key: zeros and a logsumexp of -inf
+    if case.empty:
+        blocks[:] = False
 
     def operand(heads: int, seq: int) -> torch.Tensor:
         shape = (1, seq, heads, case.head_dim) if case.bshd else (1, heads, seq, case.head_dim)
