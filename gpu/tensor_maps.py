@@ -86,7 +86,9 @@ class RowMaps:
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     ) -> tuple[bytes, bytes, bytes, int]:
         """``(q map, k map, v map, broadcast)``: bits 2i and 2i + 1 for operand i's B and H."""
-        key = tuple((t.data_ptr(), t.shape, t.stride()) for t in (q, k, v))
+        # v has k's shape (the caller checks it)
+        key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.shape, k.shape)
+        key += (q.stride(), k.stride(), v.stride())
         found = self._cache.get(key)
         if found is not None:
             return found
