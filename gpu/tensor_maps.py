@@ -41,11 +41,13 @@ def _encoder():
     return encode
 
 
-def encode_rows_map(tensor: torch.Tensor, rows: int) -> tuple[bytes, int]:
-    """``(map bytes, broadcast bits)`` for a 16-bit ``[B, H, S, D]`` view loaded ``rows`` rows
-    at a time; bit 0 / 1 set: the batch / head dim is broadcast (use coordinate 0).
+def map_geometry(tensor: torch.Tensor) -> tuple[list[int], list[int], int]:
+    """``(extents, byte strides, broadcast bits)`` of a ``[B, H, S, D]`` view as a ``[D, S, H,
+    B]`` map: strides of S, H and B; bit 0 / 1 set where the batch / head dim is broadcast
+    (stride 0), which the map then gives extent 1.
 
-    The view's strides must already satisfy ``gpu.operands.check_strides``.
+    >>> map_geometry(torch.zeros(2, 1, 8, 64, dtype=torch.bfloat16).expand(2, 3, 8, 64))
+    ([64, 8, 1, 2], [128, 1024, 1024], 2)
     """
     batch, heads, seq, dim = tensor.shape
     extents = [dim, seq, heads, batch]
@@ -62,13 +64,20 @@ def encode_rows_map(tensor: torch.Tensor, rows: int) -> tuple[bytes, int]:
             extents[axis] = 1
         if extents[axis] == 1:  # read at coordinate 0 only: any valid stride will do
             strides[axis] = strides[axis - 1] * extents[axis - 1]
-    size = tensor.element_size()
+    return extents, [s * tensor.element_size() for s in strides[1:]], broadcast
+
+
+def encode_rows_map(tensor: torch.Tensor, rows: int) -> tuple[bytes, int]:
+    """``(map bytes, broadcast bits)`` for a 16-bit ``[B, H, S, D]`` view loaded ``rows`` rows
+    at a time (see ``map_geometry``). The view's strides must already satisfy
+    ``gpu.operands.check_strides``.
+    """
+    extents, strides, broadcast = map_geometry(tensor)
     out = (ctypes.c_uint64 * (MAP_BYTES // 8))()
     result = _encoder()(
-        ctypes.addressof(out), _UINT16, 4, tensor.data_ptr(),
-        (ctypes.c_uint64 * 4)(*extents), (ctypes.c_uint64 * 3)(*(s * size for s in strides[1:])),
-        (ctypes.c_uint32 * 4)(BOX_COLUMNS, rows, 1, 1), (ctypes.c_uint32 * 4)(1, 1, 1, 1),
-        _NO_INTERLEAVE, _SWIZZLE_128B, _L2_256B, _ZERO_FILL,
+        ctypes.addressof(out), _UINT16, 4, tensor.data_ptr(), (ctypes.c_uint64 * 4)(*extents),
+        (ctypes.c_uint64 * 3)(*strides), (ctypes.c_uint32 * 4)(BOX_COLUMNS, rows, 1, 1),
+        (ctypes.c_uint32 * 4)(1, 1, 1, 1), _NO_INTERLEAVE, _SWIZZLE_128B, _L2_256B, _ZERO_FILL,
     )  # fmt: skip
     check_driver_result(result, "cuTensorMapEncodeTiled")
     return bytes(out), broadcast
