@@ -29,6 +29,13 @@ __device__ __forceinline__ void copy_async_16(unsigned dst, const void* src, int
                : "memory");
 }
 
+// 16-byte global -> shared copy of a row that always exists (no zero fill). Passing src_bytes =
+// 16 above is equivalent, but its extra PTX operand changes how ptxas schedules the SDD pipeline's
+// V staging (BLOCK = 64, D = 64: 8 more registers and a spill on sm_80, nvcc 13.0).
+__device__ __forceinline__ void copy_async_16(unsigned dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(dst), "l"(src) : "memory");
+}
+
 __device__ __forceinline__ void copy_async_commit() {
   asm volatile("cp.async.commit_group;\n" ::: "memory");
 }
@@ -83,6 +90,14 @@ __device__ __forceinline__ float exp2_approx(float x) {  // 2^-inf = +0
 __device__ __forceinline__ float max_of(float a, float b) { return a > b ? a : b; }
 
 __device__ __forceinline__ float negative_infinity() { return -__int_as_float(0x7f800000); }
+
+// −inf from a mov the compiler cannot fold. With the constant above, nvcc 13.0 reshapes the SDD
+// pipeline's gather loop and epilogue: 10 to 28 more instructions in sdd_matmul_t16 / t32.
+__device__ __forceinline__ float opaque_negative_infinity() {
+  float value;
+  asm("mov.b32 %0, 0xff800000;\n" : "=f"(value));
+  return value;
+}
 
 // The lane and thread index read afresh: per-lane address arithmetic derived from these is
 // recomputed where it is used instead of being hoisted out of the main loop, where it held ~25

@@ -9,7 +9,7 @@
 // Inputs (all row-major, contiguous):
 //   q [B, H, Sq, D], k / v [B, H, Sk, D]: 16-bit floats (bf16 when DTYPE_BF16 == 1, else fp16),
 //     handled as raw `unsigned short` bits: no CUDA headers are included, so the same source
-//     compiles under NVRTC and nvcc; conversions are inline PTX.
+//     compiles under NVRTC and nvcc; conversions are inline PTX (attention_common.cuh).
 //   scores [B, nnz, BLOCK, BLOCK] fp32 and P [B, nnz, BLOCK, BLOCK] 16-bit, packed in orig_idx
 //     order (row-major over the [H, M, N] layout: head, then query block, then key block), so the
 //     active blocks of one query block row are contiguous: row_ptr[h·M + m] .. row_ptr[h·M+m+1].
@@ -46,6 +46,8 @@
 #error "HEAD_DIM must be defined"
 #endif
 
+#include "attention_common.cuh"
+
 static_assert(BLOCK == 16 || BLOCK == 32 || BLOCK == 64 || BLOCK == 128, "BLOCK: 16/32/64/128");
 static_assert(HEAD_DIM == 64 || HEAD_DIM == 128, "HEAD_DIM must be 64 or 128");
 
@@ -68,74 +70,11 @@ struct alignas(8) Bits16x4 {
 
 extern __shared__ Float4 shared_words[];  // dynamic shared memory; Float4 keeps 16-byte alignment
 
-// ------------------------------------------------------------------------------ PTX helpers
-__device__ __forceinline__ float neg_inf() {
-  float x;
-  asm("mov.b32 %0, 0xff800000;" : "=f"(x));
-  return x;
-}
-
-__device__ __forceinline__ float fast_exp2(float x) {  // exp2(-inf) = 0
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
-__device__ __forceinline__ u32 shared_address(const void* pointer) {
-  u32 address;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }"
-      : "=r"(address)
-      : "l"(pointer));
-  return address;
-}
-
-__device__ __forceinline__ void copy_async_16(void* shared, const void* global) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(shared_address(shared)),
-               "l"(global));
-}
-__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void copy_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(u32 (&r)[4], const void* shared) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(shared)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(u32 (&r)[4], const void* shared) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(shared)));
-}
-
-// d += a · b for one m16n8k16 tile (a: 4 regs of packed 16-bit pairs, b: 2 regs, d: 4 floats).
-__device__ __forceinline__ void mma_16816(float (&d)[4], const u32 (&a)[4], u32 b0, u32 b1) {
-#if DTYPE_BF16
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#else
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-      "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-#endif
-}
-
-// Two floats to one packed pair of 16-bit floats, `lo` in the low half.
-__device__ __forceinline__ u32 pack2(float lo, float hi) {
-  u32 packed;
-#if DTYPE_BF16
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
-#else
-  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(packed) : "f"(hi), "f"(lo));
-#endif
-  return packed;
+// One 16-byte piece of a row, global -> shared; every row copied here exists (no zero fill).
+// Converting the shared pointer in here, after both addresses are formed, keeps ptxas's schedule
+// of the copy loops; converted at the call sites, the loops came out reordered (nvcc 13.0).
+__device__ __forceinline__ void copy_chunk(bits16* shared, const bits16* global) {
+  copy_async_16(shared_address(shared), global);
 }
 
 // ------------------------------------------------------------------------------ SDD
@@ -175,8 +114,8 @@ __device__ __forceinline__ void sdd_matmul(const bits16* __restrict__ q,
     const int qt = row0 + r, kt = col0 + r;
     const i64 q_token = (i64)rows[qt / BLOCK] * BLOCK + qt % BLOCK;
     const i64 k_token = (i64)cols[kt / BLOCK] * BLOCK + kt % BLOCK;
-    copy_async_16(q_tile + r * SMEM_STRIDE + part, q_head + q_token * HEAD_DIM + part);
-    copy_async_16(k_tile + r * SMEM_STRIDE + part, k_head + k_token * HEAD_DIM + part);
+    copy_chunk(q_tile + r * SMEM_STRIDE + part, q_head + q_token * HEAD_DIM + part);
+    copy_chunk(k_tile + r * SMEM_STRIDE + part, k_head + k_token * HEAD_DIM + part);
   }
   copy_async_commit();
   copy_async_wait<0>();
@@ -190,13 +129,16 @@ __device__ __forceinline__ void sdd_matmul(const bits16* __restrict__ q,
     u32 a[M_TILES][4];
 #pragma unroll
     for (int mt = 0; mt < M_TILES; ++mt)
-      ldmatrix_x4(a[mt], q_tile + (warp_row + mt * 16 + lane % 16) * SMEM_STRIDE + kk +
-                             (lane / 16) * 8);
+      ldmatrix_x4(shared_address(q_tile + (warp_row + mt * 16 + lane % 16) * SMEM_STRIDE + kk +
+                                 (lane / 16) * 8),
+                  a[mt]);
 #pragma unroll
     for (int nt = 0; nt < N_TILES; nt += 2) {
       u32 b[4];
-      ldmatrix_x4(b, k_tile + (warp_col + nt * 8 + (lane / 16) * 8 + lane % 8) * SMEM_STRIDE +
-                         kk + ((lane / 8) % 2) * 8);
+      ldmatrix_x4(shared_address(k_tile +
+                                 (warp_col + nt * 8 + (lane / 16) * 8 + lane % 8) * SMEM_STRIDE +
+                                 kk + ((lane / 8) % 2) * 8),
+                  b);
 #pragma unroll
       for (int mt = 0; mt < M_TILES; ++mt) {
         mma_16816(acc[mt][nt], a[mt], b[0], b[1]);
@@ -218,8 +160,8 @@ __device__ __forceinline__ void sdd_matmul(const bits16* __restrict__ q,
         float s0 = acc[mt][nt][2 * half] * scale, s1 = acc[mt][nt][2 * half + 1] * scale;
         if (causal) {
           const int q_token = rows[i] * BLOCK + ri, k_token = cols[j] * BLOCK + ci;
-          if (k_token > q_token) s0 = neg_inf();
-          if (k_token + 1 > q_token) s1 = neg_inf();
+          if (k_token > q_token) s0 = opaque_negative_infinity();
+          if (k_token + 1 > q_token) s1 = opaque_negative_infinity();
         }
         const i64 slot = (i64)batch * nnz + orig[i * width + j];
         float* dst = scores + (slot * BLOCK + ri) * BLOCK + ci;
@@ -252,9 +194,9 @@ constexpr int SOFTMAX_ROWS = SOFTMAX_THREADS / ROW_LANES;
 // Merge two online-softmax states (max, sum of exp2((x - max)·log2e)).
 __device__ __forceinline__ void merge_state(float& max, float& sum, float other_max,
                                             float other_sum) {
-  const float top = max > other_max ? max : other_max;
-  if (top == neg_inf()) return;  // both empty
-  sum = sum * fast_exp2((max - top) * LOG2E) + other_sum * fast_exp2((other_max - top) * LOG2E);
+  const float top = max_of(max, other_max);
+  if (top == opaque_negative_infinity()) return;  // both empty
+  sum = sum * exp2_approx((max - top) * LOG2E) + other_sum * exp2_approx((other_max - top) * LOG2E);
   max = top;
 }
 
@@ -278,16 +220,14 @@ extern "C" __global__ void __launch_bounds__(SOFTMAX_THREADS)
   }
   const i64 offset = (i64)r * BLOCK + lane * 4;
 
-  float max = neg_inf(), sum = 0.f;
+  float max = opaque_negative_infinity(), sum = 0.f;
   for (int o = begin; o < end; ++o) {
     const Float4 x =
         *reinterpret_cast<const Float4*>(scores + (batch * nnz + o) * BLOCK * BLOCK + offset);
-    float top = x.x > x.y ? x.x : x.y;
-    top = top > x.z ? top : x.z;
-    top = top > x.w ? top : x.w;
-    const float part = fast_exp2((x.x - top) * LOG2E) + fast_exp2((x.y - top) * LOG2E) +
-                       fast_exp2((x.z - top) * LOG2E) + fast_exp2((x.w - top) * LOG2E);
-    if (top != neg_inf()) merge_state(max, sum, top, part);
+    const float top = max_of(max_of(max_of(x.x, x.y), x.z), x.w);
+    const float part = exp2_approx((x.x - top) * LOG2E) + exp2_approx((x.y - top) * LOG2E) +
+                       exp2_approx((x.z - top) * LOG2E) + exp2_approx((x.w - top) * LOG2E);
+    if (top != opaque_negative_infinity()) merge_state(max, sum, top, part);
   }
 #pragma unroll
   for (int step = ROW_LANES / 2; step > 0; step /= 2) {
@@ -295,7 +235,7 @@ extern "C" __global__ void __launch_bounds__(SOFTMAX_THREADS)
     const float other_sum = __shfl_xor_sync(0xffffffffu, sum, step);
     merge_state(max, sum, other_max, other_sum);
   }
-  const bool empty = max == neg_inf();
+  const bool empty = max == opaque_negative_infinity();
   const float inverse = empty ? 0.f : 1.f / sum;
   const float shift = empty ? 0.f : max * LOG2E;
 
@@ -303,8 +243,10 @@ extern "C" __global__ void __launch_bounds__(SOFTMAX_THREADS)
     const i64 at = (batch * nnz + o) * BLOCK * BLOCK + offset;
     const Float4 x = *reinterpret_cast<const Float4*>(scores + at);
     Bits16x4 p;
-    p.lo = pack2(fast_exp2(x.x * LOG2E - shift) * inverse, fast_exp2(x.y * LOG2E - shift) * inverse);
-    p.hi = pack2(fast_exp2(x.z * LOG2E - shift) * inverse, fast_exp2(x.w * LOG2E - shift) * inverse);
+    p.lo = pack_pair(exp2_approx(x.x * LOG2E - shift) * inverse,
+                     exp2_approx(x.y * LOG2E - shift) * inverse);
+    p.hi = pack_pair(exp2_approx(x.z * LOG2E - shift) * inverse,
+                     exp2_approx(x.w * LOG2E - shift) * inverse);
     *reinterpret_cast<Bits16x4*>(probs + at) = p;
   }
 }
@@ -319,8 +261,7 @@ __device__ __forceinline__ void load_value_block(bits16* tile, const bits16* v_h
   constexpr int CHUNKS_PER_ROW = HEAD_DIM / 8;
   for (int c = threadIdx.x; c < BLOCK * CHUNKS_PER_ROW; c += DSD_THREADS) {
     const int r = c / CHUNKS_PER_ROW, part = (c % CHUNKS_PER_ROW) * 8;
-    copy_async_16(tile + r * SMEM_STRIDE + part,
-                  v_head + ((i64)col * BLOCK + r) * HEAD_DIM + part);
+    copy_chunk(tile + r * SMEM_STRIDE + part, v_head + ((i64)col * BLOCK + r) * HEAD_DIM + part);
   }
 }
 
@@ -361,8 +302,10 @@ extern "C" __global__ void __launch_bounds__(DSD_THREADS)
 #pragma unroll
       for (int nt = 0; nt < D_TILES; nt += 2) {
         u32 b[4];
-        ldmatrix_x4_trans(b, tile + (kk + ((lane / 8) % 2) * 8 + lane % 8) * SMEM_STRIDE +
-                                 nt * 8 + (lane / 16) * 8);
+        ldmatrix_x4_trans(shared_address(tile +
+                                         (kk + ((lane / 8) % 2) * 8 + lane % 8) * SMEM_STRIDE +
+                                         nt * 8 + (lane / 16) * 8),
+                          b);
         mma_16816(acc[nt], a, b[0], b[1]);
         mma_16816(acc[nt + 1], a, b[2], b[3]);
       }
@@ -375,8 +318,9 @@ extern "C" __global__ void __launch_bounds__(DSD_THREADS)
 #pragma unroll
   for (int nt = 0; nt < D_TILES; ++nt) {
     const int col = nt * 8 + (lane % 4) * 2;
-    *reinterpret_cast<u32*>(out_rows + (lane / 4) * HEAD_DIM + col) = pack2(acc[nt][0], acc[nt][1]);
+    *reinterpret_cast<u32*>(out_rows + (lane / 4) * HEAD_DIM + col) =
+        pack_pair(acc[nt][0], acc[nt][1]);
     *reinterpret_cast<u32*>(out_rows + (lane / 4 + 8) * HEAD_DIM + col) =
-        pack2(acc[nt][2], acc[nt][3]);
+        pack_pair(acc[nt][2], acc[nt][3]);
   }
 }
