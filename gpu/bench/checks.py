@@ -1,8 +1,10 @@
 """The error check: contenders against the fp64 reference, on every query row or a sample.
 
-The fp64 reference (``gpu.reference``) costs ``4·B·H·Sq·Sk·D`` FLOPs at fp64 speed: about half a
-minute for B=1, H=16, S=16384 on an H200, but half an hour at B=4, S=65536. So a case whose
-``B·Sq·Sk`` exceeds ``MAX_CHECKED_PAIRS`` (that of B=1, S=16384, checked in full) is checked on
+The fp64 reference (``gpu.reference``) works on every query-key pair: ``4·B·H·Sq·Sk·D`` fp64
+FLOPs and several passes over fp64 scores. At B=1, H=16, S=16384 that is affordable (the whole
+36-case sweep, references included, took 97 s on an H200); at B=4, S=65536 it is 64 times as
+much per case (2.7·10¹¹ pairs), and more again for the reference gradients of a training step.
+So a case whose ``B·Sq·Sk`` exceeds ``MAX_CHECKED_PAIRS`` (B=1, S=16384) is checked on
 a ``RowSample``: as many windows of about ``WINDOW_ROWS`` query rows (whole blocks) as the
 budget allows, at least one, the first at row 0, the last (when there are two or more) ending at
 Sq, the others evenly spread between. The check costs about the same at any size.
