@@ -6,8 +6,12 @@ Examples::
     python -m gpu.bench --design my_layout.pt --head-dim 128 --out results.json
     python -m gpu.bench --sweep standard --out benchmarks/results/2026-11-29-h200.json
     python -m gpu.bench --sweep standard --quick
+    python -m gpu.bench --sweep standard --seq 4096 --out results-s4096.json
+    python -m gpu.bench --sweep standard --seq 65536 --batch 4 --out results-s65536-b4.json
     python -m gpu.bench --sweep standard --backward --out results-backward.json
 
+``--seq`` runs the standard cases at another sequence length (the JSON records S and B in each
+case's config); a case whose layout cannot be built at that length is skipped with the reason.
 ``--backward`` times one training step's attention (forward, then backward with a fixed random
 output gradient) for the contenders with a backward pass, and adds the forward and the backward
 alone and the errors of dq, dk and dv against fp64 to the table.
@@ -36,9 +40,11 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(case.name for case in standard_cases()))
         return 0
     try:
-        jobs = _jobs(args)
+        jobs, skipped = _jobs(args)
     except (ValueError, TypeError) as error:  # a bad case name, design file or option value
         parser.error(str(error))
+    for reason in skipped:
+        print(f"skipped {reason}", flush=True)
     session = BenchSession(torch.device("cuda" if torch.cuda.is_available() else "cpu"),
                            flush_l2=not args.no_flush)  # fmt: skip
     results = []
@@ -47,17 +53,32 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[{i}/{len(jobs)}] {name} ({time.perf_counter() - started:.0f} s)", flush=True)
         results.append(run_benchmark(config, layout, name=name, session=session))
         if args.out:  # keep what is done if a later case takes the process down
-            write_json(results, args.out)
+            write_json(results, args.out, skipped=skipped)
     print(format_table(results))
     print(f"\n{len(results)} cases in {time.perf_counter() - started:.0f} s")
+    if skipped:
+        print(f"{len(skipped)} skipped: " + "; ".join(skipped))
     return 0
 
 
-def _jobs(args: argparse.Namespace) -> list:
+def _jobs(args: argparse.Namespace) -> tuple[list, list[str]]:
+    """``([(name, config, layout)], [why each skipped case was skipped])``."""
     if args.sweep or args.case:
         cases = standard_cases() if args.sweep else [find_case(n) for n in args.case.split(",")]
-        return [(c.name, _override(c.config(quick=args.quick, backward=args.backward), args),
-                 c.layout(quick=args.quick)) for c in cases]  # fmt: skip
+        jobs, skipped = [], []
+        for case in cases:
+            config = case.config(quick=args.quick, backward=args.backward, seq_len=args.seq)
+            try:
+                layout = case.layout(quick=args.quick, seq_len=args.seq)
+            except ValueError as error:  # past the layout size limit at this length
+                skipped.append(str(error))
+                continue
+            jobs.append((case.name, _override(config, args), layout))
+        if not jobs:
+            raise ValueError("no case can be built: " + "; ".join(skipped))
+        return jobs, skipped
+    if args.seq is not None:
+        raise ValueError("--seq sets the length of --case and --sweep; a design has its own")
     if args.design:
         design = load_design(args.design)
         layout = design.layout
@@ -70,7 +91,7 @@ def _jobs(args: argparse.Namespace) -> list:
             start_width=design.start_width,
             backward=args.backward,
         )
-        return [(design.name, _override(config, args), layout)]
+        return [(design.name, _override(config, args), layout)], []
     raise ValueError("give --case, --design or --sweep")
 
 
@@ -90,8 +111,9 @@ def _override(config: BenchConfig, args: argparse.Namespace) -> BenchConfig:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gpu.bench",
-        description="Time block-sparse attention (ours fused and SDD, FlexAttention, dense SDPA) "
-        "on one layout or the standard sweep; print a table and write JSON.",
+        description="Time block-sparse attention (ours fused and SDD, FlexAttention in its "
+        "fastest accurate variant, dense SDPA) on one layout or the standard sweep; print a "
+        "table and write JSON.",
     )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument(
@@ -102,6 +124,12 @@ def _parser() -> argparse.ArgumentParser:
     what.add_argument("--list", action="store_true", help="list the standard cases")
     parser.add_argument("--out", help="write the results as JSON to this path")
     parser.add_argument("--quick", action="store_true", help="S=4096 and few reps (smoke test)")
+    parser.add_argument(
+        "--seq",
+        type=int,
+        help="sequence length S of --case and --sweep, a multiple of 128 (default 16384; 4096 "
+        "with --quick), e.g. 4096, or 65536 with --batch 4",
+    )
     parser.add_argument("--contenders", help=f"comma-separated subset of {','.join(CONTENDERS)}")
     parser.add_argument("--head-dim", type=int, help="head dim for --design (default 64)")
     parser.add_argument("--heads", type=int, help="heads for --design (default: the layout's)")

@@ -1,5 +1,13 @@
 """The standard benchmark cases: H200, bf16, B=1, H=16, S=16384, D=64 and 128.
 
+The same cases run at other lengths (``seq_len``, ``python -m gpu.bench --seq``: 4096 and, with
+``--batch 4``, 65536). Each family keeps its token-level definition, so a band's width and the
+global tokens stay the same number of tokens and the densities in the names are those at
+S = 16384 (the results record each layout's own density). A layout stores its 16 heads while
+they fit in the layout size limit (``MAX_LAYOUT_CELLS``); past it (S = 65536 with 16-token
+blocks), a family whose heads are all the same keeps one head, which serves all 16, and bigbird,
+whose random blocks are drawn per head, cannot be built.
+
 Layout families, each defined at token level and built at block sizes 128, 64 and 16:
 
 - ``banded_2pct`` / ``banded_7pct`` / ``banded_25pct``: a bidirectional local band of half-width
@@ -28,11 +36,14 @@ import torch
 from designer.layout import Layout
 from designer.patterns import causal as causal_pattern
 from designer.patterns import global_tokens, random_blocks, sliding_window
+from designer.validate import MAX_LAYOUT_CELLS, check_int, error_context
 from gpu.bench.config import DEFAULT_BACKWARD_CONTENDERS, DEFAULT_CONTENDERS, BenchConfig
 
 HEADS = 16
 SEQ_LEN = 16384
 QUICK_SEQ_LEN = 4096
+#: The longest ``seq_len`` (a ``seq_len`` must also be a multiple of the largest block).
+MAX_SEQ_LEN = 1 << 20
 BLOCK_SIZES = (128, 64, 16)
 HEAD_DIMS = (64, 128)
 BAND_HALF_WIDTHS = {"banded_2pct": 192, "banded_7pct": 576, "banded_25pct": 2112}
@@ -62,7 +73,11 @@ class StandardCase:
     def in_segmentation_study(self) -> bool:
         return self.family in BAND_HALF_WIDTHS and self.block_size == 16
 
-    def config(self, *, quick: bool = False, backward: bool = False) -> BenchConfig:
+    def config(
+        self, *, quick: bool = False, backward: bool = False, seq_len: int | None = None
+    ) -> BenchConfig:
+        """The case's config; ``seq_len`` (default: ``SEQ_LEN``, ``QUICK_SEQ_LEN`` when
+        ``quick``) sets S, ``quick`` also few reps."""
         contenders = STANDARD_CONTENDERS
         if self.in_segmentation_study:
             contenders = (*contenders, *STUDY_CONTENDERS)
@@ -70,7 +85,7 @@ class StandardCase:
             contenders = DEFAULT_BACKWARD_CONTENDERS
         return BenchConfig(
             heads=HEADS,
-            seq_q=QUICK_SEQ_LEN if quick else SEQ_LEN,
+            seq_q=case_seq_len(quick=quick, seq_len=seq_len),
             head_dim=self.head_dim,
             causal=self.causal,
             contenders=contenders,
@@ -79,17 +94,37 @@ class StandardCase:
             backward=backward,
         )
 
-    def layout(self, *, quick: bool = False) -> Layout:
-        seq = QUICK_SEQ_LEN if quick else SEQ_LEN
-        return Layout(
-            family_blocks(self.family, seq // self.block_size, self.block_size), self.block_size
-        )
+    def layout(self, *, quick: bool = False, seq_len: int | None = None) -> Layout:
+        """The case's layout at ``config(quick=quick, seq_len=seq_len).seq_q`` tokens; raises
+        ``ValueError`` when it is past the layout size limit."""
+        n_blocks = case_seq_len(quick=quick, seq_len=seq_len) // self.block_size
+        with error_context(f"{self.name} at S={n_blocks * self.block_size}"):
+            blocks = family_blocks(self.family, n_blocks, self.block_size)
+            if HEADS * n_blocks * n_blocks <= MAX_LAYOUT_CELLS:  # every head, as a design has
+                blocks = blocks.expand(HEADS, -1, -1)
+            return Layout(blocks, self.block_size)
+
+
+def case_seq_len(*, quick: bool = False, seq_len: int | None = None) -> int:
+    """S of the standard cases: ``seq_len``, checked, or the default of the mode.
+
+    >>> case_seq_len(), case_seq_len(quick=True), case_seq_len(seq_len=65536)
+    (16384, 4096, 65536)
+    """
+    if seq_len is None:
+        return QUICK_SEQ_LEN if quick else SEQ_LEN
+    largest = max(BLOCK_SIZES)
+    check_int("seq_len", seq_len, low=largest, high=MAX_SEQ_LEN)
+    if seq_len % largest:
+        raise ValueError(f"seq_len must be a multiple of {largest}, got {seq_len}")
+    return seq_len
 
 
 def family_blocks(family: str, n_blocks: int, block_size: int) -> torch.Tensor:
-    """The ``[HEADS, n, n]`` bool layout of one family at ``block_size`` (see module doc)."""
+    """The bool layout of one family at ``block_size`` (see module doc): ``[1, n, n]`` when every
+    head is the same, else ``[HEADS, n, n]``."""
     if family in BAND_HALF_WIDTHS:
-        return _band(family, n_blocks, block_size).expand(HEADS, -1, -1)
+        return _band(family, n_blocks, block_size)
     if family == "bigbird_10pct":
         band = _band("banded_2pct", n_blocks, block_size)
         n_global = max(1, GLOBAL_TOKENS // block_size)
@@ -97,9 +132,9 @@ def family_blocks(family: str, n_blocks: int, block_size: int) -> torch.Tensor:
         random = random_blocks(HEADS, n_blocks, n_blocks, seed=0, probability=RANDOM_PROBABILITY)
         return band | globals_ | random
     if family == "causal":
-        return causal_pattern(HEADS, n_blocks, n_blocks)
+        return causal_pattern(1, n_blocks, n_blocks)
     if family == "dense":
-        return torch.ones(HEADS, n_blocks, n_blocks, dtype=torch.bool)
+        return torch.ones(1, n_blocks, n_blocks, dtype=torch.bool)
     raise ValueError(f"family must be one of {', '.join(FAMILIES)}, got {family!r}")
 
 
@@ -128,7 +163,10 @@ def find_case(name: str) -> StandardCase:
     )
 
 
-def iter_sweep(*, quick: bool = False) -> Iterator[tuple[StandardCase, BenchConfig, Layout]]:
+def iter_sweep(
+    *, quick: bool = False, seq_len: int | None = None
+) -> Iterator[tuple[StandardCase, BenchConfig, Layout]]:
     """``(case, config, layout)`` for the whole standard sweep, layouts built lazily."""
     for case in standard_cases():
-        yield case, case.config(quick=quick), case.layout(quick=quick)
+        yield (case, case.config(quick=quick, seq_len=seq_len),
+               case.layout(quick=quick, seq_len=seq_len))  # fmt: skip

@@ -8,10 +8,14 @@ only launches, and whether its output is the layout's attention (then its error 
 - ``fused_api``: the same kernel through the public call a model makes,
   ``gpu.block_sparse_attention(q, k, v, plan)`` with a ``gpu.plan`` built outside.
 - ``sdd`` / ``sdd_w1``: our SDD → softmax → DSD pipeline, segment-driven (128-token tiles) or
-  with start width 1 (one block per SDD tile: the segmentation study's baseline).
+  with start width 1 (one block per SDD tile: the segmentation study's baseline). Its packed
+  ``[B, nnz, b, b]`` scores grow with the layout: a case whose scores do not fit in the free
+  memory, or whose per-head layout exceeds the layout size limit, is unavailable.
 - ``sdd_qk`` / ``sdd_qk_w1``: the SDD kernel alone (QKᵀ on active blocks) for the same study.
-- ``flex`` / ``flex_tuned``: FlexAttention, same token-level mask at its 128-token blocks (see
-  ``flex.py``), compiled with Inductor's default tiles or with ``max-autotune-no-cudagraphs``.
+- ``flex`` / ``flex_tuned``: FlexAttention, same token-level mask (see ``flex.py``), compiled
+  with Inductor's default tiles or with ``max-autotune-no-cudagraphs``. Each returns
+  ``Variants``, one per ``FlexVariant`` that runs the case exactly (tile size, gather or closed
+  form ``mask_mod``); the harness measures each and keeps the fastest accurate one.
 - ``sdpa`` / ``sdpa_cudnn`` / ``sdpa_flash``: dense PyTorch SDPA with its default backend, and
   with cuDNN or flash forced; ``is_causal=True`` in causal cases. They compute dense (or causal)
   attention, so their error is checked only when the layout is all ones.
@@ -26,12 +30,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
 
+from designer.units import bytes_text
+from designer.validate import MAX_LAYOUT_CELLS
 from gpu.bench.config import BACKWARD_CONTENDERS
-from gpu.bench.flex import FlexSession, FlexUnavailable
+from gpu.bench.flex import FlexSession, FlexUnavailable, FlexVariant, flex_variants
 from gpu.reference import dense_masked_attention
 
 #: The ``torch.compile`` mode of the ``flex_tuned`` contender.
@@ -49,7 +56,7 @@ class Case:
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
-    blocks: torch.Tensor  # CPU bool [H, M, N], already broadcast to H heads
+    blocks: torch.Tensor  # CPU bool [H or 1, M, N]: one head serves every head
     block_size: int
     causal: bool
     scale: float
@@ -75,9 +82,17 @@ class Prepared:
     computes_layout: bool
 
 
-def prepare(name: str, case: Case) -> Prepared:
-    """Do ``name``'s host work for ``case`` and return its launcher."""
-    makers: dict[str, Callable[[Case], Prepared]] = {
+@dataclass(frozen=True)
+class Variants:
+    """Several ways one contender can run a case: ``(name, prepare)`` pairs, each ``prepare``
+    doing that way's host work when called (a failure belongs to that variant)."""
+
+    options: tuple[tuple[str, Callable[[], Prepared]], ...]
+
+
+def prepare(name: str, case: Case) -> Prepared | Variants:
+    """Do ``name``'s host work for ``case`` and return its launcher (or its variants)."""
+    makers: dict[str, Callable[[Case], Prepared | Variants]] = {
         "fused": lambda c: _fused_api(c) if c.backward else _fused(c),
         "fused_api": _fused_api,
         "sdd": lambda c: _sdd(c, c.start_width),
@@ -138,31 +153,82 @@ def _fused_api(case: Case) -> Prepared:
 
 
 def _sdd(case: Case, start_width: int | None) -> Prepared:
-    from gpu.sdd import plan_sdd, run_sdd
+    from gpu.sdd import run_sdd
 
-    plan = plan_sdd(case.blocks, case.block_size, start_width=start_width, **_our_kernel_args(case))
+    plan = _sdd_plan(case, start_width)
     out = torch.empty_like(case.q)
     return Prepared(lambda: run_sdd(plan, case.q, case.k, case.v, scale=case.scale, out=out), True)
 
 
 def _sdd_qk(case: Case, start_width: int | None) -> Prepared:
-    from gpu.sdd import plan_sdd, sdd_scores
+    from gpu.sdd import sdd_scores
 
-    plan = plan_sdd(case.blocks, case.block_size, start_width=start_width, **_our_kernel_args(case))
+    plan = _sdd_plan(case, start_width)
     return Prepared(lambda: sdd_scores(plan, case.q, case.k, scale=case.scale), False)
 
 
-def _flex(case: Case, mode: str | None) -> Prepared:
-    try:
-        compiled, block_mask = case.flex.prepare(
-            case.blocks, case.block_size, causal=case.causal, device=case.q.device, mode=mode
+def _sdd_plan(case: Case, start_width: int | None) -> Any:
+    """The SDD plan of ``case`` (the pipeline segments each query head's layout)."""
+    from gpu.sdd import plan_sdd
+
+    heads = case.q.shape[1]
+    if reason := sdd_refusal(case, heads, free_device_bytes(case.q.device)):
+        raise Unavailable(reason)
+    blocks = case.blocks.expand(heads, -1, -1).contiguous()
+    return plan_sdd(blocks, case.block_size, start_width=start_width, **_our_kernel_args(case))
+
+
+def sdd_refusal(case: Case, heads: int, free_bytes: int) -> str | None:
+    """Why the SDD pipeline cannot take ``case`` with ``heads`` query heads: its layout is past
+    the layout size limit, or its packed scores and probabilities (``sdd_packed_bytes``) exceed
+    ``free_bytes``; None when it can."""
+    _, n_q, n_k = case.blocks.shape
+    if heads * n_q * n_k > MAX_LAYOUT_CELLS:
+        return (
+            f"the SDD pipeline segments every head: {heads} x {n_q} x {n_k} blocks exceed the "
+            f"layout limit of {MAX_LAYOUT_CELLS:,} cells"
         )
+    nnz = int(case.blocks.sum()) * (heads // case.blocks.shape[0])
+    packed = sdd_packed_bytes(case.q.shape[0], nnz, case.block_size, case.q.dtype.itemsize)
+    if packed > free_bytes:
+        return (
+            f"the SDD pipeline's packed scores and probabilities need {bytes_text(packed)}, more "
+            f"than the {bytes_text(free_bytes)} free"
+        )
+    return None
+
+
+def free_device_bytes(device: torch.device | None = None) -> int:
+    """Memory a contender can use on a CUDA device (default: the current one): free on the
+    device plus what torch's allocator holds unused."""
+    free, _ = torch.cuda.mem_get_info(device)
+    return free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
+
+
+def sdd_packed_bytes(batch: int, nnz: int, block_size: int, element_bytes: int) -> int:
+    """Packed fp32 scores and 16-bit probabilities, ``[B, nnz, b, b]`` each."""
+    return batch * nnz * block_size * block_size * (4 + element_bytes)
+
+
+def _flex(case: Case, mode: str | None) -> Variants:
+    try:
+        variants = flex_variants(case.blocks, case.block_size, causal=case.causal)
+    except FlexUnavailable as error:
+        raise Unavailable(str(error)) from error
+    return Variants(tuple((v.name, partial(_flex_variant, case, mode, v)) for v in variants))
+
+
+def _flex_variant(case: Case, mode: str | None, variant: FlexVariant) -> Prepared:
+    try:
+        call = case.flex.prepare(case.blocks, case.block_size, causal=case.causal,
+                                 device=case.q.device, mode=mode, variant=variant)  # fmt: skip
     except FlexUnavailable as error:
         raise Unavailable(str(error)) from error
 
     def run() -> torch.Tensor:
-        return compiled(case.q, case.k, case.v, block_mask=block_mask, scale=case.scale)
+        return call(case.q, case.k, case.v, scale=case.scale)
 
+    run()  # compiles now, outside any timing; a failure is this variant's
     return Prepared(run, True)
 
 

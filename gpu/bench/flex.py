@@ -1,64 +1,200 @@
-"""FlexAttention as a contender: the same token-level mask at Flex's own 128-token blocks.
+"""FlexAttention as a contender: the same token-level mask, in each variant a user could write.
 
-We build the ``BlockMask`` with ``BlockMask.from_kv_blocks`` rather than ``create_block_mask``:
-a 128×128 tile is *full* when every token pair in it is active, *partial* when some are, and
-absent otherwise, computed from the layout at block level (what ``create_block_mask`` would find
-by evaluating ``mask_mod`` on all ``Sq·Sk`` pairs, without materialising them). Partial tiles run
-``mask_mod``, which reads the layout from one persistent device buffer at 16-token granularity
-plus a persistent causal flag; a new layout of the same shape is ``copy_``-ed into them, so the
-compiled kernel (one ``torch.compile(flex_attention)`` per shape and mode) is reused without
-recompiling. Two compile modes are offered: Inductor's default tile choice, and
-``max-autotune-no-cudagraphs``, which times Triton's candidate tiles once per shape and keeps the
-fastest (slower to compile, the strongest FlexAttention we can field).
+A ``BlockMask`` is built with ``BlockMask.from_kv_blocks`` rather than ``create_block_mask``: a
+tile is *full* when every token pair in it is active, *partial* when some are, and absent
+otherwise, computed from the layout at block level (what ``create_block_mask`` would find by
+evaluating ``mask_mod`` on all ``Sq·Sk`` pairs, without materialising them). Flex's speed
+depends on two choices, so each case offers every ``FlexVariant`` that expresses it exactly:
+
+- the tile (``BLOCK_SIZE``): Flex's default 128 tokens, and the layout's own block size when it
+  is a power of two of at least 64 other than 128 (64-token tiles skip what 128-token tiles
+  of a 64-token staircase would compute and mask);
+- the ``mask_mod`` partial tiles run: ``gather`` reads the layout from one persistent device
+  buffer at 16-token granularity (any layout); a closed form, where the layout is one of the
+  families that have one (``closed_form``): ``causal`` (``q_idx >= kv_idx``), ``band`` (the
+  bidirectional block band of ``designer.patterns.sliding_window``,
+  ``|q_idx // block - kv_idx // block| < window_blocks``) and ``dense`` (no ``mask_mod``).
+
+FlexAttention compiles once per distinct ``mask_mod`` function, tile and shape. So each
+``mask_mod`` is built once per session and reads its parameters (the layout, the causal flag,
+the band's block size and window) from small persistent tensors that a new case ``copy_``-s or
+``fill_``-s: a new case of the same family and shape reuses the compiled kernel (one
+``torch.compile(flex_attention)`` per compile mode). Two modes are offered: Inductor's default
+tile choice, and ``max-autotune-no-cudagraphs``, which times Triton's candidate tiles once per
+graph and keeps the fastest (slower to compile, the strongest FlexAttention we can field).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from designer.formats.flex_tiles import FLEX_BLOCK, kv_lists
 from designer.formats.flex_tiles import tile_classes as designer_tile_classes
+from designer.validate import check_choice, check_int
 
-#: Token granularity of the mask buffer (the smallest CUDA block size).
+#: Token granularity of the gather buffer (the smallest CUDA block size).
 MASK_GRANULARITY = 16
+#: The ``mask_mod`` forms: the layout gathered from a buffer, or a family's closed form.
+GATHER, CAUSAL, BAND, DENSE = "gather", "causal", "band", "dense"
+MASKS = (GATHER, CAUSAL, BAND, DENSE)
+#: The smallest tile a variant uses (the layout's own block size, from 64 tokens up).
+MIN_TILE = 64
+#: Compiled graphs kept for ``flex_attention``: a sweep compiles one per (mode, mask form, tile,
+#: head dim, sequence length), about 32 for the standard sweep, past Dynamo's default of 8.
+#: Hitting the limit raises instead of silently running Flex eagerly.
+RECOMPILE_LIMIT = 256
+#: The default compile mode's forward tile (128 x 128 or 128 x 64 on Hopper) must divide the
+#: ``BLOCK_SIZE``; below 128 tokens it is set to this square.
+SMALL_TILE_KERNEL = 64
 
 
 class FlexUnavailable(RuntimeError):
-    """The layout or shape cannot be expressed at Flex's 128-token blocks."""
+    """The layout or shape cannot be expressed in Flex's tiles."""
+
+
+@dataclass(frozen=True)
+class FlexVariant:
+    """One way to run a case in FlexAttention: the ``mask_mod`` form and the tile in tokens.
+
+    >>> FlexVariant(BAND, 64, window_blocks=3).name
+    'band-t64'
+    """
+
+    mask: str
+    tile_size: int
+    window_blocks: int = 0  # the band's ``window_blocks`` (``band`` only)
+
+    def __post_init__(self) -> None:
+        check_choice("mask", self.mask, MASKS)
+        tile = check_int("tile_size", self.tile_size, low=MASK_GRANULARITY)
+        if tile & (tile - 1):
+            raise ValueError(f"tile_size must be a power of two, got {tile}")
+        window = check_int("window_blocks", self.window_blocks, low=0)
+        if (self.mask == BAND) != (window > 0):
+            raise ValueError(
+                f"window_blocks must be positive for a band and 0 otherwise, got {window} for "
+                f"{self.mask!r}"
+            )
+
+    @property
+    def name(self) -> str:
+        return f"{self.mask}-t{self.tile_size}"
+
+
+def closed_form(blocks: torch.Tensor, *, causal: bool) -> tuple[str, int] | None:
+    """``(mask form, window_blocks)`` of the closed form whose token mask is exactly the layout's
+    (with ``causal``) for bool ``[H, M, N]`` blocks, or None when it has none.
+
+    >>> closed_form(torch.ones(1, 4, 4, dtype=torch.bool).tril(), causal=True)
+    ('causal', 0)
+    >>> band = torch.tensor([[1, 1, 0], [1, 1, 1], [0, 1, 1]], dtype=torch.bool)[None]
+    >>> closed_form(band, causal=False)
+    ('band', 2)
+    """
+    _, n_q, n_k = blocks.shape
+    rows, cols = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
+    if causal:  # every block on and below the diagonal: the token mask is q >= kv
+        return (CAUSAL, 0) if bool((blocks | (cols > rows)).all()) else None
+    if bool(blocks.all()):
+        return DENSE, 0
+    window = int(blocks[0, 0].sum())
+    band = (rows - cols).abs() < window
+    return (BAND, window) if window and bool((blocks == band).all()) else None
+
+
+def flex_variants(
+    blocks: torch.Tensor, block_size: int, *, causal: bool
+) -> tuple[FlexVariant, ...]:
+    """Every variant that runs this layout exactly: each tile (see the module doc) with the
+    gather and, where the layout has one, the closed form. Raises ``FlexUnavailable`` when
+    none fits."""
+    _, n_q, n_k = blocks.shape
+    tiles = [FLEX_BLOCK] if FLEX_BLOCK % block_size == 0 else []
+    if block_size >= MIN_TILE and block_size != FLEX_BLOCK and not block_size & (block_size - 1):
+        tiles.append(block_size)
+    tiles = [t for t in tiles if (n_q * block_size) % t == 0 and (n_k * block_size) % t == 0]
+    if not tiles:
+        raise FlexUnavailable(
+            f"the Flex contender needs block_size dividing {FLEX_BLOCK} (or a power of two from "
+            f"{MIN_TILE}) and Sq, Sk multiples of its tile, got block_size {block_size}, "
+            f"Sq {n_q * block_size}, Sk {n_k * block_size}"
+        )
+    masks = [(GATHER, 0)] if block_size % MASK_GRANULARITY == 0 else []
+    if (form := closed_form(blocks, causal=causal)) is not None:
+        masks.append(form)
+    if not masks:
+        raise FlexUnavailable(f"block_size must be a multiple of {MASK_GRANULARITY}")
+    return tuple(FlexVariant(mask, tile, window) for tile in tiles for mask, window in masks)
 
 
 def tile_classes(
-    blocks: torch.Tensor, block_size: int, *, causal: bool
+    blocks: torch.Tensor, block_size: int, *, causal: bool, tile_size: int = FLEX_BLOCK
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(full, partial)`` bool ``[H, Sq/128, Sk/128]`` tiles for a bool ``[H, M, N]`` layout,
-    within the limits of this contender's mask buffer.
+    """``(full, partial)`` bool ``[H, Sq/tile, Sk/tile]`` tiles for a bool ``[H, M, N]`` layout,
+    within the limits of this contender: the tile a multiple of the block size, or the block
+    size itself, and whole tiles.
 
     >>> full, partial = tile_classes(torch.ones(1, 8, 8, dtype=torch.bool), 32, causal=True)
     >>> full[0].int().tolist(), partial[0].int().tolist()
     ([[0, 0], [1, 0]], [[1, 0], [0, 1]])
     """
     _, n_q, n_k = blocks.shape
-    if (
-        FLEX_BLOCK % block_size
-        or (n_q * block_size) % FLEX_BLOCK
-        or (n_k * block_size) % FLEX_BLOCK
-    ):
+    if tile_size % block_size or (n_q * block_size) % tile_size or (n_k * block_size) % tile_size:
         raise FlexUnavailable(
-            f"the Flex contender needs block_size dividing {FLEX_BLOCK} and Sq, Sk multiples of "
-            f"{FLEX_BLOCK}, got block_size {block_size}, Sq {n_q * block_size}, "
+            f"the Flex contender needs block_size dividing {tile_size} and Sq, Sk multiples of "
+            f"{tile_size}, got block_size {block_size}, Sq {n_q * block_size}, "
             f"Sk {n_k * block_size}"
         )
-    return designer_tile_classes(blocks, block_size, causal=causal)
+    return designer_tile_classes(blocks, block_size, causal=causal, tile_size=tile_size)
+
+
+def causal_mask(b, h, q_idx, kv_idx):
+    """Keys at or before the query: ``q_idx >= kv_idx``."""
+    return q_idx >= kv_idx
+
+
+def generate_band_mask(block: torch.Tensor, window: torch.Tensor) -> Callable:
+    """The block band of ``sliding_window(..., causal=False)`` at token level:
+    ``|q_idx // block - kv_idx // block| < window``, both 0-d int32 tensors (a new value needs
+    no recompile)."""
+
+    def band_mask(b, h, q_idx, kv_idx):
+        return (q_idx // block - kv_idx // block).abs() < window
+
+    return band_mask
+
+
+@dataclass(frozen=True)
+class FlexCall:
+    """A compiled ``flex_attention`` bound to one case's ``BlockMask`` and kernel options."""
+
+    compiled: Any
+    block_mask: Any
+    kernel_options: dict[str, int] | None
+
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
+    ) -> torch.Tensor:
+        with torch._dynamo.config.patch(
+            recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True
+        ):
+            return self.compiled(
+                q, k, v, block_mask=self.block_mask, scale=scale,
+                kernel_options=self.kernel_options,
+            )  # fmt: skip
 
 
 class FlexSession:
-    """The compiled ``flex_attention`` and the persistent mask buffers, reused across cases."""
+    """The compiled ``flex_attention`` and the persistent mask state, reused across cases."""
 
     def __init__(self) -> None:
         self._compiled: dict[str | None, Any] = {}
-        self._masks: dict[tuple, tuple[torch.Tensor, torch.Tensor, Any]] = {}
+        self._gathers: dict[tuple, tuple[torch.Tensor, torch.Tensor, Callable]] = {}
+        self._bands: dict[str, tuple[torch.Tensor, torch.Tensor, Callable]] = {}
 
     def prepare(
         self,
@@ -68,24 +204,15 @@ class FlexSession:
         causal: bool,
         device: torch.device,
         mode: str | None = None,
-    ) -> tuple[Any, Any]:
-        """``(compiled flex_attention, BlockMask)`` for this layout (host work only).
-
-        ``mode`` is the ``torch.compile`` mode (None: the default).
-        """
+        variant: FlexVariant | None = None,
+    ) -> FlexCall:
+        """The call of ``variant`` (default: gather at 128-token tiles) on this layout, host work
+        only; ``mode`` is the ``torch.compile`` mode (None: the default)."""
         from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
-        if block_size % MASK_GRANULARITY:
-            raise FlexUnavailable(f"block_size must be a multiple of {MASK_GRANULARITY}")
-        full, partial = tile_classes(blocks, block_size, causal=causal)
-        heads, n_q, n_k = blocks.shape
-        buffer, causal_flag, mask_mod = self._mask(
-            heads, n_q * block_size, n_k * block_size, device
-        )
-        ratio = block_size // MASK_GRANULARITY
-        fine = blocks.repeat_interleave(ratio, 1).repeat_interleave(ratio, 2)
-        buffer.copy_(fine)
-        causal_flag.fill_(causal)
+        variant = variant or FlexVariant(GATHER, FLEX_BLOCK)
+        full, partial = tile_classes(blocks, block_size, causal=causal, tile_size=variant.tile_size)
+        mask_mod = self._mask_mod(variant, blocks, block_size, causal, device)
         kv_num, kv_indices = kv_lists(partial)
         full_num, full_indices = kv_lists(full)
         block_mask = BlockMask.from_kv_blocks(
@@ -93,26 +220,60 @@ class FlexSession:
             kv_indices.to(device),
             full_num.to(device),
             full_indices.to(device),
-            BLOCK_SIZE=FLEX_BLOCK,
+            BLOCK_SIZE=variant.tile_size,
             mask_mod=mask_mod,
-            seq_lengths=(n_q * block_size, n_k * block_size),
+            seq_lengths=(blocks.shape[1] * block_size, blocks.shape[2] * block_size),
         )
         if mode not in self._compiled:
             self._compiled[mode] = torch.compile(flex_attention, dynamic=False, mode=mode)
-        return self._compiled[mode], block_mask
+        options = None
+        if mode is None and variant.tile_size < FLEX_BLOCK:
+            options = {"BLOCK_M": SMALL_TILE_KERNEL, "BLOCK_N": SMALL_TILE_KERNEL}
+        return FlexCall(self._compiled[mode], block_mask, options)
 
-    def _mask(self, heads: int, seq_q: int, seq_k: int, device: torch.device):
+    def _mask_mod(self, variant, blocks, block_size, causal, device) -> Callable | None:
+        """The session's ``mask_mod`` of ``variant``'s form, its state set for this case."""
+        if variant.mask == DENSE:
+            return None
+        if variant.mask == CAUSAL:
+            return causal_mask
+        if variant.mask == BAND:
+            block, window, mask_mod = self._band(device)
+            block.fill_(block_size)
+            window.fill_(variant.window_blocks)
+            return mask_mod
+        if block_size % MASK_GRANULARITY:
+            raise FlexUnavailable(f"block_size must be a multiple of {MASK_GRANULARITY}")
+        heads, n_q, n_k = blocks.shape
+        buffer, causal_flag, mask_mod = self._gather(heads, n_q * block_size, n_k * block_size,
+                                                     device)  # fmt: skip
+        ratio = block_size // MASK_GRANULARITY
+        buffer.copy_(blocks.repeat_interleave(ratio, 1).repeat_interleave(ratio, 2))
+        causal_flag.fill_(causal)
+        return mask_mod
+
+    def _band(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, Callable]:
+        key = str(device)
+        if key not in self._bands:
+            block = torch.zeros((), dtype=torch.int32, device=device)
+            window = torch.zeros((), dtype=torch.int32, device=device)
+            self._bands[key] = (block, window, generate_band_mask(block, window))
+        return self._bands[key]
+
+    def _gather(self, heads: int, seq_q: int, seq_k: int, device: torch.device):
         key = (heads, seq_q, seq_k, str(device))
-        if key not in self._masks:
+        if key not in self._gathers:
             buffer = torch.zeros(
                 heads, seq_q // MASK_GRANULARITY, seq_k // MASK_GRANULARITY,
                 dtype=torch.bool, device=device,
             )  # fmt: skip
             causal_flag = torch.zeros((), dtype=torch.bool, device=device)
+            one_head = heads == 1  # a one-head layout serves every head
 
-            def mask_mod(b, h, q_idx, kv_idx):
-                allowed = buffer[h, q_idx // MASK_GRANULARITY, kv_idx // MASK_GRANULARITY]
+            def gather_mask(b, h, q_idx, kv_idx):
+                head = 0 if one_head else h
+                allowed = buffer[head, q_idx // MASK_GRANULARITY, kv_idx // MASK_GRANULARITY]
                 return allowed & ((q_idx >= kv_idx) | ~causal_flag)
 
-            self._masks[key] = (buffer, causal_flag, mask_mod)
-        return self._masks[key]
+            self._gathers[key] = (buffer, causal_flag, gather_mask)
+        return self._gathers[key]

@@ -1,11 +1,16 @@
 """``run_benchmark``: every contender on the same inputs, with the same timer, in one process.
 
 For one layout and ``BenchConfig`` it draws fresh ``randn`` inputs (seeded), computes the fp64
-reference once, then for each contender: prepares it (plans, compiles, a first call), warms it up,
-times ``reps`` calls with the L2 flushed before each, and checks one more output against the
-reference. A contender that is unavailable or fails gets a status and a message; the others still
-run. ``progress(stage, fraction)`` is called as it goes ("reference", "compile fused",
+reference once (on a sample of query rows when the case is large, see ``checks.py``), then for
+each contender: prepares it (plans, compiles, a first call), warms it up, times ``reps`` calls
+with the L2 flushed before each, and checks one more output against the reference. A contender
+that is unavailable or fails gets a status and a message; the others still run.
+``progress(stage, fraction)`` is called as it goes ("reference", "compile fused",
 "warm-up fused", "timing fused", ..., "done").
+
+A contender with variants (FlexAttention: tile size and ``mask_mod`` form, see ``flex.py``) has
+each variant measured that way; its result is the fastest accurate variant's (``variants.py``),
+with ``variant`` naming it and ``variants`` holding every variant's time and errors.
 
 With ``config.backward`` each contender is timed as a training step instead (``training.py``):
 forward then backward with a fixed random output gradient. ``ms`` is then the step's median,
@@ -21,14 +26,14 @@ from dataclasses import dataclass, replace
 import torch
 
 from designer.layout import Layout
+from gpu.bench.checks import References, references, row_sample
 from gpu.bench.config import BenchConfig
-from gpu.bench.contenders import Case, Unavailable, prepare
+from gpu.bench.contenders import Case, Prepared, Unavailable, Variants, prepare
 from gpu.bench.flex import FlexSession
 from gpu.bench.metrics import (
     active_pairs,
     attention_flops,
     backward_flops,
-    errors,
     median,
     speedup,
     step_flops,
@@ -36,8 +41,8 @@ from gpu.bench.metrics import (
     token_density,
 )
 from gpu.bench.timing import CudaEventTimer, Timer, host_timer
-from gpu.bench.training import grad_errors, grads_of, reference_grads, time_step
-from gpu.reference import dense_masked_attention
+from gpu.bench.training import grads_of, time_step
+from gpu.bench.variants import VariantResult, fastest_accurate, no_variant, variant_result
 
 Progress = Callable[[str, float], None]
 #: Contenders whose timing does not depend on the layout (reused across cases of one session).
@@ -69,6 +74,9 @@ class ContenderResult:
     dk_rel_error: float | None = None
     dv_rel_error: float | None = None
     grad_max_abs_error: float | None = None
+    # contenders with variants: the one this result is, and what each variant gave
+    variant: str | None = None
+    variants: tuple[VariantResult, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -88,6 +96,7 @@ class BenchResult:
     layout: LayoutInfo
     flops: int  # the forward's effective FLOPs (a training step counts 3.5x)
     results: tuple[ContenderResult, ...]
+    checked_rows: int | None = None  # query rows per (batch, head) checked (None: no check)
 
     @property
     def mode(self) -> str:
@@ -95,14 +104,6 @@ class BenchResult:
 
     def result(self, name: str) -> ContenderResult | None:
         return next((r for r in self.results if r.name == name), None)
-
-
-@dataclass(frozen=True)
-class References:
-    """The fp64 output of a case and, in a training step, its fp64 ``(dq, dk, dv)``."""
-
-    out: torch.Tensor
-    grads: tuple[torch.Tensor, ...] | None
 
 
 class BenchSession:
@@ -162,17 +163,15 @@ def run_benchmark(
     scale = config.head_dim**-0.5
     case = Case(q, k, v, blocks, layout.block_size, config.causal, scale, config.start_width,
                 session.flex, grad_out=grad_out[0] if grad_out else None)  # fmt: skip
-    reference = None
+    reference = checked_rows = None
     if config.check_error:
         report("reference", 0.0)
+        sample = row_sample(config.batch, config.seq_q, config.seq_len_k, layout.block_size)
         with torch.no_grad():
-            reference = References(
-                dense_masked_attention(
-                    q, k, v, blocks, layout.block_size, causal=config.causal, scale=scale
-                ),
-                reference_grads(case) if config.backward else None,
-            )
-    pairs = active_pairs(blocks, layout.block_size, causal=config.causal)
+            reference = references(case, sample)
+        checked_rows = config.seq_q if sample is None else sample.rows
+    repeats = config.heads // blocks.shape[0]  # a one-head layout serves every head
+    pairs = active_pairs(blocks, layout.block_size, causal=config.causal) * repeats
     flops = attention_flops(config.batch, config.head_dim, pairs)
 
     timed = []
@@ -183,16 +182,16 @@ def run_benchmark(
 
         timed.append(_run_one(contender, case, config, session, reference, report_part))
     report("done", 1.0)
-    results = _derive(timed, config, flops, blocks.shape[0], layout.block_size)
+    results = _derive(timed, config, flops, layout.block_size)
     info = LayoutInfo(
         name=name,
         block_size=layout.block_size,
-        shape=tuple(blocks.shape),
-        nnz=int(blocks.sum()),
+        shape=(config.heads, *blocks.shape[1:]),
+        nnz=int(blocks.sum()) * repeats,
         block_density=float(blocks.float().mean()),
         token_density=token_density(blocks, layout.block_size, causal=config.causal),
     )
-    return BenchResult(name, config, info, flops, tuple(results))
+    return BenchResult(name, config, info, flops, tuple(results), checked_rows)
 
 
 def _check_layout(config: BenchConfig, layout: Layout) -> torch.Tensor:
@@ -205,33 +204,71 @@ def _check_layout(config: BenchConfig, layout: Layout) -> torch.Tensor:
             f"layout covers {layout.seq_len_q} x {layout.seq_len_k} tokens, the config "
             f"{config.seq_q} x {config.seq_len_k}"
         )
-    return layout.blocks.expand(config.heads, -1, -1).contiguous()
+    return layout.blocks  # one head (serving every head) or config.heads
 
 
 def _run_one(name, case, config, session, reference, report) -> ContenderResult:
-    dense_key = (name, config.shape_q, config.shape_k, config.dtype, config.causal, config.reps,
-                 config.backward)  # fmt: skip
-    cached = session.dense_times.get(dense_key) if name in DENSE_BASELINES else None
-    try:
+    def run() -> ContenderResult:
         report(f"compile {name}", 0.0)
         prepared = prepare(name, case)
-        if cached is None:
-            if case.backward:
-                grads_of(prepared, case)  # Flex compiles its backward on the first one
-            cached = _timed(name, prepared, case, config, session, report)
-            if name in DENSE_BASELINES:
-                session.dense_times[dense_key] = cached
-        result = cached
-        if reference is not None and prepared.computes_layout:
-            max_abs, relative = errors(prepared.run().detach(), reference.out)
-            result = replace(result, max_abs_error=max_abs, rel_error=relative)
-            if reference.grads is not None:
-                result = replace(result, **grad_errors(grads_of(prepared, case), reference.grads))
-        return result
+        if isinstance(prepared, Variants):
+            return _fastest_variant(name, prepared, case, config, session, reference, report)
+        return _measured(name, prepared, case, config, session, reference, report)
+
+    return _attempt(name, run)
+
+
+def _attempt(name: str, run: Callable[[], ContenderResult]) -> ContenderResult:
+    """``run()``, or the result saying why it could not run or failed."""
+    try:
+        return run()
     except Unavailable as error:
         return ContenderResult(name, "unavailable", str(error))
     except Exception as error:  # one failure must not end the run
         return ContenderResult(name, "failed", f"{type(error).__name__}: {error}"[:500])
+
+
+def _measured(
+    name, prepared: Prepared, case, config, session, reference: References | None, report
+) -> ContenderResult:
+    """Time ``prepared`` (a dense baseline once per shape) and check its errors."""
+    dense_key = (name, config.shape_q, config.shape_k, config.dtype, config.causal, config.reps,
+                 config.backward)  # fmt: skip
+    result = session.dense_times.get(dense_key) if name in DENSE_BASELINES else None
+    if result is None:
+        if case.backward:
+            grads_of(prepared, case)  # Flex compiles its backward on the first one
+        result = _timed(name, prepared, case, config, session, report)
+        if name in DENSE_BASELINES:
+            session.dense_times[dense_key] = result
+    if reference is not None and prepared.computes_layout:
+        result = replace(result, **reference.output_errors(prepared.run().detach()))
+        if reference.grads is not None:
+            result = replace(result, **reference.grad_errors(grads_of(prepared, case)))
+    return result
+
+
+def _fastest_variant(
+    name, variants: Variants, case, config, session, reference: References | None, report
+) -> ContenderResult:
+    """Measure every variant; the fastest accurate one stands for the contender."""
+    measured = []
+    for i, (label, make) in enumerate(variants.options):
+
+        def part(stage: str, fraction: float, i: int = i, label: str = label) -> None:
+            report(f"{stage} ({label})", (i + fraction) / len(variants.options))
+
+        def run(make=make, part=part) -> ContenderResult:
+            part(f"compile {name}", 0.0)
+            return _measured(name, make(), case, config, session, reference, part)
+
+        measured.append(_attempt(name, run))
+    summary = tuple(map(variant_result, [label for label, _ in variants.options], measured))
+    chosen = fastest_accurate(measured)
+    if chosen is None:
+        status, message = no_variant(summary)
+        return ContenderResult(name, status, message[:2000], variants=summary)
+    return replace(measured[chosen], variant=summary[chosen].name, variants=summary)
 
 
 def _timed(name, prepared, case, config, session, report) -> ContenderResult:
@@ -260,17 +297,16 @@ def _synchronize(tensor: torch.Tensor) -> None:
         torch.cuda.synchronize(tensor.device)
 
 
-def _derive(timed, config, flops, heads, block_size) -> list[ContenderResult]:
+def _derive(timed, config, flops, block_size) -> list[ContenderResult]:
     """Add TFLOP/s and speedups now that every contender's time is known."""
     by_name = {r.name: r for r in timed}
     cudnn = by_name.get("sdpa_cudnn")
     flex_times = [r.ms for r in timed if r.name in FLEX_CONTENDERS and r.status == "ok"]
     best_flex_ms = min(flex_times) if flex_times else None
-    ones = torch.ones(heads, config.seq_q // block_size, config.seq_len_k // block_size,
+    ones = torch.ones(1, config.seq_q // block_size, config.seq_len_k // block_size,
                       dtype=torch.bool)  # fmt: skip
-    dense_flops = attention_flops(
-        config.batch, config.head_dim, active_pairs(ones, block_size, causal=config.causal)
-    )
+    dense_pairs = active_pairs(ones, block_size, causal=config.causal) * config.heads
+    dense_flops = attention_flops(config.batch, config.head_dim, dense_pairs)
     timed_flops, timed_dense_flops = flops, dense_flops
     if config.backward:
         timed_flops, timed_dense_flops = step_flops(flops), step_flops(dense_flops)

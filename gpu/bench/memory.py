@@ -1,18 +1,21 @@
 """How much GPU memory one benchmark case needs, counted before anything is launched.
 
 The harness keeps q, k, v (16-bit), the L2 flush buffer and the fp64 reference output for the
-whole case, and runs the contenders one after another. So the peak is those, plus the largest of:
-the fp64 reference while it is computed (one chunk of scores with its temporaries), or one
-contender's output and workspace together with the error check (fp64 copies of the output).
-Workspaces counted: the SDD pipeline's packed fp32 scores and 16-bit probabilities, and
-FlexAttention's token mask, block tables and log-sum-exp. The estimate is compared with the free
-memory times a safety margin; ``margin=0`` turns the check off.
+whole case (its sampled rows in a large case, see ``checks.py``), and runs the contenders one
+after another. So the peak is those, plus the largest of: the fp64 reference while it is
+computed (one chunk of scores with its temporaries), or one contender's output and workspace
+together with the error check (fp64 copies of the checked rows). Workspaces counted: the SDD
+pipeline's packed fp32 scores and 16-bit probabilities, and FlexAttention's token mask, block
+tables (at its smallest tile) and log-sum-exp. The estimate is compared with the free memory
+times a safety margin; ``margin=0`` turns the check off.
 
 A training step (``config.backward``) adds the output gradient and a contender's dq, dk, dv (with
 one more output: the forward graph kept while the backward alone is timed), the fp64 reference
 gradients, a larger reference chunk (the backward's score-sized temporaries), and a backward
 workspace (an fp32 dq accumulator, the saved log-sum-exp and rowsum(dO∘O)); the ``reference``
-contender keeps its whole autograd graph, a few fp32 ``Sq × Sk`` score tensors per head.
+contender keeps its whole autograd graph, a few fp32 ``Sq × Sk`` score tensors per head. In a
+sampled case the reference gradients are dq's sampled rows, and each window's reference
+backward holds a whole fp64 dk and dv while it runs.
 
 >>> config = BenchConfig(seq_q=4096, contenders=("fused",), flush_l2=False, check_error=False)
 >>> estimate_memory(config, 16 * 32 * 32, 128).total  # q, k, v and one output
@@ -25,8 +28,10 @@ from dataclasses import dataclass
 
 from designer.units import bytes_text
 from designer.validate import check_float, check_int
-from gpu.bench import BenchConfig
-from gpu.bench.flex import FLEX_BLOCK, MASK_GRANULARITY
+from gpu.bench.checks import row_sample
+from gpu.bench.config import BenchConfig
+from gpu.bench.contenders import sdd_packed_bytes
+from gpu.bench.flex import MASK_GRANULARITY, MIN_TILE
 from gpu.bench.timing import FLUSH_BYTES
 from gpu.reference import DEFAULT_CHUNK_BYTES
 
@@ -104,12 +109,19 @@ def estimate_memory(config: BenchConfig, nnz: int, block_size: int) -> MemoryEst
     q_elements, k_elements = batch * heads * seq_q * dim, batch * heads * seq_k * dim
     reference = reference_chunk = error_check = reference_grads = 0
     if config.check_error:
-        reference = 8 * q_elements
+        sample = row_sample(batch, seq_q, seq_k, block_size)
+        checked_q = q_elements if sample is None else batch * heads * sample.rows * dim
+        reference = 8 * checked_q
         live = REFERENCE_BACKWARD_LIVE_SCORES if config.backward else REFERENCE_LIVE_SCORES
         reference_chunk = _reference_chunk_bytes(batch, seq_q, seq_k, dim, block_size, live)
-        checked = max(q_elements, k_elements) if config.backward else q_elements  # dk, dv too
+        checked = checked_q
+        if config.backward and sample is None:  # dk and dv are checked too
+            checked = max(q_elements, k_elements)
+            reference_grads = 8 * (q_elements + 2 * k_elements)
+        elif config.backward:  # dq's rows; each window's reference makes a whole fp64 dk, dv
+            reference_grads = 8 * checked_q
+            reference_chunk += 2 * 8 * k_elements
         error_check = ERROR_CHECK_COPIES * 8 * checked
-        reference_grads = 8 * (q_elements + 2 * k_elements) if config.backward else 0
     grads = backward_workspace = reference_graph = 0
     if config.backward:
         grads = element * (3 * q_elements + 2 * k_elements)  # dO, kept output, dq, dk, dv
@@ -118,11 +130,11 @@ def estimate_memory(config: BenchConfig, nnz: int, block_size: int) -> MemoryEst
             reference_graph = REFERENCE_GRAPH_SCORES * 4 * batch * heads * seq_q * seq_k
     sdd = 0
     if any(name in config.contenders for name in SDD_CONTENDERS):
-        sdd = batch * nnz * block_size * block_size * (4 + element)
+        sdd = sdd_packed_bytes(batch, nnz, block_size, element)
     flex = 0
     if any(name.startswith("flex") for name in config.contenders):
         mask = heads * (seq_q // MASK_GRANULARITY) * (seq_k // MASK_GRANULARITY)
-        tiles = heads * -(-seq_q // FLEX_BLOCK) * -(-seq_k // FLEX_BLOCK)
+        tiles = heads * -(-seq_q // MIN_TILE) * -(-seq_k // MIN_TILE)
         flex = mask + 4 * 4 * tiles + output + 4 * batch * heads * seq_q
     return MemoryEstimate(
         inputs=element * batch * heads * dim * (seq_q + 2 * seq_k) + output,

@@ -21,18 +21,17 @@ def active_pairs(blocks: torch.Tensor, block_size: int, *, causal: bool) -> int:
     """Active ``(q, k)`` token pairs summed over heads, for a bool ``[H, M, N]`` layout.
 
     With ``causal`` a pair also needs ``q_idx >= k_idx`` (top-left aligned): a block at
-    ``(m, n)`` keeps ``sum_i clamp(i + (m - n)·b + 1, 0, b)`` of its ``b²`` pairs.
+    ``(m, n)`` keeps all ``b²`` pairs below the diagonal (``n < m``), ``b·(b + 1) / 2`` on it,
+    none above.
 
     >>> active_pairs(torch.ones(1, 2, 2, dtype=torch.bool), 4, causal=True)
     36
     """
     if not causal:
         return int(blocks.sum()) * block_size * block_size
-    _, n_q, n_k = blocks.shape
-    offset = (torch.arange(n_q)[:, None] - torch.arange(n_k)[None, :]) * block_size  # [M, N]
-    rows = torch.arange(block_size)
-    kept = (rows[None, None, :] + offset[:, :, None] + 1).clamp(0, block_size).sum(-1)
-    return int((blocks.to(torch.int64) * kept).sum())
+    below = int(blocks.tril(-1).sum())
+    diagonal = int(blocks.diagonal(dim1=1, dim2=2).sum())
+    return below * block_size * block_size + diagonal * block_size * (block_size + 1) // 2
 
 
 def token_density(blocks: torch.Tensor, block_size: int, *, causal: bool) -> float:

@@ -33,6 +33,14 @@ _FIELDS = {
     "dq err": ("dq_rel_error", "{:.1e}"), "dk err": ("dk_rel_error", "{:.1e}"),
     "dv err": ("dv_rel_error", "{:.1e}"),
 }  # fmt: skip
+VARIANT_NOTE = (
+    "flex (gather-t128): the fastest accurate variant of a contender, its mask_mod form and "
+    "BlockMask tile in tokens (the JSON lists every variant's time and errors)"
+)
+SAMPLED_NOTE = (
+    "{} case(s) too large to check in full: errors on a sample of query rows (checked_rows in "
+    "the JSON); dk and dv unchecked there"
+)
 FLOPS_FORMULA = "4*B*H*Sq*Sk*D*token_density (active (q,k) pairs, causal counted)"
 BACKWARD_FLOPS_FORMULA = (
     f"forward {FLOPS_FORMULA}; backward 2.5x the forward, so TFLOP/s of a forward+backward "
@@ -95,6 +103,7 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
         "config": dataclasses.asdict(result.config),
         "layout": dataclasses.asdict(result.layout),
         "flops": result.flops,
+        "checked_rows": result.checked_rows,
         "results": [dataclasses.asdict(r) for r in result.results],
     }
 
@@ -123,9 +132,14 @@ def document(
     }
 
 
-def write_json(results: Sequence[BenchResult], path: str | Path) -> dict:
-    """Write ``document(results)`` to ``path`` and return it."""
+def write_json(
+    results: Sequence[BenchResult], path: str | Path, *, skipped: Sequence[str] = ()
+) -> dict:
+    """Write ``document(results)`` to ``path`` and return it; ``skipped`` (why each case that
+    could not be built was left out) goes in as ``skipped`` when there are any."""
     doc = document(results)
+    if skipped:
+        doc["skipped"] = list(skipped)
     Path(path).write_text(json.dumps(doc, indent=1, allow_nan=True) + "\n")
     return doc
 
@@ -135,7 +149,7 @@ def table_rows(results: Sequence[BenchResult], *, backward: bool = False) -> lis
     with ``backward``)."""
     columns = (BACKWARD_COLUMNS if backward else TABLE_COLUMNS)[3:]
     return [
-        (result.case, r.name, r.status,
+        (result.case, r.name + (f" ({r.variant})" if r.variant else ""), r.status,
          *(_number(getattr(r, _FIELDS[c][0]), _FIELDS[c][1]) for c in columns))
         for result in results
         for r in result.results
@@ -159,6 +173,11 @@ def format_table(results: Sequence[BenchResult]) -> str:
     ]
     if notes:
         lines += ["", "not measured:", *notes]
+    if any(r.variant for result in results for r in result.results):
+        lines += ["", VARIANT_NOTE]
+    sampled = [r for r in results if r.checked_rows is not None and r.checked_rows < r.config.seq_q]
+    if sampled:
+        lines += ["", SAMPLED_NOTE.format(len(sampled))]
     if backward:
         lines += ["", "TFLOP/s count the backward as 2.5x the forward's FLOPs (a step: 3.5x)"]
     return "\n".join(lines)

@@ -146,15 +146,17 @@ def is_backward(case: dict[str, Any]) -> bool:
 
 
 def table_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
-    """One row per contender: numbers stay numbers (None where not measured). A training step's
-    rows name its time "fwd+bwd ms" and add the forward and backward alone and the gradients'
-    relative errors."""
+    """One row per contender: numbers stay numbers (None where not measured), the note says why
+    one did not run or which variant stands for it. A training step's rows name its time
+    "fwd+bwd ms" and add the forward and backward alone and the gradients' relative errors."""
     backward = is_backward(case)
     rows = []
     for r in case["results"]:
         note = r.get("message") or ""
         if r["status"] == "failed":
             note = f"{failure_kind(note)}: {note}"
+        elif r.get("variant"):  # the fastest accurate way a contender with variants ran
+            note = f"variant {r['variant']}"
         row = {"contender": r["name"], "status": r["status"]}
         if backward:
             row |= {"fwd+bwd ms": r.get("ms"), "fwd ms": r.get("fwd_ms"), "bwd ms": r.get("bwd_ms"),

@@ -28,6 +28,7 @@ import torch
 
 from designer.design import Design
 from gpu.bench import BenchConfig, BenchResult, BenchSession, document, run_benchmark
+from gpu.bench.contenders import free_device_bytes
 from gpu.bench.details import DETAIL_IMPLS, error_details
 from gpu.bench.memory import MemoryEstimate, estimate_memory, refusal
 from gpu.bench.report import result_to_dict
@@ -123,9 +124,8 @@ class Measurement:
 
 
 def free_gpu_bytes() -> int:
-    """Memory a run can use: free on the device plus what torch's allocator holds unused."""
-    free, _ = torch.cuda.mem_get_info()
-    return free + torch.cuda.memory_reserved() - torch.cuda.memory_allocated()
+    """Memory a run can use on the current device (``contenders.free_device_bytes``)."""
+    return free_device_bytes()
 
 
 def release_gpu_memory() -> None:

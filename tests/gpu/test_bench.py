@@ -198,7 +198,8 @@ def test_flex_block_mask_matches_create_block_mask_and_the_oracle(block, causal)
 
     rng = np.random.default_rng(block)
     blocks = torch.from_numpy(rng.random((2, 512 // block, 256 // block)) < 0.3)
-    _, ours = FlexSession().prepare(blocks, block, causal=causal, device=torch.device("cpu"))
+    ours = FlexSession().prepare(blocks, block, causal=causal, device=torch.device("cpu"))
+    ours = ours.block_mask
     tokens = blocks.repeat_interleave(block, 1).repeat_interleave(block, 2)
 
     def mask_mod(b, h, q_idx, kv_idx):

@@ -230,9 +230,10 @@ def test_command_line_times_a_saved_design_forward_and_backward(tmp_path, capsys
 
 def test_the_standard_sweep_in_forward_backward_mode(monkeypatch):
     monkeypatch.setattr(cases, "SEQ_LEN", 1024)  # the layouts' size does not matter here
-    jobs = _jobs(_parser().parse_args(["--sweep", "standard", "--backward"]))
+    jobs, skipped = _jobs(_parser().parse_args(["--sweep", "standard", "--backward"]))
     assert [name for name, _, _ in jobs] == [case.name for case in standard_cases()]
+    assert skipped == []
     for _, config, _ in jobs:
         assert config.backward and config.contenders == DEFAULT_BACKWARD_CONTENDERS
-    forward = _jobs(_parser().parse_args(["--sweep", "standard"]))
+    forward, _ = _jobs(_parser().parse_args(["--sweep", "standard"]))
     assert not any(config.backward for _, config, _ in forward)

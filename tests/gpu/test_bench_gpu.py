@@ -18,7 +18,8 @@ from gpu.bench import (
     run_benchmark,
 )
 from gpu.bench.__main__ import main
-from gpu.bench.cases import family_blocks
+from gpu.bench.cases import FAMILIES, family_blocks, find_case
+from gpu.bench.flex import flex_variants
 
 pytestmark = pytest.mark.gpu
 
@@ -80,3 +81,46 @@ def test_command_line_backward_on_a_quick_case(tmp_path, capsys):
     results = {r["name"]: r for r in doc["cases"][0]["results"]}
     assert results["fused"]["status"] == "ok", results["fused"]["message"]
     assert results["fused"]["dq_rel_error"] < 2e-2
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_flex_variant_is_built_and_accurate(family):
+    """Each variant of the default compile mode, at 64-token blocks (so both tiles), against the
+    fp64 reference: all run, all accurate, and the fastest is the one reported."""
+    case = find_case(f"{family}-b64-d64")
+    layout = case.layout(seq_len=1024)
+    config = BenchConfig(seq_q=1024, head_dim=64, causal=case.causal, contenders=("flex",),
+                         warmup=1, reps=3)  # fmt: skip
+    session = BenchSession(torch.device("cuda"))
+    result = run_benchmark(config, layout, name=case.name, session=session)
+    print(format_table([result]))
+    (flex,) = result.results
+    expected = flex_variants(layout.blocks, 64, causal=case.causal)
+    assert [v.name for v in flex.variants] == [v.name for v in expected]
+    for variant in flex.variants:
+        assert variant.status == "ok", (variant.name, variant.message)
+        assert variant.accurate and variant.rel_error < 1e-2, variant
+    assert flex.status == "ok" and flex.ms == min(v.ms for v in flex.variants)
+    assert flex.variant == min(flex.variants, key=lambda v: v.ms).name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backward", [False, True])
+def test_tuned_flex_variants_forward_and_backward(backward):
+    """Both builds of every variant of a band at 64-token blocks. Forward, all run and are
+    accurate; in a training step each variant that runs has accurate gradients too (a build
+    may have no backward kernel tile for 64-token BlockMasks: then it fails, never is picked)."""
+    case = find_case("banded_7pct-b64-d128")
+    config = BenchConfig(seq_q=1024, head_dim=128, contenders=("flex", "flex_tuned"), warmup=1,
+                         reps=3, backward=backward)  # fmt: skip
+    session = BenchSession(torch.device("cuda"))
+    result = run_benchmark(config, case.layout(seq_len=1024), name=case.name, session=session)
+    print(format_table([result]))
+    names = ["gather-t128", "band-t128", "gather-t64", "band-t64"]
+    for r in result.results:
+        assert [v.name for v in r.variants] == names
+        assert r.status == "ok" and r.variant is not None and r.rel_error < 1e-2
+        for variant in r.variants:
+            assert variant.accurate or (backward and variant.status == "failed"), variant
+            if variant.status == "ok" and backward:
+                assert variant.grad_rel_error < 2e-2, variant
