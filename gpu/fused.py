@@ -53,13 +53,15 @@ LOG2_E = math.log2(math.e)
 #   316 / 336 (run 1).
 _TILES = {64: (128, 64, 4, 2), 128: (128, 64, 4, 2)}
 # Hopper: (block_n, stages, pingpong) per head dim; 168 registers at entry, 240 per consumer
-# thread after setmaxnreg, no spills. Measured alternatives (H200, bf16, B=1, H=16, S=16384,
-# 2026-11-30, one CTA per work unit before the grid was made persistent; dense / band 7 % at
-# block 16 (D=64) or 128 (D=128) / causal, effective TFLOP/s):
-# - D=64 128 keys, 2 stages: 470 / 270; 3 stages 472 / 267; no ping-pong 431 / 259; 64 keys
-#   381 / 263, 4 stages 388 / 262. The old one-warpgroup wgmma kernel (64x64, 3 CTAs/SM): 352 / 292.
-# - D=128 128 keys, 2 stages: 687 / 534 / 669; 3 stages 692 / 536 / 668; no ping-pong 542 /
-#   439 / 541; 64 keys 552 / 447 / 548. The old wgmma kernel (128x64, 8 warps): 391 / 358 / 401.
+# thread after setmaxnreg, no spills. Measured alternatives (gpu.fused_probe, H200, bf16, B=1,
+# H=16, S=16384, 2026-11-30, benchmarks/results/checks/2026-11-30-h200-hopper-tiles.json;
+# persistent CTAs, effective TFLOP/s):
+# - D=64 (dense / band 7 % b16 / band 2.3 % b128): 128 keys, 2 stages 455 / 295 / 301; 3
+#   stages 457 / 298 / 308; no ping-pong 441 / 285 / 298; 64 keys 376 / 281 / 263.
+# - D=128 (dense / causal / band 2.3 % b128 / band 7 % b128): 128 keys, 2 stages 685 / 611 /
+#   429 / 575; no ping-pong 532 / 505 / 384 / 473; 64 keys 558 / 516 / 377 / 483 (3 stages of
+#   128 keys no longer fit beside two Q buffers; with one Q buffer they measured 692 / 668 / -
+#   / 536 against 687 / 669 / - / 534). Causal here is before the snake unit order (665 after).
 HOPPER_TILES = {64: (128, 2, True), 128: (128, 2, True)}
 
 

@@ -10,6 +10,7 @@ and executed TFLOP/s and the relative error. It is the short loop behind the def
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 
 import torch
@@ -17,6 +18,7 @@ import torch
 from gpu.bench.cases import find_case
 from gpu.bench.harness import seeded_inputs
 from gpu.bench.metrics import active_pairs, attention_flops, errors, median, tflops
+from gpu.bench.report import environment
 from gpu.bench.timing import CudaEventTimer
 from gpu.fused import KernelConfig, choose_config, plan_fused_with, run_fused
 from gpu.fused_hopper import HopperConfig
@@ -116,9 +118,10 @@ def main() -> None:
     print(f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}", flush=True)
     records = [r for name in args.cases.split(",") for r in probe_case(name, timer, hopper=hopper)]
     if args.json:
+        document = {"date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                    "environment": environment(), "records": records}  # fmt: skip
         with open(args.json, "w") as handle:
-            json.dump({"device": torch.cuda.get_device_name(device), "records": records}, handle,
-                      indent=1)  # fmt: skip
+            json.dump(document, handle, indent=1)
 
 
 if __name__ == "__main__":
