@@ -22,10 +22,10 @@ from dataclasses import dataclass, replace
 import torch
 
 from designer.validate import check_bool, check_choice, check_int
-from gpu.fused import DTYPE_NAMES, HEAD_DIMS, LOG2_E, SHARED_MEMORY_LIMIT, dtype_name
+from gpu.fused import DTYPE_NAMES, HEAD_DIMS, LOG2_E, dtype_name
 from gpu.fused_lut import BackwardLut
 from gpu.operands import check_strides
-from gpu.runtime import KernelLauncher, compile_kernel, current_raw_stream
+from gpu.runtime import KernelLauncher, check_shared_memory, compile_kernel, current_raw_stream
 
 KERNEL_SOURCE = "fused_attention_bwd.cu"
 #: Parameter kinds (``KernelLauncher``): 6 pointers, 6 strides, 4 ints.
@@ -84,11 +84,7 @@ class BackwardConfig:
                 f"with wgmma each warpgroup computes 64 head dims of dQ, so n_warps must be "
                 f"head_dim / 16 = {self.head_dim // 16}, got {self.n_warps}"
             )
-        if self.shared_bytes > SHARED_MEMORY_LIMIT:
-            raise ValueError(
-                f"n_warps={self.n_warps}, head_dim={self.head_dim} need {self.shared_bytes} "
-                f"bytes of shared memory, more than {SHARED_MEMORY_LIMIT}"
-            )
+        check_shared_memory(self.shared_bytes, f"n_warps={self.n_warps}, head_dim={self.head_dim}")
 
     block_m = BLOCK_M
 

@@ -31,15 +31,13 @@ from designer.validate import as_block_tensor, check_bool, check_choice, check_f
 from gpu.fused_hopper import HopperConfig
 from gpu.fused_lut import BLOCK_SIZES, TILE_SIZES, FusedLut, build_fused_lut
 from gpu.operands import check_attention_operands, check_lse, check_out, check_strides
-from gpu.runtime import KernelLauncher, compile_kernel, current_raw_stream
+from gpu.runtime import KernelLauncher, check_shared_memory, compile_kernel, current_raw_stream
 from gpu.tensor_maps import RowMaps
 
 KERNEL_SOURCE = "fused_attention.cu"
 KERNEL_FUNCTION = "fused_attention_fwd"
 #: Parameter kinds of the kernel (``KernelLauncher``): 7 pointers, 10 strides, 9 ints, the scale.
 KERNEL_SIGNATURE = "p" * 7 + "q" * 10 + "i" * 9 + "f"
-#: Dynamic shared memory one CTA may use on sm_80 / sm_90 (227 KB on Hopper; 163 KB on A100).
-SHARED_MEMORY_LIMIT = 227 * 1024
 DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "f16"}
 HEAD_DIMS = (64, 128)
 LOG2_E = math.log2(math.e)
@@ -105,11 +103,10 @@ class KernelConfig:
                 f"n_warps must be at least head_dim / 32 = {self.head_dim // 32} (tile copies "
                 f"cover 8 whole rows per pass), got {self.n_warps}"
             )
-        if self.shared_bytes > SHARED_MEMORY_LIMIT:
-            raise ValueError(
-                f"block_m={self.block_m}, block_n={self.block_n}, head_dim={self.head_dim} need "
-                f"{self.shared_bytes} bytes of shared memory, more than {SHARED_MEMORY_LIMIT}"
-            )
+        check_shared_memory(
+            self.shared_bytes,
+            f"block_m={self.block_m}, block_n={self.block_n}, head_dim={self.head_dim}",
+        )
 
     @property
     def threads(self) -> int:

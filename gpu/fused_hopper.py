@@ -17,13 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from designer.validate import check_bool, check_choice
+from gpu.runtime import check_shared_memory
 from gpu.tensor_maps import RowMaps
 
 KERNEL_SOURCE = "fused_attention_hopper.cu"
 KERNEL_FUNCTION = "fused_attention_fwd_hopper"
 #: Parameter kinds (``KernelLauncher``): 3 tensor maps, 4 pointers, 3 strides, 11 ints, the scale.
 KERNEL_SIGNATURE = "m" * 3 + "p" * 4 + "q" * 3 + "i" * 11 + "f"
-SHARED_MEMORY_LIMIT = 227 * 1024
 #: Shared bytes after the tiles for the ring's mbarriers.
 BARRIER_BYTES = 256
 
@@ -52,11 +52,10 @@ class HopperConfig:
         check_choice("block_n", self.block_n, (64, 128))
         check_choice("stages", self.stages, (2, 3, 4))
         check_bool("pingpong", self.pingpong)
-        if self.shared_bytes > SHARED_MEMORY_LIMIT:
-            raise ValueError(
-                f"block_n={self.block_n}, stages={self.stages}, head_dim={self.head_dim} need "
-                f"{self.shared_bytes} bytes of shared memory, more than {SHARED_MEMORY_LIMIT}"
-            )
+        check_shared_memory(
+            self.shared_bytes,
+            f"block_n={self.block_n}, stages={self.stages}, head_dim={self.head_dim}",
+        )
 
     @property
     def threads(self) -> int:

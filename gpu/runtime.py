@@ -164,6 +164,20 @@ def current_raw_stream(device_index: int) -> int:
     return torch._C._cuda_getCurrentRawStream(device_index)
 
 
+#: Dynamic shared memory one CTA may use on sm_80 / sm_90 (227 KB on Hopper; 163 KB on A100).
+SHARED_MEMORY_LIMIT = 227 * 1024
+
+
+def check_shared_memory(shared_bytes: int, settings: str) -> None:
+    """Refuse a kernel build whose CTA needs more shared memory than ``SHARED_MEMORY_LIMIT``;
+    ``settings`` names the choices that set it."""
+    if shared_bytes > SHARED_MEMORY_LIMIT:
+        raise ValueError(
+            f"{settings} need {shared_bytes} bytes of shared memory, more than "
+            f"{SHARED_MEMORY_LIMIT}"
+        )
+
+
 def allow_shared_memory(kernel: Any, shared_bytes: int, device_id: int) -> None:
     """Let ``kernel`` take ``shared_bytes`` of dynamic shared memory on ``device_id``.
 

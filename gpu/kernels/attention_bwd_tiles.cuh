@@ -7,10 +7,6 @@
 
 namespace {
 
-constexpr unsigned kFlagPartial = 1u;
-constexpr unsigned kFlagDiagonal = 2u;
-constexpr unsigned kFlagKeyBound = 4u;
-
 // Byte offset of 16-byte chunk `chunk` of row `row`, rows RowBytes apart, chunk c stored at
 // c ^ (row & 7): ldmatrix reads of 8 rows hit 8 different bank groups.
 template <int RowBytes>
@@ -53,9 +49,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[kSAtoms][4], const Int4& e
                                            int sub_rows_log2, int sub_cols_log2,
                                            int causal_offset, int seq_k) {
   const int lane = fresh_lane();
-  const unsigned long long word =
-      (static_cast<unsigned long long>(static_cast<unsigned>(entry.w)) << 32) |
-      static_cast<unsigned>(entry.z);
+  const unsigned long long word = mask_word(entry);
   const bool use_bits = entry.y & kFlagPartial;
   const bool causal = entry.y & kFlagDiagonal;
   const bool bounded = entry.y & kFlagKeyBound;

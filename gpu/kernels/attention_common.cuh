@@ -13,6 +13,18 @@ struct alignas(16) Bits128 {
   unsigned x, y, z, w;
 };
 
+// ------------------------------------------------------------------ look-up table entries
+// An entry is (k_tile, flags, mask bits 0-31, mask bits 32-63) (gpu/fused_lut.py).
+constexpr unsigned kFlagPartial = 1u;   // apply the entry's mask bits
+constexpr unsigned kFlagDiagonal = 2u;  // apply k_idx <= q_idx + causal_offset
+constexpr unsigned kFlagKeyBound = 4u;  // apply k_idx < seq_k
+
+// The entry's 64 mask bits, one per cell of the tile.
+__device__ __forceinline__ unsigned long long mask_word(const Int4& entry) {
+  return (static_cast<unsigned long long>(static_cast<unsigned>(entry.w)) << 32) |
+         static_cast<unsigned>(entry.z);
+}
+
 // ------------------------------------------------------------------ PTX wrappers
 __device__ __forceinline__ unsigned shared_address(const void* pointer) {
   unsigned address;

@@ -9,10 +9,6 @@
 
 namespace {
 
-constexpr unsigned kFlagPartial = 1u;   // apply the entry's mask bits
-constexpr unsigned kFlagDiagonal = 2u;  // apply k_idx <= q_idx + causal_offset
-constexpr unsigned kFlagKeyBound = 4u;  // apply k_idx < seq_k
-
 // Set masked scores to -inf: inactive layout cells (flag bit 0), keys after the query's causal
 // limit (bit 1), keys at or past seq_k (bit 2). `warp_row0`: this warp's first row in the tile.
 template <int M, int NS>
@@ -21,9 +17,7 @@ __device__ __forceinline__ void apply_mask(float (&s)[M][NS][4], const Int4& ent
                                            int sub_cols_log2, int causal_offset, int seq_k) {
   constexpr int kBlockN = NS * 8;
   const int lane = fresh_lane();
-  const unsigned long long word =
-      (static_cast<unsigned long long>(static_cast<unsigned>(entry.w)) << 32) |
-      static_cast<unsigned>(entry.z);
+  const unsigned long long word = mask_word(entry);
   const bool use_bits = entry.y & kFlagPartial;
   const bool causal = entry.y & kFlagDiagonal;
   const int key_end = (entry.y & kFlagKeyBound) ? seq_k : 0x7fffffff;
