@@ -2,8 +2,9 @@
 
 ``lint_design(design)`` returns ``Lint`` findings, errors first: query rows that attend to
 nothing, blocks above the diagonal of a causal design, heads that share one layout, a start width
-that makes no tiles, and the layouts DeepSpeed's own segmentation gets wrong (phantom or
-duplicate blocks, or no tiles at all).
+that makes no tiles, the layouts DeepSpeed's own segmentation gets wrong (phantom or duplicate
+blocks, or no tiles at all), and blocks so scattered that our fused kernel's tiles compute mostly
+inactive scores.
 Each finding names the heads and a few example blocks, so a view can point at them.
 """
 
@@ -25,6 +26,10 @@ SEVERITIES = ("error", "warning", "info")
 
 #: Example blocks (or rows) a finding carries: enough to point at, few enough to read.
 MAX_EXAMPLES = 5
+#: Query x key tokens of the tiles our fused kernel computes on Hopper (gpu/fused_hopper.py).
+FUSED_TILE = 128
+#: Share of a visited tile's blocks that must be active before the tile waste is reported.
+TILE_FILL_FLOOR = 0.5
 #: Cells the cached per-head DeepSpeed findings may hold in all.
 DEFECT_CACHE_CELLS = 1 << 22
 
@@ -67,6 +72,7 @@ def lint_design(design: Design) -> list[Lint]:
         lints += _causal_violations(layout)
     lints += _no_tiles(layout, design.effective_start_width)
     lints += _deepspeed_segmentation(layout, design.effective_start_width)
+    lints += _scattered_for_fused_tiles(layout)
     return sorted(lints, key=lambda lint: SEVERITIES.index(lint.severity))
 
 
@@ -163,6 +169,41 @@ def _no_tiles(layout: Layout, start_width: int) -> list[Lint]:
                 "unset for 128-token tiles)."
             ),
             heads=tuple(range(layout.n_heads)),
+        )
+    ]
+
+
+def _scattered_for_fused_tiles(layout: Layout) -> list[Lint]:
+    """Our fused kernel computes whole ``FUSED_TILE``-token squares: blocks smaller than that,
+    scattered so that the squares they touch are mostly inactive, cost the whole squares."""
+    per_side = FUSED_TILE // layout.block_size
+    if per_side <= 1:
+        return []
+    blocks = layout.blocks
+    n_heads, n_q, n_k = blocks.shape
+    padded = torch.nn.functional.pad(blocks, (0, -n_k % per_side, 0, -n_q % per_side))
+    squares = padded.view(n_heads, padded.shape[1] // per_side, per_side, -1, per_side)
+    visited = squares.any(dim=4).any(dim=2).sum(dim=(1, 2)) * per_side**2  # blocks, per head
+    active = blocks.sum(dim=(1, 2))
+    if not int(active.sum()):
+        return []
+    fill = float(active.sum()) / int(visited.sum())
+    if fill >= TILE_FILL_FLOOR:
+        return []
+    low = active < TILE_FILL_FLOOR * visited
+    heads = tuple(torch.nonzero(low).flatten().tolist())
+    return [
+        Lint(
+            code="scattered-for-fused-tiles",
+            severity="info",
+            message=(
+                f"Our fused kernel computes {FUSED_TILE} x {FUSED_TILE}-token tiles on Hopper, "
+                f"and this design's active blocks fill {fill:.0%} of the tiles they touch "
+                f"(under {TILE_FILL_FLOOR:.0%} in {_heads_text(heads)}): it computes "
+                f"{1 / fill:.1f}x the scores the layout needs. Blocks that group into aligned "
+                f"{FUSED_TILE}-token squares cost nothing extra."
+            ),
+            heads=heads,
         )
     ]
 

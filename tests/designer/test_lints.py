@@ -39,8 +39,8 @@ def test_empty_query_rows():
     blocks = band(2, 10, 1)
     blocks[1, 3] = False
     blocks[1, 8] = False
-    (lint,) = lints_of(blocks, block_size=32, start_width=2)
-    assert (lint.code, lint.severity, lint.heads) == ("empty-query-rows", "warning", (1,))
+    (lint,) = by_code(lints_of(blocks, block_size=32, start_width=2))["empty-query-rows"]
+    assert (lint.severity, lint.heads) == ("warning", (1,))
     assert lint.rows == ((1, 3), (1, 8)) and lint.cells == ()
     assert lint.message.startswith("2 query block rows in head 1 have no active key block")
     assert "those 64 queries attend to nothing and output zeros" in lint.message
@@ -134,10 +134,32 @@ def test_findings_are_sorted_by_severity():
         "causal-violation",
         "empty-query-rows",
         "identical-heads",
+        "scattered-for-fused-tiles",
     ]
-    assert [SEVERITIES.index(lint.severity) for lint in lints] == [0, 1, 2]
+    assert [SEVERITIES.index(lint.severity) for lint in lints] == [0, 1, 2, 2]
 
 
 def test_design_is_checked():
     with pytest.raises(TypeError, match=r"design must be a Design, got Layout"):
         lint_design(Layout(band(1, 4, 1), 64))
+
+
+def test_scattered_small_blocks_report_the_fused_kernels_tile_waste():
+    """At block 32 a 128-token tile holds 4 x 4 blocks."""
+    blocks = torch.zeros(2, 8, 8, dtype=torch.bool)
+    blocks[:, torch.arange(8), torch.arange(8)] = True  # diagonal: 4 of 16 blocks per tile
+    blocks[1, 0, 4] = True  # head 1 touches one more tile with one block
+    (lint,) = by_code(lints_of(blocks, 32))["scattered-for-fused-tiles"]
+    assert lint.severity == "info" and lint.heads == (0, 1)
+    assert "fill 21% of the tiles they touch" in lint.message  # 8 + 9 of (2 + 3) tiles x 16
+    assert "4.7x the scores" in lint.message
+
+
+def test_blocks_grouped_into_fused_tiles_or_as_large_cost_nothing_extra():
+    squares = torch.zeros(1, 8, 8, dtype=torch.bool)
+    squares[0, :4, :4] = squares[0, 4:, 4:] = True  # two whole 128-token squares at block 32
+    scattered_128 = torch.rand(2, 6, 6, generator=torch.Generator().manual_seed(1)) < 0.2
+    assert "scattered-for-fused-tiles" not in by_code(lints_of(squares, 32))
+    assert "scattered-for-fused-tiles" not in by_code(lints_of(scattered_128, 128))
+    empty = torch.zeros(1, 8, 8, dtype=torch.bool)
+    assert "scattered-for-fused-tiles" not in by_code(lints_of(empty, 16))
