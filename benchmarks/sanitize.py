@@ -154,11 +154,11 @@ def run_case(case: Case, *, device: str = "cuda", impl: str | None = None) -> tu
     q = operand(case.q_heads, case.seq_q)
     k, v = operand(case.kv_heads, case.seq_k), operand(case.kv_heads, case.seq_k)
     grad_out = torch.randn(q.shape, generator=gen, dtype=dtype).to(device)
-    plan = gpu.plan(blocks, case.block, causal=case.causal, causal_alignment=case.alignment,
-                    seq_q=case.seq_q, seq_k=case.seq_k, device=device)  # fmt: skip
     impl = impl or ("sdd" if case.kind == "sdd" else "fused")
-    not_hopper = mock.patch("gpu.fused.is_hopper", return_value=False)
+    not_hopper = mock.patch("gpu.fused.is_hopper", return_value=False)  # read when planning
     with not_hopper if case.mma_sync else contextlib.nullcontext():
+        plan = gpu.plan(blocks, case.block, causal=case.causal, causal_alignment=case.alignment,
+                        seq_q=case.seq_q, seq_k=case.seq_k, device=device)  # fmt: skip
         if case.kind == "backward":
             out = gpu.block_sparse_attention(q, k, v, plan, impl=impl)
             got = dict(zip("qkv", torch.autograd.grad(out, (q, k, v), grad_out), strict=True))

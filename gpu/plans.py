@@ -76,12 +76,13 @@ class BlockSparsePlan:
         set_(self, "_backward_luts", {})
         set_(self, "plan_id", next(_IDS))
         _BY_ID[self.plan_id] = self
+        set_(self, "_hopper", False)  # the Hopper kernels (compute capability 9.0)
         if device.type == "cuda":  # every table a forward launch may need, uploaded now
             from gpu.fused import HEAD_DIMS, choose_config, is_hopper
 
-            hopper = is_hopper(device)
+            set_(self, "_hopper", is_hopper(device))
             for head_dim in HEAD_DIMS:
-                config = choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=hopper)
+                config = choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=self._hopper)
                 self._lut(config.block_m, config.block_n)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -109,12 +110,13 @@ class BlockSparsePlan:
     # ----------------------------------------------------------------- what launches read
     def fused(self, dtype: torch.dtype, head_dim: int, k_row_stride: int, v_row_stride: int) -> Any:
         """The ``gpu.fused.FusedPlan`` for this dtype, head dim and K/V row strides (elements;
-        compiled into the kernel), compiled on first use."""
-        from gpu.fused import choose_config, is_hopper, plan_fused_with
+        compiled into the ``mma.sync`` kernel, while the Hopper kernel reads any through TMA),
+        compiled on first use."""
+        from gpu.fused import choose_config, plan_fused_with
 
         def make() -> Any:
             config = choose_config(
-                head_dim=head_dim, dtype=dtype, wgmma=is_hopper(self.device),
+                head_dim=head_dim, dtype=dtype, wgmma=self._hopper,
                 k_row_stride=k_row_stride, v_row_stride=v_row_stride,
             )  # fmt: skip
             return plan_fused_with(
@@ -123,7 +125,8 @@ class BlockSparsePlan:
                 lut=self._lut(config.block_m, config.block_n),
             )  # fmt: skip
 
-        return self._once(self._fused, (dtype, head_dim, k_row_stride, v_row_stride), make)
+        key = (dtype, head_dim) if self._hopper else (dtype, head_dim, k_row_stride, v_row_stride)
+        return self._once(self._fused, key, make)
 
     def sdd(self, dtype: torch.dtype, head_dim: int, start_width: int | None, n_heads: int) -> Any:
         """The ``gpu.sdd.SddPlan`` for these settings (segmented and compiled on first use)."""
@@ -141,12 +144,9 @@ class BlockSparsePlan:
     def backward(self, dtype: torch.dtype, head_dim: int) -> Any:
         """The ``gpu.backward.BackwardPlan`` for this dtype and head dim, compiled on first use."""
         from gpu.backward import choose_backward_config, plan_backward
-        from gpu.fused import is_hopper
 
         def make() -> Any:
-            config = choose_backward_config(
-                head_dim=head_dim, dtype=dtype, wgmma=is_hopper(self.device)
-            )
+            config = choose_backward_config(head_dim=head_dim, dtype=dtype, wgmma=self._hopper)
             return plan_backward(
                 config, self._backward_lut(config.block_m, config.block_n),
                 causal_offset=self.causal_offset, n_heads=self.n_heads, seq_q=self.seq_q,
