@@ -26,8 +26,9 @@ SEVERITIES = ("error", "warning", "info")
 
 #: Example blocks (or rows) a finding carries: enough to point at, few enough to read.
 MAX_EXAMPLES = 5
-#: Query x key tokens of the tiles our fused kernel computes on Hopper (gpu/fused_hopper.py).
-FUSED_TILE = 128
+#: Query x key tokens of the smallest tiles our fused kernel computes on Hopper (its 64-row
+#: build, which a plan takes for scattered layouts; gpu/fused.py, HOPPER_BUILDS).
+FUSED_TILE = 64
 #: Share of a visited tile's blocks that must be active before the tile waste is reported.
 TILE_FILL_FLOOR = 0.5
 #: Cells the cached per-head DeepSpeed findings may hold in all.
@@ -197,8 +198,9 @@ def _scattered_for_fused_tiles(layout: Layout) -> list[Lint]:
             code="scattered-for-fused-tiles",
             severity="info",
             message=(
-                f"Our fused kernel computes {FUSED_TILE} x {FUSED_TILE}-token tiles on Hopper, "
-                f"and this design's active blocks fill {fill:.0%} of the tiles they touch "
+                f"Our fused kernel computes tiles of at least {FUSED_TILE} x {FUSED_TILE} tokens "
+                f"on Hopper, and this design's active blocks fill {fill:.0%} of the tiles they "
+                "touch "
                 f"(under {TILE_FILL_FLOOR:.0%} in {_heads_text(heads)}): it computes "
                 f"{1 / fill:.1f}x the scores the layout needs. Blocks that group into aligned "
                 f"{FUSED_TILE}-token squares cost nothing extra."

@@ -23,6 +23,7 @@ Work and traffic of one call, with ``T`` the key tiles visited per batch element
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
@@ -31,7 +32,13 @@ from designer.validate import as_block_tensor, check_bool, check_choice, check_f
 from gpu.fused_hopper import HopperConfig
 from gpu.fused_lut import BLOCK_SIZES, TILE_SIZES, FusedLut, build_fused_lut
 from gpu.operands import check_attention_operands, check_lse, check_out, check_strides
-from gpu.runtime import KernelLauncher, check_shared_memory, compile_kernel, current_raw_stream
+from gpu.runtime import (
+    KernelLauncher,
+    check_shared_memory,
+    compile_kernel,
+    current_raw_stream,
+    prefer_shared_memory,
+)
 from gpu.tensor_maps import RowMaps
 
 KERNEL_SOURCE = "fused_attention.cu"
@@ -50,17 +57,25 @@ LOG2_E = math.log2(math.e)
 # - D=128 128x64 255 regs (32 B spilled per key tile): 256 / 334 / 254; 128x32 298 / 300 vs
 #   316 / 336 (run 1).
 _TILES = {64: (128, 64, 4, 2), 128: (128, 64, 4, 2)}
-# Hopper: (block_n, stages, pingpong) per head dim; 168 registers at entry, 240 per consumer
-# thread after setmaxnreg, no spills. Measured alternatives (gpu.fused_probe, H200, bf16, B=1,
-# H=16, S=16384, 2026-11-30, benchmarks/results/checks/2026-11-30-h200-hopper-tiles.json;
-# persistent CTAs, effective TFLOP/s):
-# - D=64 (dense / band 7 % b16 / band 2.3 % b128): 128 keys, 2 stages 455 / 295 / 301; 3
-#   stages 457 / 298 / 308; no ping-pong 441 / 285 / 298; 64 keys 376 / 281 / 263.
-# - D=128 (dense / causal / band 2.3 % b128 / band 7 % b128): 128 keys, 2 stages 685 / 611 /
-#   429 / 575; no ping-pong 532 / 505 / 384 / 473; 64 keys 558 / 516 / 377 / 483 (3 stages of
-#   128 keys no longer fit beside two Q buffers; with one Q buffer they measured 692 / 668 / -
-#   / 536 against 687 / 669 / - / 534). Causal here is before the snake unit order (665 after).
-HOPPER_TILES = {64: (128, 2, True), 128: (128, 2, True)}
+# Hopper: per head dim, the builds a plan chooses from, each as ((block_n, stages, pingpong,
+# consumers), cost), the first the default. A plan takes the build with the least tile area
+# to compute times its cost: its time per executed FLOP on dense layouts over the best build's.
+# Measured (gpu.fused_probe, H200, bf16, B=1, H=16, S=16384, persistent CTAs, effective TFLOP/s;
+# benchmarks/results/checks/2026-11-30-h200-hopper-tiles.json and
+# .../2026-11-30-h200-hopper-narrow-tiles.json):
+# - D=64 (dense / BigBird b128 / band 2.3 % b64 / band 2.2 % b16 / BigBird b64): 64 x 128, one
+#   consumer, 2 CTAs per SM 480 / 324 / 264 / 201 / 207; 64 x 64, 4 stages 407 / 283 / 284 /
+#   215 / 283 (2 stages 405 / 270 / 277 / 214 / 264); 128 x 128 with ping-pong 454 / 289 / 210 /
+#   162 / 131 (3 stages 465 / 296 / 218 / 175 / 133; without ping-pong 408); 128 x 64 377.
+# - D=128 (dense / BigBird b64 / band 2.3 % b64): 128 x 128 with ping-pong 682 / 203 / 329
+#   (without ping-pong 530; earlier, dense / causal / band 2.3 % b128 / band 7 % b128: 685 /
+#   611 / 429 / 575 against 532 / 505 / 384 / 473 without and 558 / 516 / 377 / 483 at 128 x 64;
+#   3 stages of 128 keys do not fit beside two Q buffers); 64 x 64, one consumer 537 / 351 /
+#   377 (64 x 128 with one consumer needs 164 KB, too much for two CTAs per SM).
+HOPPER_BUILDS = {
+    64: (((128, 2, False, 1), 1.0), ((64, 4, False, 1), 480 / 407)),
+    128: (((128, 2, True, 2), 1.0), ((64, 2, False, 1), 682 / 537)),
+}
 
 
 @dataclass(frozen=True)
@@ -137,17 +152,29 @@ def choose_config(
     wgmma: bool,
     k_row_stride: int | None = None,
     v_row_stride: int | None = None,
+    tiles: Callable[[int, int], int] | None = None,
 ) -> KernelConfig | HopperConfig:
-    """The kernel build we use for ``head_dim`` and ``dtype`` (any layout block size).
+    """The kernel build we use for ``head_dim`` and ``dtype``.
 
     ``wgmma`` picks the Hopper kernel (``gpu.fused_hopper``; ``plan_fused`` sets it on compute
-    capability 9.0), which reads any strides through TMA. The ``mma.sync`` kernel compiles the
-    K and V row strides in (None: contiguous rows).
+    capability 9.0), which reads any strides through TMA: the first of ``HOPPER_BUILDS``, or
+    given ``tiles(block_m, block_n)`` (the layout's active tiles at that tiling), the build
+    whose tile area times cost is least. The ``mma.sync`` kernel compiles the K and V row
+    strides in (None: contiguous rows).
     """
     name = dtype_name(dtype)
     check_choice("head_dim", head_dim, HEAD_DIMS)
     if check_bool("wgmma", wgmma):
-        return HopperConfig(name, head_dim, *HOPPER_TILES[head_dim])
+        builds = [(HopperConfig(name, head_dim, *settings), cost)
+                  for settings, cost in HOPPER_BUILDS[head_dim]]  # fmt: skip
+        if tiles is None:
+            return builds[0][0]
+
+        def work(build: tuple[HopperConfig, float]) -> float:
+            config, cost = build
+            return tiles(config.block_m, config.block_n) * config.block_m * config.block_n * cost
+
+        return min(builds, key=work)[0]
     block_m, block_n, n_warps, min_blocks = _TILES[head_dim]
     return KernelConfig(
         name, head_dim, block_m, block_n, n_warps, min_blocks,
@@ -191,7 +218,8 @@ class FusedPlan:
     sub_cols_log2: int
     launcher: KernelLauncher
     maps: RowMaps | None  # the Hopper kernel's per-call tensor maps (None: no maps)
-    max_ctas: int | None  # the Hopper kernel's persistent grid: one CTA per SM (None: no limit)
+    max_ctas: int | None  # the Hopper kernel's persistent grid: min_blocks per SM (None: no limit)
+    l2_bytes: int  # the device's L2 cache, which sizes the Hopper kernel's head groups
 
     def flops(self, batch: int, q_heads: int | None = None) -> int:
         """FLOPs the kernel executes for ``batch`` elements (full tiles, both matmuls)."""
@@ -220,13 +248,25 @@ def plan_fused(
     ``seq_k`` default to whole blocks; the K/V row strides to contiguous rows.
     """
     device = _cuda_device(device)
+    luts: dict[tuple[int, int], FusedLut] = {}
+
+    def tiles(block_m: int, block_n: int) -> int:
+        if (block_m, block_n) not in luts:
+            luts[block_m, block_n] = build_fused_lut(
+                blocks, block_size, block_m=block_m, block_n=block_n, causal=causal,
+                causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
+            )  # fmt: skip
+        return luts[block_m, block_n].n_tiles
+
     config = choose_config(
         head_dim=head_dim, dtype=dtype, wgmma=is_hopper(device), k_row_stride=k_row_stride,
-        v_row_stride=v_row_stride,
+        v_row_stride=v_row_stride, tiles=tiles,
     )  # fmt: skip
+    lut = luts.get((config.block_m, config.block_n))
     return plan_fused_with(
         blocks, block_size, config, causal=causal, device=device,
         causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
+        lut=None if lut is None else upload_lut(lut, device),
     )  # fmt: skip
 
 
@@ -271,7 +311,10 @@ def plan_fused_with(
             device,
         )  # fmt: skip
     hopper = isinstance(config, HopperConfig)
+    properties = torch.cuda.get_device_properties(device)
     kernel = compile_kernel(config.source, config.function, config.defines(), device=device.index)
+    if hopper and config.min_blocks > 1:
+        prefer_shared_memory(kernel, device.index)
     launcher = KernelLauncher(kernel, config.signature, device.index, config.shared_bytes)
     return FusedPlan(
         config=config,
@@ -289,7 +332,8 @@ def plan_fused_with(
         sub_cols_log2=int(math.log2(lut.sub_cols)),
         launcher=launcher,
         maps=config.tensor_maps() if hopper else None,
-        max_ctas=torch.cuda.get_device_properties(device).multi_processor_count if hopper else None,
+        max_ctas=properties.multi_processor_count * config.min_blocks if hopper else None,
+        l2_bytes=properties.L2_cache_size,
     )
 
 
@@ -364,9 +408,11 @@ def launch_fused(
     grid = n_ctas
     if plan.maps is not None:
         q_map, k_map, v_map, broadcast = plan.maps(q, k, v)
+        group = head_group(plan, batch * heads_per_item, k.shape[2])
         arguments = (
             q_map, k_map, v_map, out.data_ptr(), lse_pointer, plan.items.data_ptr(),
-            plan.entries.data_ptr(), *out.stride()[:3], n_ctas, *shapes, broadcast, *masking,
+            plan.entries.data_ptr(), *out.stride()[:3], n_ctas, *shapes[:4], group, *shapes[4:],
+            broadcast, *masking,
         )  # fmt: skip
         grid = min(n_ctas, plan.max_ctas)
     else:
@@ -378,6 +424,13 @@ def launch_fused(
     plan.launcher(
         grid, cfg.threads, cfg.shared_bytes, current_raw_stream(q.device.index), *arguments
     )
+
+
+def head_group(plan: FusedPlan, pairs: int, seq_k: int) -> int:
+    """(batch, head) pairs the Hopper kernel runs together: as many as keep their K and V
+    (16-bit) within half the L2, at least one, at most ``pairs`` (then item-major throughout)."""
+    pair_bytes = 4 * seq_k * plan.config.head_dim
+    return max(1, min(pairs, plan.l2_bytes // 2 // max(pair_bytes, 1)))
 
 
 def check_operand_strides(

@@ -1,15 +1,20 @@
 """The Hopper forward kernel's configuration and launch (``gpu/kernels/fused_attention_hopper.cu``).
 
 Same algorithm, tables and operands as the ``mma.sync`` forward of ``gpu.fused``; on Hopper
-(sm_90a) one producer warpgroup loads Q, K and V tiles with TMA and two consumer warpgroups,
-64 query rows each, run ``wgmma`` and the softmax, pipelined and taking turns. TMA reads any
-strides ``check_strides`` accepts, so one build serves every view (no strides compiled in).
-The grid is persistent: at most one CTA per SM, each walking its share of the work heaviest
-first.
+(sm_90a) one producer warpgroup loads Q, K and V tiles with TMA and one or two consumer
+warpgroups, 64 query rows each, run ``wgmma`` and the softmax, pipelined and taking turns. TMA
+reads any strides ``check_strides`` accepts, so one build serves every view (no strides
+compiled in). The grid is persistent: at most ``min_blocks`` CTAs per SM, each walking its share
+of the work heaviest first. Two consumers (128-row query tiles, one CTA per SM) are the fast
+build; one consumer (64-row tiles, two CTAs per SM) wastes less on layouts scattered in small
+blocks.
 
 >>> config = HopperConfig("bf16", 128)
 >>> config.block_m, config.block_n, config.threads, config.shared_bytes
 (128, 128, 384, 196864)
+>>> narrow = HopperConfig("bf16", 128, block_n=64, pingpong=False, consumers=1)
+>>> narrow.block_m, narrow.threads, narrow.min_blocks, narrow.shared_bytes
+(64, 256, 2, 98560)
 """
 
 from __future__ import annotations
@@ -17,15 +22,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from designer.validate import check_bool, check_choice
-from gpu.runtime import check_shared_memory
+from gpu.runtime import SM_SHARED_MEMORY, check_shared_memory
 from gpu.tensor_maps import RowMaps
 
 KERNEL_SOURCE = "fused_attention_hopper.cu"
 KERNEL_FUNCTION = "fused_attention_fwd_hopper"
-#: Parameter kinds (``KernelLauncher``): 3 tensor maps, 4 pointers, 3 strides, 11 ints, the scale.
-KERNEL_SIGNATURE = "m" * 3 + "p" * 4 + "q" * 3 + "i" * 11 + "f"
+#: Parameter kinds (``KernelLauncher``): 3 tensor maps, 4 pointers, 3 strides, 12 ints, the scale.
+KERNEL_SIGNATURE = "m" * 3 + "p" * 4 + "q" * 3 + "i" * 12 + "f"
 #: Shared bytes after the tiles for the ring's mbarriers.
 BARRIER_BYTES = 256
+#: Shared memory the hardware keeps for itself per resident CTA.
+RESERVED_SHARED_BYTES = 1024
 
 
 @dataclass(frozen=True)
@@ -36,11 +43,9 @@ class HopperConfig:
     head_dim: int
     block_n: int = 128  # keys per tile
     stages: int = 2  # K/V buffers in the ring
-    pingpong: bool = True  # consumers take turns to issue their products
+    pingpong: bool = True  # consumers take turns to issue their products (two consumers)
+    consumers: int = 2  # consumer warpgroups of 64 query rows
 
-    block_m = 128  # query rows per CTA: two consumer warpgroups of 64
-    n_warps = 12  # producer warpgroup + two consumers
-    min_blocks = 1
     wgmma = True
     source = KERNEL_SOURCE
     function = KERNEL_FUNCTION
@@ -52,10 +57,32 @@ class HopperConfig:
         check_choice("block_n", self.block_n, (64, 128))
         check_choice("stages", self.stages, (2, 3, 4))
         check_bool("pingpong", self.pingpong)
-        check_shared_memory(
-            self.shared_bytes,
-            f"block_n={self.block_n}, stages={self.stages}, head_dim={self.head_dim}",
-        )
+        check_choice("consumers", self.consumers, (1, 2))
+        if self.pingpong and self.consumers == 1:
+            raise ValueError("pingpong needs two consumers: one has no partner to take turns with")
+        settings = f"block_n={self.block_n}, stages={self.stages}, head_dim={self.head_dim}"
+        check_shared_memory(self.shared_bytes, settings)
+        if self.min_blocks * (self.shared_bytes + RESERVED_SHARED_BYTES) > SM_SHARED_MEMORY:
+            raise ValueError(
+                f"{settings} need {self.shared_bytes} bytes of shared memory per CTA, too many "
+                f"for {self.min_blocks} CTAs per SM ({SM_SHARED_MEMORY} bytes, "
+                f"{RESERVED_SHARED_BYTES} reserved per CTA)"
+            )
+
+    @property
+    def block_m(self) -> int:
+        """Query rows per CTA."""
+        return 64 * self.consumers
+
+    @property
+    def n_warps(self) -> int:
+        """The producer warpgroup and the consumers."""
+        return 4 * (1 + self.consumers)
+
+    @property
+    def min_blocks(self) -> int:
+        """CTAs per SM: one with two consumers (their registers fill the SM), two with one."""
+        return 3 - self.consumers
 
     @property
     def threads(self) -> int:
@@ -73,6 +100,7 @@ class HopperConfig:
             "HEAD_DIM": self.head_dim,
             "BLOCK_N": self.block_n,
             "STAGES": self.stages,
+            "CONSUMERS": self.consumers,
             "PINGPONG": int(self.pingpong),
         }
 

@@ -27,13 +27,18 @@ from gpu.reference import dense_masked_attention
 # Tiles timed besides the defaults (and checked by tests/gpu/test_fused.py):
 # mma.sync: (head_dim, block_m, block_n, n_warps, min_blocks)
 ALTERNATIVE_TILES = [(64, 128, 128, 4, 1), (64, 64, 64, 2, 4)]
-# Hopper kernel builds timed besides the default: (head_dim, block_n, stages, pingpong)
+# Hopper kernel builds timed besides the default: (head_dim, block_n, stages, pingpong,
+# consumers); one consumer is the 64-row build.
 HOPPER_ALTERNATIVES = [
-    (64, 128, 2, False),
-    (64, 128, 3, True),
-    (64, 64, 2, True),
-    (128, 128, 2, False),
-    (128, 64, 2, True),
+    (64, 128, 2, False, 2),
+    (64, 128, 3, True, 2),
+    (64, 64, 2, True, 2),
+    (64, 64, 2, False, 1),
+    (64, 128, 2, False, 1),
+    (64, 64, 4, False, 1),
+    (128, 128, 2, False, 2),
+    (128, 64, 2, True, 2),
+    (128, 64, 2, False, 1),
 ]
 DEFAULT_CASES = "banded_7pct-b128-d64,dense-b128-d64,banded_7pct-b16-d64,banded_7pct-b128-d128"
 
@@ -101,9 +106,10 @@ def instruction(config: KernelConfig | HopperConfig) -> str:
 
 def describe(config: KernelConfig | HopperConfig) -> list[int]:
     """``[block_m, block_n, n_warps, min_blocks]``; Hopper: ``[block_m, block_n, stages,
-    pingpong]``."""
+    pingpong, consumers]``."""
     if isinstance(config, HopperConfig):
-        return [config.block_m, config.block_n, config.stages, int(config.pingpong)]
+        return [config.block_m, config.block_n, config.stages, int(config.pingpong),
+                config.consumers]  # fmt: skip
     return [config.block_m, config.block_n, config.n_warps, config.min_blocks]
 
 

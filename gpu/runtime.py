@@ -166,6 +166,8 @@ def current_raw_stream(device_index: int) -> int:
 
 #: Dynamic shared memory one CTA may use on sm_80 / sm_90 (227 KB on Hopper; 163 KB on A100).
 SHARED_MEMORY_LIMIT = 227 * 1024
+#: Shared memory of one SM on sm_90, shared by its resident CTAs.
+SM_SHARED_MEMORY = 228 * 1024
 
 
 def check_shared_memory(shared_bytes: int, settings: str) -> None:
@@ -186,6 +188,13 @@ def allow_shared_memory(kernel: Any, shared_bytes: int, device_id: int) -> None:
     if shared_bytes > 48 * 1024:
         with require_cupy().cuda.Device(device_id):
             kernel.max_dynamic_shared_size_bytes = shared_bytes
+
+
+def prefer_shared_memory(kernel: Any, device_id: int) -> None:
+    """Ask for the SM's largest shared-memory carveout for ``kernel`` on ``device_id``, so that
+    several of its large-shared-memory CTAs can be resident at once (L1 keeps the rest)."""
+    with require_cupy().cuda.Device(device_id):
+        kernel.preferred_shared_memory_carveout = 100
 
 
 #: ``struct`` codes and sizes of the kernel parameter kinds (natural alignment = size).

@@ -2,27 +2,30 @@
 // (Shah et al. 2024) on our look-up tables. The algorithm and the table format are those of
 // fused_attention.cu (read its header first); this file changes how the work is scheduled.
 //
-// Persistent CTAs. The grid is at most one CTA per SM. Of the n_work = n_items · B ·
-// heads_per_item work units (unit w: item w / (B · heads_per_item), batch element (w % (B ·
-// heads_per_item)) % B, head item.head · heads_per_item + (w % (B · heads_per_item)) / B), round
-// r gives CTA x unit r·G + x for even r and r·G + G - 1 - x for odd r (G = gridDim.x): the items
-// are sorted heaviest first, and the snake order evens out the CTAs' totals. Q has two buffers,
-// so the next unit's Q and first K/V tiles load while the current one finishes.
+// Persistent CTAs. The grid is at most MIN_BLOCKS CTAs per SM. Of the n_work = n_items · P work
+// units (P = B · heads_per_item (batch, head) pairs per item), round r gives CTA x unit r·G + x
+// for even r and r·G + G - 1 - x for odd r (G = gridDim.x), and unit w is decoded in groups of
+// `head_group` pairs: group w / (n_items · head_group), inside it item-major (the item, then the
+// pair). The items are sorted heaviest first and the snake order evens out the CTAs' totals;
+// the groups keep the K and V that the running CTAs read within L2 (the host sizes them). Pair
+// p is batch element p % B, head item.head · heads_per_item + p / B. Q has two buffers, so the
+// next unit's Q and first K/V tiles load while the current one finishes.
 //
-// Warp specialisation. A CTA is three warpgroups:
+// Warp specialisation. A CTA is 1 + CONSUMERS warpgroups:
 // - warpgroup 0, the producer, gives most of its registers away (setmaxnreg) and one thread of
 //   it issues every load with TMA: per unit the Q tile, then the K and V tiles of each active
 //   key tile into a ring of STAGES buffers that runs on across units. Each buffer has a "full"
 //   mbarrier (the copy engine completes it with the bytes it wrote) and an "empty" one (each
 //   consumer warp arrives when its tensor-core reads of the buffer are done, or for Q, when it
 //   has stored its rows of the output through it).
-// - consumer warpgroup g (0 or 1) owns query rows [64g, 64g + 64) of the 128-row query tile and
-//   the whole key tile: S = Q K^T (wgmma, both operands in shared memory), the online softmax in
-//   registers, O += P V (P from registers, V N-major in shared memory).
+// - consumer warpgroup g owns query rows [64g, 64g + 64) of the 64 · CONSUMERS-row query tile
+//   and the whole key tile: S = Q K^T (wgmma, both operands in shared memory), the online
+//   softmax in registers, O += P V (P from registers, V N-major in shared memory).
+// One consumer (64-row query tiles, for layouts scattered in small blocks) runs two CTAs per SM.
 // Overlap. Inside a warpgroup, S of tile n + 1 and P·V of tile n are issued together and the
 // softmax of tile n + 1 runs while P·V of tile n is still on the tensor cores (wgmma.wait_group
-// 1); O is rescaled once P·V has landed. With PINGPONG, the consumers take turns (named
-// barriers) to issue their products, so one's softmax runs under the other's matrix work.
+// 1); O is rescaled once P·V has landed. With PINGPONG (two consumers), the consumers take turns
+// (named barriers) to issue their products, so one's softmax runs under the other's matrix work.
 //
 // Tiles in shared memory: 64-element column blocks of 128-byte rows with the 128-byte swizzle
 // (16-byte chunk c of row r at chunk c ^ (r & 7)), written that way by TMA and read that way by
@@ -34,11 +37,11 @@
 // zero batch / head stride; its map then has extent 1 there and the coordinate is 0.
 //
 // Compile-time defines: DTYPE_BF16, HEAD_DIM (64 or 128), BLOCK_N (64 or 128), STAGES (2 to 4),
-// PINGPONG (0/1).
+// CONSUMERS (1 or 2), PINGPONG (0/1; 1 needs two consumers).
 
 #if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(BLOCK_N) || !defined(STAGES) || \
-    !defined(PINGPONG)
-#error "define DTYPE_BF16, HEAD_DIM, BLOCK_N, STAGES, PINGPONG"
+    !defined(CONSUMERS) || !defined(PINGPONG)
+#error "define DTYPE_BF16, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, PINGPONG"
 #endif
 
 #include "attention_common.cuh"
@@ -50,7 +53,8 @@ namespace {
 
 constexpr int kHeadDim = HEAD_DIM;
 constexpr int kBlockN = BLOCK_N;
-constexpr int kConsumers = 2;
+constexpr int kConsumers = CONSUMERS;
+constexpr int kMinBlocks = 3 - kConsumers;  // CTAs per SM
 constexpr int kStages = STAGES;
 constexpr int kBlockM = 64 * kConsumers;
 constexpr int kThreads = 128 * (kConsumers + 1);
@@ -58,13 +62,16 @@ constexpr int kSAtoms = kBlockN / 8;   // 8-column atoms of S
 constexpr int kOAtoms = kHeadDim / 8;  // 8-column atoms of O
 constexpr unsigned kQBytes = kBlockM * kHeadDim * 2;
 constexpr unsigned kTileBytes = kBlockN * kHeadDim * 2;
-// Registers per thread after the hand-over: 128 · (24 + 2 · 240) fits the 65536 of an SM.
+// Registers per thread after the hand-over: 128 · (24 + 2 · 240) for one CTA, or
+// 2 · 128 · (24 + 232) for two, fits the 65536 of an SM.
 constexpr int kProducerRegisters = 24;
-constexpr int kConsumerRegisters = 240;
+constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 232;
 
 static_assert(kHeadDim == 64 || kHeadDim == 128, "HEAD_DIM must be 64 or 128");
 static_assert(kBlockN == 64 || kBlockN == 128, "BLOCK_N must be 64 or 128");
 static_assert(kStages >= 2 && kStages <= 4, "STAGES must be 2 to 4");
+static_assert(kConsumers == 1 || kConsumers == 2, "CONSUMERS must be 1 or 2");
+static_assert(!PINGPONG || kConsumers == 2, "PINGPONG needs two consumers");
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `Rows` rows.
 template <int Rows>
@@ -91,15 +98,20 @@ struct Work {
   int b, head, kv_head, q_row0, first, count;
 };
 
-// Work unit w walks the items heaviest first: w / (B · heads_per_item) is the item, and a
-// layout of one head serves heads_per_item query heads.
-__device__ __forceinline__ Work work_unit(const Int4* items, int w, int batch,
-                                          int heads_per_item, int kv_group) {
-  const int per_item = batch * heads_per_item;
-  const Int4 item = items[w / per_item];
+// Work unit w (see the header): group w / (n_items · head_group) of (batch, head) pairs, inside
+// it the item, then the pair; a layout of one head serves heads_per_item query heads.
+__device__ __forceinline__ Work work_unit(const Int4* items, int w, int n_items, int batch,
+                                          int heads_per_item, int kv_group, int head_group) {
+  const int pairs = batch * heads_per_item;
+  const int group = w / (n_items * head_group);
+  const int first_pair = group * head_group;
+  const int group_size = min(head_group, pairs - first_pair);
+  const int rest = w - group * n_items * head_group;
+  const int pair = first_pair + rest % group_size;
+  const Int4 item = items[rest / group_size];
   Work work;
-  work.b = (w % per_item) % batch;
-  work.head = item.x * heads_per_item + (w % per_item) / batch;
+  work.b = pair % batch;
+  work.head = item.x * heads_per_item + pair / batch;
   work.kv_head = work.head / kv_group;
   work.q_row0 = item.y * kBlockM;
   work.first = item.z;
@@ -203,7 +215,7 @@ struct Turns {
 
 }  // namespace
 
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
+extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
     fused_attention_fwd_hopper(const __grid_constant__ TensorMap q_map,
                                const __grid_constant__ TensorMap k_map,
                                const __grid_constant__ TensorMap v_map,
@@ -211,8 +223,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                                const Int4* __restrict__ items, const Int4* __restrict__ entries,
                                long long o_sb, long long o_sh, long long o_ss, int n_work,
                                int batch, int q_heads, int heads_per_item, int kv_group,
-                               int seq_q, int seq_k, int broadcast, int causal_offset,
-                               int sub_rows_log2, int sub_cols_log2, float scale_log2) {
+                               int head_group, int seq_q, int seq_k, int broadcast,
+                               int causal_offset, int sub_rows_log2, int sub_cols_log2,
+                               float scale_log2) {
   extern __shared__ __align__(1024) Bits128 shared_raw[];
   Shared sh;
   sh.q = shared_address(shared_raw);
@@ -239,6 +252,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();
 
   const int rounds = (n_work + gridDim.x - 1) / gridDim.x;
+  const int n_items = n_work / (batch * heads_per_item);
   if (warp < 4) {  // ---- producer warpgroup
     registers_release<kProducerRegisters>();
     if (threadIdx.x == 0) {
@@ -246,7 +260,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       for (int round = 0; round < rounds; ++round) {
         const int w = unit_of_round(round);
         if (w >= n_work) continue;
-        const Work work = work_unit(items, w, batch, heads_per_item, kv_group);
+        const Work work = work_unit(items, w, n_items, batch, heads_per_item, kv_group, head_group);
         produce(sh, q_map, k_map, v_map, entries, work, round, ring, broadcast);
         ring += work.count;
       }
@@ -269,7 +283,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   for (int round = 0; round < rounds; ++round) {
     const int w = unit_of_round(round);
     if (w >= n_work) continue;  // only in the last round
-    const Work work = work_unit(items, w, batch, heads_per_item, kv_group);
+    const Work work = work_unit(items, w, n_items, batch, heads_per_item, kv_group, head_group);
     const int buffer = round & 1;
     const unsigned q_rows = sh.q_tile(buffer) + turns.group * 64 * 128;
     float row_max[1][2] = {{negative_infinity(), negative_infinity()}};

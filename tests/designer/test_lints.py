@@ -129,7 +129,7 @@ def test_start_width_zero_makes_no_tiles():
 def test_findings_are_sorted_by_severity():
     blocks = torch.zeros(2, 4, 4, dtype=torch.bool)
     blocks[:, 0, 3] = True
-    lints = lints_of(blocks, causal=True)
+    lints = lints_of(blocks, 32, causal=True)
     assert [lint.code for lint in lints] == [
         "causal-violation",
         "empty-query-rows",
@@ -145,21 +145,22 @@ def test_design_is_checked():
 
 
 def test_scattered_small_blocks_report_the_fused_kernels_tile_waste():
-    """At block 32 a 128-token tile holds 4 x 4 blocks."""
+    """At block 16 a 64-token tile holds 4 x 4 blocks."""
     blocks = torch.zeros(2, 8, 8, dtype=torch.bool)
     blocks[:, torch.arange(8), torch.arange(8)] = True  # diagonal: 4 of 16 blocks per tile
     blocks[1, 0, 4] = True  # head 1 touches one more tile with one block
-    (lint,) = by_code(lints_of(blocks, 32))["scattered-for-fused-tiles"]
+    (lint,) = by_code(lints_of(blocks, 16))["scattered-for-fused-tiles"]
     assert lint.severity == "info" and lint.heads == (0, 1)
     assert "fill 21% of the tiles they touch" in lint.message  # 8 + 9 of (2 + 3) tiles x 16
     assert "4.7x the scores" in lint.message
+    assert "tiles of at least 64 x 64 tokens" in lint.message
 
 
 def test_blocks_grouped_into_fused_tiles_or_as_large_cost_nothing_extra():
     squares = torch.zeros(1, 8, 8, dtype=torch.bool)
-    squares[0, :4, :4] = squares[0, 4:, 4:] = True  # two whole 128-token squares at block 32
-    scattered_128 = torch.rand(2, 6, 6, generator=torch.Generator().manual_seed(1)) < 0.2
-    assert "scattered-for-fused-tiles" not in by_code(lints_of(squares, 32))
-    assert "scattered-for-fused-tiles" not in by_code(lints_of(scattered_128, 128))
+    squares[0, :4, :4] = squares[0, 4:, 4:] = True  # two whole 64-token squares at block 16
+    scattered_64 = torch.rand(2, 6, 6, generator=torch.Generator().manual_seed(1)) < 0.2
+    assert "scattered-for-fused-tiles" not in by_code(lints_of(squares, 16))
+    assert "scattered-for-fused-tiles" not in by_code(lints_of(scattered_64, 64))
     empty = torch.zeros(1, 8, 8, dtype=torch.bool)
     assert "scattered-for-fused-tiles" not in by_code(lints_of(empty, 16))

@@ -3,6 +3,7 @@ matches fp64 dense masked attention across block sizes, head dims, dtypes and ma
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -13,8 +14,10 @@ import torch
 from gpu.fused import (
     DTYPE_NAMES,
     HEAD_DIMS,
+    HOPPER_BUILDS,
     KernelConfig,
     choose_config,
+    head_group,
     plan_fused,
     plan_fused_with,
     run_fused,
@@ -69,11 +72,40 @@ def test_choose_config_gives_valid_tiles():
         ({"block_n": 32}, "block_n must be one of 64, 128"),
         ({"stages": 5}, "stages must be one of 2, 3, 4"),
         ({"head_dim": 128, "stages": 3}, "need 262400 bytes of shared memory"),
+        ({"consumers": 3}, "consumers must be one of 1, 2"),
+        ({"consumers": 1}, "pingpong needs two consumers"),
+        (
+            {"head_dim": 128, "consumers": 1, "pingpong": False},
+            "need 164096 bytes of shared memory per CTA, too many for 2 CTAs per SM",
+        ),
     ],
 )
 def test_hopper_config_names_bad_values(kwargs, match):
     with pytest.raises(ValueError, match=match):
         HopperConfig(**{"dtype": "bf16", "head_dim": 64, **kwargs})
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_hopper_takes_the_build_with_least_costed_work(head_dim):
+    """Full tiles keep the default build; once its tiles compute more than the alternative's
+    cost times the alternative's tile area, the alternative wins."""
+    (default, _), (alternative, cost) = HOPPER_BUILDS[head_dim]
+    first = HopperConfig("bf16", head_dim, *default)
+    second = HopperConfig("bf16", head_dim, *alternative)
+
+    def choose(first_area: float, second_area: float) -> HopperConfig:
+        """The choice when the layout's active tiles cover these areas in each build."""
+        counts = {(c.block_m, c.block_n): round(a / (c.block_m * c.block_n))
+                  for c, a in ((first, first_area), (second, second_area))}  # fmt: skip
+        return choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=True,
+                             tiles=lambda m, n: counts[m, n])  # fmt: skip
+
+    full = 2**20
+    assert choose(full, full) == first
+    assert choose(full * cost * 1.01, full) == second  # the default's tiles are mostly empty
+    assert choose(full * cost * 0.99, full) == first
+    assert choose(0, 0) == first  # an empty layout keeps the default
+    assert choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=True) == first
 
 
 @pytest.mark.parametrize(
@@ -226,15 +258,47 @@ def test_hopper_alternatives_match_reference(tiles):
 
 
 @pytest.mark.gpu
+@pytest.mark.parametrize("build", ["planned", "128x128", "64x64"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_many_work_units_per_cta(causal):
+def test_many_work_units_per_cta(causal, build):
     """More work units than SMs several times over: each persistent CTA runs many units of
     different lengths (empty ones included), so its rings and Q buffers wrap many times."""
+    if build != "planned" and not hopper():
+        pytest.skip("the Hopper kernel needs compute capability 9.0")
     generator = torch.Generator().manual_seed(11)
     blocks = torch.rand(4, 40, 40, generator=generator) < 0.3
     blocks[:, 3] = False  # empty query rows
     blocks[1, :, :5] = True  # long rows on one head
-    check(blocks, 128, causal=causal, head_dim=64, dtype=torch.bfloat16, batch=3, seed=4)
+    config = {
+        "planned": None,
+        "128x128": HopperConfig("bf16", 64, 128, pingpong=True, consumers=2),
+        "64x64": HopperConfig("bf16", 64, 64, pingpong=False, consumers=1),
+    }[build]
+    check(blocks, 128, causal=causal, head_dim=64, dtype=torch.bfloat16, batch=3, seed=4,
+          config=config)  # fmt: skip
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("consumers", [2, 1])
+def test_head_groups_give_the_same_output(consumers):
+    """Units run in groups of (batch, head) pairs sized by the L2; a group of 3 over 10 pairs
+    (the last one partial) computes exactly what one group of all pairs does."""
+    if not hopper():
+        pytest.skip("the Hopper kernel needs compute capability 9.0")
+    blocks = mixed_layout(9, 9, seed=8)[:1]
+    seq = 9 * 64
+    config = HopperConfig("bf16", 64, 128, 2, pingpong=consumers == 2, consumers=consumers)
+    plan = plan_fused_with(blocks, 64, config, causal=True, device=torch.device("cuda"))
+    generator = torch.Generator(device="cuda").manual_seed(9)
+    q, k, v = (torch.randn(2, 5, seq, 64, device="cuda", generator=generator).bfloat16()
+               for _ in range(3))  # fmt: skip
+    pair_bytes = 4 * seq * 64
+    grouped = dataclasses.replace(plan, l2_bytes=2 * 3 * pair_bytes)
+    assert head_group(grouped, 10, seq) == 3 and head_group(plan, 10, seq) == 10
+    out = run_fused(grouped, q, k, v, scale=0.125, out=torch.full_like(q, float("nan")))
+    torch.testing.assert_close(out, run_fused(plan, q, k, v, scale=0.125), rtol=0, atol=0)
+    expected = reference(q, k, v, blocks.expand(5, -1, -1), 64, True, 0.125)
+    assert (out.double() - expected).norm() / expected.norm() <= TOLERANCE[torch.bfloat16]
 
 
 @pytest.mark.gpu
