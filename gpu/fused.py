@@ -57,9 +57,16 @@ LOG2_E = math.log2(math.e)
 # - D=128 128x64 255 regs (32 B spilled per key tile): 256 / 334 / 254; 128x32 298 / 300 vs
 #   316 / 336 (run 1).
 _TILES = {64: (128, 64, 4, 2), 128: (128, 64, 4, 2)}
-# Hopper: per head dim, the builds a plan chooses from, each as ((block_n, stages, pingpong,
-# consumers), cost), the first the default. A plan takes the build with the least tile area
-# to compute times its cost: its time per executed FLOP on dense layouts over the best build's.
+# Hopper: per head dim, the builds a plan chooses from (HopperConfig settings) and each one's
+# cost, its time per executed FLOP on dense layouts over the first's; the first is the default.
+# A plan takes the build with the least tile area to compute times its cost.
+_ONE_CONSUMER = {"pingpong": False, "consumers": 1, "min_blocks": 2}
+HOPPER_BUILDS = {
+    64: (({**_ONE_CONSUMER, "block_n": 128}, 1.0),
+         ({**_ONE_CONSUMER, "block_n": 64, "stages": 4}, 480 / 407)),
+    128: (({"block_n": 128}, 1.0),
+          ({**_ONE_CONSUMER, "block_n": 64}, 682 / 537)),
+}  # fmt: skip
 # Measured (gpu.fused_probe, H200, bf16, B=1, H=16, S=16384, persistent CTAs, effective TFLOP/s;
 # benchmarks/results/checks/2026-11-30-h200-hopper-tiles.json and
 # .../2026-11-30-h200-hopper-narrow-tiles.json):
@@ -72,10 +79,6 @@ _TILES = {64: (128, 64, 4, 2), 128: (128, 64, 4, 2)}
 #   611 / 429 / 575 against 532 / 505 / 384 / 473 without and 558 / 516 / 377 / 483 at 128 x 64;
 #   3 stages of 128 keys do not fit beside two Q buffers); 64 x 64, one consumer 537 / 351 /
 #   377 (64 x 128 with one consumer needs 164 KB, too much for two CTAs per SM).
-HOPPER_BUILDS = {
-    64: (((128, 2, False, 1), 1.0), ((64, 4, False, 1), 480 / 407)),
-    128: (((128, 2, True, 2), 1.0), ((64, 2, False, 1), 682 / 537)),
-}
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,7 @@ def choose_config(
     name = dtype_name(dtype)
     check_choice("head_dim", head_dim, HEAD_DIMS)
     if check_bool("wgmma", wgmma):
-        builds = [(HopperConfig(name, head_dim, *settings), cost)
+        builds = [(HopperConfig(name, head_dim, **settings), cost)
                   for settings, cost in HOPPER_BUILDS[head_dim]]  # fmt: skip
         if tiles is None:
             return builds[0][0]

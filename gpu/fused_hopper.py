@@ -12,7 +12,7 @@ blocks.
 >>> config = HopperConfig("bf16", 128)
 >>> config.block_m, config.block_n, config.threads, config.shared_bytes
 (128, 128, 384, 196864)
->>> narrow = HopperConfig("bf16", 128, block_n=64, pingpong=False, consumers=1)
+>>> narrow = HopperConfig("bf16", 128, block_n=64, pingpong=False, consumers=1, min_blocks=2)
 >>> narrow.block_m, narrow.threads, narrow.min_blocks, narrow.shared_bytes
 (64, 256, 2, 98560)
 """
@@ -45,6 +45,7 @@ class HopperConfig:
     stages: int = 2  # K/V buffers in the ring
     pingpong: bool = True  # consumers take turns to issue their products (two consumers)
     consumers: int = 2  # consumer warpgroups of 64 query rows
+    min_blocks: int = 1  # CTAs per SM: 1 with two consumers (their registers fill it), 2 or 3
 
     wgmma = True
     source = KERNEL_SOURCE
@@ -60,6 +61,14 @@ class HopperConfig:
         check_choice("consumers", self.consumers, (1, 2))
         if self.pingpong and self.consumers == 1:
             raise ValueError("pingpong needs two consumers: one has no partner to take turns with")
+        allowed = (1,) if self.consumers == 2 else (2, 3)
+        if self.min_blocks not in allowed:
+            raise ValueError(
+                f"min_blocks must be one of {', '.join(map(str, allowed))} with "
+                f"{self.consumers} consumer(s) (the registers of an SM), got {self.min_blocks!r}"
+            )
+        if self.min_blocks == 3 and self.block_n != 64:
+            raise ValueError("three CTAs per SM hold 64-key tiles only (144 registers a thread)")
         settings = f"block_n={self.block_n}, stages={self.stages}, head_dim={self.head_dim}"
         check_shared_memory(self.shared_bytes, settings)
         if self.min_blocks * (self.shared_bytes + RESERVED_SHARED_BYTES) > SM_SHARED_MEMORY:
@@ -80,11 +89,6 @@ class HopperConfig:
         return 4 * (1 + self.consumers)
 
     @property
-    def min_blocks(self) -> int:
-        """CTAs per SM: one with two consumers (their registers fill the SM), two with one."""
-        return 3 - self.consumers
-
-    @property
     def threads(self) -> int:
         return 32 * self.n_warps
 
@@ -101,6 +105,7 @@ class HopperConfig:
             "BLOCK_N": self.block_n,
             "STAGES": self.stages,
             "CONSUMERS": self.consumers,
+            "MIN_BLOCKS": self.min_blocks,
             "PINGPONG": int(self.pingpong),
         }
 

@@ -20,25 +20,25 @@ from gpu.bench.harness import seeded_inputs
 from gpu.bench.metrics import active_pairs, attention_flops, errors, median, tflops
 from gpu.bench.report import environment
 from gpu.bench.timing import CudaEventTimer
-from gpu.fused import KernelConfig, choose_config, plan_fused_with, run_fused
+from gpu.fused import HOPPER_BUILDS, KernelConfig, choose_config, plan_fused_with, run_fused
 from gpu.fused_hopper import HopperConfig
 from gpu.reference import dense_masked_attention
 
 # Tiles timed besides the defaults (and checked by tests/gpu/test_fused.py):
 # mma.sync: (head_dim, block_m, block_n, n_warps, min_blocks)
 ALTERNATIVE_TILES = [(64, 128, 128, 4, 1), (64, 64, 64, 2, 4)]
-# Hopper kernel builds timed besides the default: (head_dim, block_n, stages, pingpong,
-# consumers); one consumer is the 64-row build.
+# Hopper kernel builds timed besides the defaults: (head_dim, HopperConfig settings).
+_ONE = {"pingpong": False, "consumers": 1, "min_blocks": 2}
 HOPPER_ALTERNATIVES = [
-    (64, 128, 2, False, 2),
-    (64, 128, 3, True, 2),
-    (64, 64, 2, True, 2),
-    (64, 64, 2, False, 1),
-    (64, 128, 2, False, 1),
-    (64, 64, 4, False, 1),
-    (128, 128, 2, False, 2),
-    (128, 64, 2, True, 2),
-    (128, 64, 2, False, 1),
+    (64, {"block_n": 128}),
+    (64, {"block_n": 128, "stages": 3}),
+    (64, {**_ONE, "block_n": 128, "stages": 3}),
+    (64, {**_ONE, "block_n": 64, "stages": 4}),
+    (64, {**_ONE, "block_n": 64, "min_blocks": 3}),
+    (64, {**_ONE, "block_n": 64, "stages": 3, "min_blocks": 3}),
+    (128, {"block_n": 128, "pingpong": False}),
+    (128, {"block_n": 64}),
+    (128, {**_ONE, "block_n": 64}),
 ]
 DEFAULT_CASES = "banded_7pct-b128-d64,dense-b128-d64,banded_7pct-b16-d64,banded_7pct-b128-d128"
 
@@ -48,9 +48,12 @@ def candidate_configs(head_dim: int, *, hopper: bool) -> list[KernelConfig | Hop
     once."""
     paths = (False, True) if hopper else (False,)
     configs = [choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=w) for w in paths]
+    if hopper:
+        configs += [HopperConfig("bf16", head_dim, **settings)
+                    for settings, _ in HOPPER_BUILDS[head_dim]]  # fmt: skip
     configs += [KernelConfig("bf16", d, *tiles) for d, *tiles in ALTERNATIVE_TILES if d == head_dim]
     if hopper:
-        configs += [HopperConfig("bf16", d, *tiles) for d, *tiles in HOPPER_ALTERNATIVES
+        configs += [HopperConfig("bf16", d, **settings) for d, settings in HOPPER_ALTERNATIVES
                     if d == head_dim]  # fmt: skip
     return list(dict.fromkeys(configs))
 
@@ -106,10 +109,10 @@ def instruction(config: KernelConfig | HopperConfig) -> str:
 
 def describe(config: KernelConfig | HopperConfig) -> list[int]:
     """``[block_m, block_n, n_warps, min_blocks]``; Hopper: ``[block_m, block_n, stages,
-    pingpong, consumers]``."""
+    pingpong, min_blocks]``."""
     if isinstance(config, HopperConfig):
         return [config.block_m, config.block_n, config.stages, int(config.pingpong),
-                config.consumers]  # fmt: skip
+                config.min_blocks]  # fmt: skip
     return [config.block_m, config.block_n, config.n_warps, config.min_blocks]
 
 

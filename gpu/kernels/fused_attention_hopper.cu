@@ -21,7 +21,8 @@
 // - consumer warpgroup g owns query rows [64g, 64g + 64) of the 64 · CONSUMERS-row query tile
 //   and the whole key tile: S = Q K^T (wgmma, both operands in shared memory), the online
 //   softmax in registers, O += P V (P from registers, V N-major in shared memory).
-// One consumer (64-row query tiles, for layouts scattered in small blocks) runs two CTAs per SM.
+// One consumer (64-row query tiles) runs two or three CTAs per SM, which hide each other's
+// per-unit latency (short rows) and waste less on layouts scattered in small blocks.
 // Overlap. Inside a warpgroup, S of tile n + 1 and P·V of tile n are issued together and the
 // softmax of tile n + 1 runs while P·V of tile n is still on the tensor cores (wgmma.wait_group
 // 1); O is rescaled once P·V has landed. With PINGPONG (two consumers), the consumers take turns
@@ -37,11 +38,12 @@
 // zero batch / head stride; its map then has extent 1 there and the coordinate is 0.
 //
 // Compile-time defines: DTYPE_BF16, HEAD_DIM (64 or 128), BLOCK_N (64 or 128), STAGES (2 to 4),
-// CONSUMERS (1 or 2), PINGPONG (0/1; 1 needs two consumers).
+// CONSUMERS (1 or 2), MIN_BLOCKS (CTAs per SM: 1 with two consumers, 2 or 3 with one),
+// PINGPONG (0/1; 1 needs two consumers).
 
 #if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(BLOCK_N) || !defined(STAGES) || \
-    !defined(CONSUMERS) || !defined(PINGPONG)
-#error "define DTYPE_BF16, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, PINGPONG"
+    !defined(CONSUMERS) || !defined(MIN_BLOCKS) || !defined(PINGPONG)
+#error "define DTYPE_BF16, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, MIN_BLOCKS, PINGPONG"
 #endif
 
 #include "attention_common.cuh"
@@ -54,7 +56,7 @@ namespace {
 constexpr int kHeadDim = HEAD_DIM;
 constexpr int kBlockN = BLOCK_N;
 constexpr int kConsumers = CONSUMERS;
-constexpr int kMinBlocks = 3 - kConsumers;  // CTAs per SM
+constexpr int kMinBlocks = MIN_BLOCKS;  // CTAs per SM
 constexpr int kStages = STAGES;
 constexpr int kBlockM = 64 * kConsumers;
 constexpr int kThreads = 128 * (kConsumers + 1);
@@ -62,16 +64,19 @@ constexpr int kSAtoms = kBlockN / 8;   // 8-column atoms of S
 constexpr int kOAtoms = kHeadDim / 8;  // 8-column atoms of O
 constexpr unsigned kQBytes = kBlockM * kHeadDim * 2;
 constexpr unsigned kTileBytes = kBlockN * kHeadDim * 2;
-// Registers per thread after the hand-over: 128 · (24 + 2 · 240) for one CTA, or
-// 2 · 128 · (24 + 232) for two, fits the 65536 of an SM.
+// Registers per thread after the hand-over, a multiple of 8 such that the CTAs of an SM fit its
+// 65536: 128 · (24 + 2 · 240) for one CTA, 2 · 128 · (24 + 232) for two, 3 · 128 · (24 + 144).
 constexpr int kProducerRegisters = 24;
-constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 232;
+constexpr int kConsumerRegisters =
+    kConsumers == 2 ? 240 : (65536 / (128 * kMinBlocks) - kProducerRegisters) / 8 * 8;
 
 static_assert(kHeadDim == 64 || kHeadDim == 128, "HEAD_DIM must be 64 or 128");
 static_assert(kBlockN == 64 || kBlockN == 128, "BLOCK_N must be 64 or 128");
 static_assert(kStages >= 2 && kStages <= 4, "STAGES must be 2 to 4");
 static_assert(kConsumers == 1 || kConsumers == 2, "CONSUMERS must be 1 or 2");
 static_assert(!PINGPONG || kConsumers == 2, "PINGPONG needs two consumers");
+static_assert(kConsumers == 2 ? kMinBlocks == 1 : (kMinBlocks == 2 || kMinBlocks == 3),
+              "MIN_BLOCKS must be 1 with two consumers, 2 or 3 with one");
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `Rows` rows.
 template <int Rows>

@@ -39,7 +39,9 @@ def test_every_chosen_config_compiles_with_nvcc(tmp_path):
         for w in (False, True)
     ]
 
-    configs += [HopperConfig("bf16", d, *tiles) for d, *tiles in HOPPER_ALTERNATIVES]
+    configs += [HopperConfig("bf16", d, **settings) for d, settings in HOPPER_ALTERNATIVES]
+    configs += [HopperConfig("bf16", d, **settings) for d in HEAD_DIMS
+                for settings, _ in HOPPER_BUILDS[d]]  # fmt: skip
 
     def compile_one(config: KernelConfig | HopperConfig) -> subprocess.CompletedProcess:
         out = tmp_path / f"{abs(hash(config))}.o"
@@ -73,9 +75,15 @@ def test_choose_config_gives_valid_tiles():
         ({"stages": 5}, "stages must be one of 2, 3, 4"),
         ({"head_dim": 128, "stages": 3}, "need 262400 bytes of shared memory"),
         ({"consumers": 3}, "consumers must be one of 1, 2"),
-        ({"consumers": 1}, "pingpong needs two consumers"),
+        ({"consumers": 1, "min_blocks": 2}, "pingpong needs two consumers"),
+        ({"min_blocks": 2}, "min_blocks must be one of 1 with 2 consumer"),
+        ({"consumers": 1, "pingpong": False}, "min_blocks must be one of 2, 3 with 1 consumer"),
         (
-            {"head_dim": 128, "consumers": 1, "pingpong": False},
+            {"consumers": 1, "pingpong": False, "min_blocks": 3},
+            "three CTAs per SM hold 64-key tiles only",
+        ),
+        (
+            {"head_dim": 128, "consumers": 1, "pingpong": False, "min_blocks": 2},
             "need 164096 bytes of shared memory per CTA, too many for 2 CTAs per SM",
         ),
     ],
@@ -90,8 +98,8 @@ def test_hopper_takes_the_build_with_least_costed_work(head_dim):
     """Full tiles keep the default build; once its tiles compute more than the alternative's
     cost times the alternative's tile area, the alternative wins."""
     (default, _), (alternative, cost) = HOPPER_BUILDS[head_dim]
-    first = HopperConfig("bf16", head_dim, *default)
-    second = HopperConfig("bf16", head_dim, *alternative)
+    first = HopperConfig("bf16", head_dim, **default)
+    second = HopperConfig("bf16", head_dim, **alternative)
 
     def choose(first_area: float, second_area: float) -> HopperConfig:
         """The choice when the layout's active tiles cover these areas in each build."""
@@ -242,18 +250,21 @@ def test_alternative_tiles_match_reference(tiles):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("tiles", HOPPER_ALTERNATIVES)
-def test_hopper_alternatives_match_reference(tiles):
-    """Every Hopper build the probe measures computes the same function, long rows included."""
+@pytest.mark.parametrize(
+    ("head_dim", "settings"),
+    HOPPER_ALTERNATIVES + [(d, settings) for d in HEAD_DIMS for settings, _ in HOPPER_BUILDS[d]],
+)
+def test_hopper_builds_match_reference(head_dim, settings):
+    """Every Hopper build a plan may take or the probe measures computes the same function,
+    long rows included."""
     if not hopper():
         pytest.skip("the Hopper kernel needs compute capability 9.0")
-    head_dim, *settings = tiles
-    config = HopperConfig("bf16", head_dim, *settings)
+    config = HopperConfig("bf16", head_dim, **settings)
     for causal in (False, True):
         check(mixed_layout(13, 21, seed=7), 16, causal=causal, head_dim=head_dim,
               dtype=torch.bfloat16, config=config)  # fmt: skip
     full = torch.ones(1, 12, 12, dtype=torch.bool)
-    half = HopperConfig("f16", head_dim, *settings)
+    half = HopperConfig("f16", head_dim, **settings)
     check(full, 64, causal=False, head_dim=head_dim, dtype=torch.float16, config=half, batch=1)
 
 
@@ -272,7 +283,7 @@ def test_many_work_units_per_cta(causal, build):
     config = {
         "planned": None,
         "128x128": HopperConfig("bf16", 64, 128, pingpong=True, consumers=2),
-        "64x64": HopperConfig("bf16", 64, 64, pingpong=False, consumers=1),
+        "64x64": HopperConfig("bf16", 64, 64, pingpong=False, consumers=1, min_blocks=3),
     }[build]
     check(blocks, 128, causal=causal, head_dim=64, dtype=torch.bfloat16, batch=3, seed=4,
           config=config)  # fmt: skip
@@ -287,7 +298,8 @@ def test_head_groups_give_the_same_output(consumers):
         pytest.skip("the Hopper kernel needs compute capability 9.0")
     blocks = mixed_layout(9, 9, seed=8)[:1]
     seq = 9 * 64
-    config = HopperConfig("bf16", 64, 128, 2, pingpong=consumers == 2, consumers=consumers)
+    config = HopperConfig("bf16", 64, 128, pingpong=consumers == 2, consumers=consumers,
+                          min_blocks=3 - consumers)  # fmt: skip
     plan = plan_fused_with(blocks, 64, config, causal=True, device=torch.device("cuda"))
     generator = torch.Generator(device="cuda").manual_seed(9)
     q, k, v = (torch.randn(2, 5, seq, 64, device="cuda", generator=generator).bfloat16()
