@@ -118,6 +118,7 @@ CASES = (
     Case("forward", "f16", 128, 16, 100, 37, causal=True, alignment="bottom_right"),
     Case("forward", "bf16", 64, 64, 2048, 2048, q_heads=16, causal=True),  # CTAs run 2+ units
     Case("forward", "f16", 64, 64, 128, 192, empty=True),
+    Case("forward", "bf16", 128, 128, 640, 640, q_heads=4, causal=True),  # two consumers
     Case("backward", "bf16", 128, 64, 512, 512, q_heads=4, causal=True),
     Case("backward", "f16", 64, 16, 200, 200),
     Case("backward", "bf16", 64, 64, 256, 384, causal=True, alignment="bottom_right", bshd=True),
@@ -126,7 +127,7 @@ CASES = (
     Case("sdd", "bf16", 64, 64, 256, 256, causal=True),
 )  # fmt: skip
 #: --quick: both dtypes and head dims, forward and backward, GQA, a partial block at block 16.
-QUICK = (CASES[0].name, CASES[8].name, CASES[9].name)
+QUICK = (CASES[0].name, CASES[9].name, CASES[10].name)
 
 
 # --------------------------------------------------------------------------- one case (child)

@@ -64,11 +64,15 @@ constexpr int kSAtoms = kBlockN / 8;   // 8-column atoms of S
 constexpr int kOAtoms = kHeadDim / 8;  // 8-column atoms of O
 constexpr unsigned kQBytes = kBlockM * kHeadDim * 2;
 constexpr unsigned kTileBytes = kBlockN * kHeadDim * 2;
-// Registers per thread after the hand-over, a multiple of 8 such that the CTAs of an SM fit its
-// 65536: 128 · (24 + 2 · 240) for one CTA, 2 · 128 · (24 + 232) for two, 3 · 128 · (24 + 144).
+// Registers per thread. setmaxnreg moves registers within a CTA only, so the consumers can
+// claim what the producer releases and no more: with E at entry (the most that lets MIN_BLOCKS
+// CTAs share the 65536 of an SM, a multiple of 8), each consumer gets (E·(1 + C) - 24) / C for
+// C consumers: 240 for one CTA of two (E = 168), 232 for two CTAs (E = 128), 136 for three
+// (E = 80).
 constexpr int kProducerRegisters = 24;
+constexpr int kEntryRegisters = 65536 / (kThreads * kMinBlocks) / 8 * 8;
 constexpr int kConsumerRegisters =
-    kConsumers == 2 ? 240 : (65536 / (128 * kMinBlocks) - kProducerRegisters) / 8 * 8;
+    (kEntryRegisters * (1 + kConsumers) - kProducerRegisters) / kConsumers / 8 * 8;
 
 static_assert(kHeadDim == 64 || kHeadDim == 128, "HEAD_DIM must be 64 or 128");
 static_assert(kBlockN == 64 || kBlockN == 128, "BLOCK_N must be 64 or 128");

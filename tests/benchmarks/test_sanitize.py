@@ -168,7 +168,7 @@ def test_cases_cover_what_they_claim(sanitize):
         these = [c for c in cases if c.kind == kind]
         assert {(c.dtype, c.head_dim) for c in these} == {
             (t, d) for t in ("bf16", "f16") for d in (64, 128)}  # fmt: skip
-        assert {c.block for c in these} == {16, 64}
+        assert {16, 64} <= {c.block for c in these}
         assert any(c.seq_q % c.block or c.seq_k % c.block for c in these)  # partial blocks
         assert any(c.kv_heads < c.q_heads for c in these)
         assert {c.alignment for c in these if c.causal} == {"top_left", "bottom_right"}
@@ -176,7 +176,7 @@ def test_cases_cover_what_they_claim(sanitize):
         assert any(c.shared_layout for c in these)
 
 
-@pytest.mark.parametrize("index", range(8))
+@pytest.mark.parametrize("index", range(9))
 def test_case_code_runs_on_the_cpu_against_the_reference(sanitize, index):
     """The cases' tensors, layouts, autograd and comparison, with impl="reference" on the CPU."""
     case = sanitize.CASES[index]
