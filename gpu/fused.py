@@ -63,7 +63,7 @@ _TILES = {64: (128, 64, 4, 2), 128: (128, 64, 4, 2)}
 _ONE_CONSUMER = {"pingpong": False, "consumers": 1, "min_blocks": 2}
 HOPPER_BUILDS = {
     64: (({**_ONE_CONSUMER, "block_n": 128}, 1.0),
-         ({**_ONE_CONSUMER, "block_n": 64, "stages": 4}, 480 / 407)),
+         ({**_ONE_CONSUMER, "block_n": 64, "min_blocks": 3}, 480 / 429)),
     128: (({"block_n": 128}, 1.0),
           ({**_ONE_CONSUMER, "block_n": 64}, 682 / 537)),
 }  # fmt: skip

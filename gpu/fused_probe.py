@@ -34,7 +34,6 @@ HOPPER_ALTERNATIVES = [
     (64, {"block_n": 128, "stages": 3}),
     (64, {**_ONE, "block_n": 128, "stages": 3}),
     (64, {**_ONE, "block_n": 64, "stages": 4}),
-    (64, {**_ONE, "block_n": 64, "min_blocks": 3}),
     (64, {**_ONE, "block_n": 64, "stages": 3, "min_blocks": 3}),
     (128, {"block_n": 128, "pingpong": False}),
     (128, {"block_n": 64}),
