@@ -63,17 +63,19 @@ _TILES = {64: (128, 64, 4, 2), 128: (128, 64, 4, 2)}
 _ONE_CONSUMER = {"pingpong": False, "consumers": 1, "min_blocks": 2}
 HOPPER_BUILDS = {
     64: (({**_ONE_CONSUMER, "block_n": 128}, 1.0),
-         ({**_ONE_CONSUMER, "block_n": 64, "min_blocks": 3}, 480 / 429)),
+         ({**_ONE_CONSUMER, "block_n": 64, "min_blocks": 3}, 482 / 439)),
     128: (({"block_n": 128}, 1.0),
           ({**_ONE_CONSUMER, "block_n": 64}, 682 / 537)),
 }  # fmt: skip
 # Measured (gpu.fused_probe, H200, bf16, B=1, H=16, S=16384, persistent CTAs, effective TFLOP/s;
-# benchmarks/results/checks/2026-11-30-h200-hopper-tiles.json and
-# .../2026-11-30-h200-hopper-narrow-tiles.json):
-# - D=64 (dense / BigBird b128 / band 2.3 % b64 / band 2.2 % b16 / BigBird b64): 64 x 128, one
-#   consumer, 2 CTAs per SM 480 / 324 / 264 / 201 / 207; 64 x 64, 4 stages 407 / 283 / 284 /
-#   215 / 283 (2 stages 405 / 270 / 277 / 214 / 264); 128 x 128 with ping-pong 454 / 289 / 210 /
-#   162 / 131 (3 stages 465 / 296 / 218 / 175 / 133; without ping-pong 408); 128 x 64 377.
+# benchmarks/results/checks/2026-11-30-h200-hopper-{tiles,narrow-tiles,ctas-tiles,
+# dense-d64-tiles}.json):
+# - D=64 (dense / band 2.3 % b64 / band 7.3 % b64 / band 6.9 % b128): 64 x 128, one consumer,
+#   2 CTAs per SM 482 / 260 / 358 / 384 (3 stages 491 / 265 / 367 / 391); 64 x 64 at 3 CTAs
+#   per SM 439 / 316 / 378 / 378 (3 stages 447 / 314 / 379 / 379); 64 x 64 at 2 CTAs, 4 stages
+#   410 / 284 / 352 / 351; 128 x 128, two consumers with ping-pong 454 / 212 / 324 / 381 (3
+#   stages 466 / 218 / 334 / 393; without ping-pong 408 dense); 128 x 64 377 dense. BigBird:
+#   b128 324 (64 x 128) / 289 (128 x 128); b64 283 (64 x 64, 2 CTAs) / 207 / 131.
 # - D=128 (dense / BigBird b64 / band 2.3 % b64): 128 x 128 with ping-pong 682 / 203 / 329
 #   (without ping-pong 530; earlier, dense / causal / band 2.3 % b128 / band 7 % b128: 685 /
 #   611 / 429 / 575 against 532 / 505 / 384 / 473 without and 558 / 516 / 377 / 483 at 128 x 64;
