@@ -5,9 +5,9 @@ Same algorithm, tables and operands as the ``mma.sync`` forward of ``gpu.fused``
 warpgroups, 64 query rows each, run ``wgmma`` and the softmax, pipelined and taking turns. TMA
 reads any strides ``check_strides`` accepts, so one build serves every view (no strides
 compiled in). The grid is persistent: at most ``min_blocks`` CTAs per SM, each walking its share
-of the work heaviest first. Two consumers (128-row query tiles, one CTA per SM) are the fast
-build; one consumer (64-row tiles, two CTAs per SM) wastes less on layouts scattered in small
-blocks.
+of the work heaviest first. Two consumers (128-row query tiles, one CTA per SM) are the fastest
+at D=128; one consumer (64-row tiles, two or three CTAs per SM) wins at D=64, where the CTAs
+hide each other's softmax, and wastes less on layouts scattered in small blocks.
 
 >>> config = HopperConfig("bf16", 128)
 >>> config.block_m, config.block_n, config.threads, config.shared_bytes
