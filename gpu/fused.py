@@ -29,7 +29,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from designer.validate import as_block_tensor, check_bool, check_choice, check_float, check_int
-from gpu.fused_hopper import HopperConfig
+from gpu.fused_hopper import ONE_CONSUMER, HopperConfig
 from gpu.fused_lut import BLOCK_SIZES, TILE_SIZES, FusedLut, build_fused_lut
 from gpu.operands import check_attention_operands, check_lse, check_out, check_strides
 from gpu.runtime import (
@@ -60,12 +60,11 @@ _TILES = {64: (128, 64, 4, 2), 128: (128, 64, 4, 2)}
 # Hopper: per head dim, the builds a plan chooses from (HopperConfig settings) and each one's
 # cost, its time per executed FLOP on dense layouts over the first's; the first is the default.
 # A plan takes the build with the least tile area to compute times its cost.
-_ONE_CONSUMER = {"pingpong": False, "consumers": 1, "min_blocks": 2}
 HOPPER_BUILDS = {
-    64: (({**_ONE_CONSUMER, "block_n": 128}, 1.0),
-         ({**_ONE_CONSUMER, "block_n": 64, "min_blocks": 3}, 482 / 439)),
+    64: (({**ONE_CONSUMER, "block_n": 128}, 1.0),
+         ({**ONE_CONSUMER, "block_n": 64, "min_blocks": 3}, 482 / 439)),
     128: (({"block_n": 128}, 1.0),
-          ({**_ONE_CONSUMER, "block_n": 64}, 682 / 537)),
+          ({**ONE_CONSUMER, "block_n": 64}, 682 / 537)),
 }  # fmt: skip
 # Measured (gpu.fused_probe, H200, bf16, B=1, H=16, S=16384, persistent CTAs, effective TFLOP/s;
 # benchmarks/results/checks/2026-11-30-h200-hopper-{tiles,narrow-tiles,ctas-tiles,

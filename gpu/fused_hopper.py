@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from designer.validate import check_bool, check_choice
-from gpu.runtime import SM_SHARED_MEMORY, check_shared_memory
+from gpu.runtime import check_shared_memory
 from gpu.tensor_maps import RowMaps
 
 KERNEL_SOURCE = "fused_attention_hopper.cu"
@@ -31,8 +31,8 @@ KERNEL_FUNCTION = "fused_attention_fwd_hopper"
 KERNEL_SIGNATURE = "m" * 3 + "p" * 4 + "q" * 3 + "i" * 12 + "f"
 #: Shared bytes after the tiles for the ring's mbarriers.
 BARRIER_BYTES = 256
-#: Shared memory the hardware keeps for itself per resident CTA.
-RESERVED_SHARED_BYTES = 1024
+#: Settings of a one-consumer build (64-row query tiles, two CTAs per SM), to extend.
+ONE_CONSUMER = {"pingpong": False, "consumers": 1, "min_blocks": 2}
 
 
 @dataclass(frozen=True)
@@ -68,15 +68,12 @@ class HopperConfig:
                 f"{self.consumers} consumer(s) (the registers of an SM), got {self.min_blocks!r}"
             )
         if self.min_blocks == 3 and self.block_n != 64:
-            raise ValueError("three CTAs per SM hold 64-key tiles only (144 registers a thread)")
-        settings = f"block_n={self.block_n}, stages={self.stages}, head_dim={self.head_dim}"
-        check_shared_memory(self.shared_bytes, settings)
-        if self.min_blocks * (self.shared_bytes + RESERVED_SHARED_BYTES) > SM_SHARED_MEMORY:
-            raise ValueError(
-                f"{settings} need {self.shared_bytes} bytes of shared memory per CTA, too many "
-                f"for {self.min_blocks} CTAs per SM ({SM_SHARED_MEMORY} bytes, "
-                f"{RESERVED_SHARED_BYTES} reserved per CTA)"
-            )
+            raise ValueError("three CTAs per SM hold 64-key tiles only (136 registers a thread)")
+        check_shared_memory(
+            self.shared_bytes,
+            f"block_n={self.block_n}, stages={self.stages}, head_dim={self.head_dim}",
+            ctas_per_sm=self.min_blocks,
+        )
 
     @property
     def block_m(self) -> int:

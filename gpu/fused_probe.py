@@ -21,23 +21,22 @@ from gpu.bench.metrics import active_pairs, attention_flops, errors, median, tfl
 from gpu.bench.report import environment
 from gpu.bench.timing import CudaEventTimer
 from gpu.fused import HOPPER_BUILDS, KernelConfig, choose_config, plan_fused_with, run_fused
-from gpu.fused_hopper import HopperConfig
+from gpu.fused_hopper import ONE_CONSUMER, HopperConfig
 from gpu.reference import dense_masked_attention
 
 # Tiles timed besides the defaults (and checked by tests/gpu/test_fused.py):
 # mma.sync: (head_dim, block_m, block_n, n_warps, min_blocks)
 ALTERNATIVE_TILES = [(64, 128, 128, 4, 1), (64, 64, 64, 2, 4)]
 # Hopper kernel builds timed besides the defaults: (head_dim, HopperConfig settings).
-_ONE = {"pingpong": False, "consumers": 1, "min_blocks": 2}
 HOPPER_ALTERNATIVES = [
     (64, {"block_n": 128}),
     (64, {"block_n": 128, "stages": 3}),
-    (64, {**_ONE, "block_n": 128, "stages": 3}),
-    (64, {**_ONE, "block_n": 64, "stages": 4}),
-    (64, {**_ONE, "block_n": 64, "stages": 3, "min_blocks": 3}),
+    (64, {**ONE_CONSUMER, "block_n": 128, "stages": 3}),
+    (64, {**ONE_CONSUMER, "block_n": 64, "stages": 4}),
+    (64, {**ONE_CONSUMER, "block_n": 64, "stages": 3, "min_blocks": 3}),
     (128, {"block_n": 128, "pingpong": False}),
     (128, {"block_n": 64}),
-    (128, {**_ONE, "block_n": 64}),
+    (128, {**ONE_CONSUMER, "block_n": 64}),
 ]
 DEFAULT_CASES = "banded_7pct-b128-d64,dense-b128-d64,banded_7pct-b16-d64,banded_7pct-b128-d128"
 

@@ -168,15 +168,24 @@ def current_raw_stream(device_index: int) -> int:
 SHARED_MEMORY_LIMIT = 227 * 1024
 #: Shared memory of one SM on sm_90, shared by its resident CTAs.
 SM_SHARED_MEMORY = 228 * 1024
+#: Shared memory the hardware keeps for itself per resident CTA.
+RESERVED_SHARED_BYTES = 1024
 
 
-def check_shared_memory(shared_bytes: int, settings: str) -> None:
-    """Refuse a kernel build whose CTA needs more shared memory than ``SHARED_MEMORY_LIMIT``;
+def check_shared_memory(shared_bytes: int, settings: str, *, ctas_per_sm: int = 1) -> None:
+    """Refuse a kernel build whose CTA needs more shared memory than ``SHARED_MEMORY_LIMIT``,
+    or whose ``ctas_per_sm`` CTAs (a build that must share an SM) do not fit one SM together;
     ``settings`` names the choices that set it."""
     if shared_bytes > SHARED_MEMORY_LIMIT:
         raise ValueError(
             f"{settings} need {shared_bytes} bytes of shared memory, more than "
             f"{SHARED_MEMORY_LIMIT}"
+        )
+    if ctas_per_sm * (shared_bytes + RESERVED_SHARED_BYTES) > SM_SHARED_MEMORY:
+        raise ValueError(
+            f"{settings} need {shared_bytes} bytes of shared memory per CTA, too many for "
+            f"{ctas_per_sm} CTAs per SM ({SM_SHARED_MEMORY} bytes, {RESERVED_SHARED_BYTES} "
+            "reserved per CTA)"
         )
 
 
