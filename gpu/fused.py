@@ -223,7 +223,7 @@ class FusedPlan:
     launcher: KernelLauncher
     maps: RowMaps | None  # the Hopper kernel's per-call tensor maps (None: no maps)
     max_ctas: int | None  # the Hopper kernel's persistent grid: min_blocks per SM (None: no limit)
-    l2_bytes: int  # the device's L2 cache, which sizes the Hopper kernel's head groups
+    pairs_in_l2: int  # (batch, head) pairs whose K and V fill at most half the L2 (at least 1)
 
     def flops(self, batch: int, q_heads: int | None = None) -> int:
         """FLOPs the kernel executes for ``batch`` elements (full tiles, both matmuls)."""
@@ -337,7 +337,7 @@ def plan_fused_with(
         launcher=launcher,
         maps=config.tensor_maps() if hopper else None,
         max_ctas=properties.multi_processor_count * config.min_blocks if hopper else None,
-        l2_bytes=properties.L2_cache_size,
+        pairs_in_l2=max(1, properties.L2_cache_size // 2 // (4 * seq_k * config.head_dim or 1)),
     )
 
 
@@ -412,7 +412,7 @@ def launch_fused(
     grid = n_ctas
     if plan.maps is not None:
         q_map, k_map, v_map, broadcast = plan.maps(q, k, v)
-        group = head_group(plan, batch * heads_per_item, k.shape[2])
+        group = min(batch * heads_per_item, plan.pairs_in_l2)  # run together (the kernel doc)
         arguments = (
             q_map, k_map, v_map, out.data_ptr(), lse_pointer, plan.items.data_ptr(),
             plan.entries.data_ptr(), *out.stride()[:3], n_ctas, *shapes[:4], group, *shapes[4:],
@@ -428,13 +428,6 @@ def launch_fused(
     plan.launcher(
         grid, cfg.threads, cfg.shared_bytes, current_raw_stream(q.device.index), *arguments
     )
-
-
-def head_group(plan: FusedPlan, pairs: int, seq_k: int) -> int:
-    """(batch, head) pairs the Hopper kernel runs together: as many as keep their K and V
-    (16-bit) within half the L2, at least one, at most ``pairs`` (then item-major throughout)."""
-    pair_bytes = 4 * seq_k * plan.config.head_dim
-    return max(1, min(pairs, plan.l2_bytes // 2 // max(pair_bytes, 1)))
 
 
 def check_operand_strides(

@@ -17,7 +17,6 @@ from gpu.fused import (
     HOPPER_BUILDS,
     KernelConfig,
     choose_config,
-    head_group,
     plan_fused,
     plan_fused_with,
     run_fused,
@@ -305,8 +304,12 @@ def test_head_groups_give_the_same_output(consumers):
     q, k, v = (torch.randn(2, 5, seq, 64, device="cuda", generator=generator).bfloat16()
                for _ in range(3))  # fmt: skip
     pair_bytes = 4 * seq * 64
-    grouped = dataclasses.replace(plan, l2_bytes=2 * 3 * pair_bytes)
-    assert head_group(grouped, 10, seq) == 3 and head_group(plan, 10, seq) == 10
+    grouped = dataclasses.replace(plan, pairs_in_l2=3)
+    assert (
+        plan.pairs_in_l2
+        == max(1, torch.cuda.get_device_properties(q.device).L2_cache_size // 2 // pair_bytes)
+        >= 10
+    )
     out = run_fused(grouped, q, k, v, scale=0.125, out=torch.full_like(q, float("nan")))
     torch.testing.assert_close(out, run_fused(plan, q, k, v, scale=0.125), rtol=0, atol=0)
     expected = reference(q, k, v, blocks.expand(5, -1, -1), 64, True, 0.125)
