@@ -13,16 +13,21 @@ from tests.factories import random_layout
 ROOT = Path(__file__).resolve().parents[3]
 
 
+def run_snippet(folder, filename: str) -> subprocess.CompletedProcess:
+    """The Files tab's snippet for ``filename``, run as a script in ``folder``."""
+    script = folder / "load.py"
+    script.write_text(python_snippet(filename))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run(
+        [sys.executable, str(script)], cwd=folder, env=env, capture_output=True, text=True
+    )
+
+
 def test_snippet_runs_and_loads_the_design_both_ways(tmp_path, rng):
     filename = 'it\'s "mine" (v2).pt'
     design = Design(random_layout(rng, n_heads=3, n_q_blocks=4, n_k_blocks=5), name="window")
     save_design(design, tmp_path / filename)
-    script = tmp_path / "load.py"
-    script.write_text(python_snippet(filename))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
+    result = run_snippet(tmp_path, filename)
     assert result.returncode == 0, result.stderr
     first, second, third = result.stdout.splitlines()
     assert first == f"window (3, 4, 5) block 16 density {design.layout.density}"
@@ -35,12 +40,7 @@ def test_snippet_trains_through_the_module_on_a_gpu(tmp_path, rng):
     filename = "my design.pt"
     layout = random_layout(rng, n_heads=2, n_q_blocks=8, n_k_blocks=8, density=0.5)
     save_design(Design(layout, name="window", causal=True), tmp_path / filename)
-    script = tmp_path / "load.py"
-    script.write_text(python_snippet(filename))
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True
-    )
+    result = run_snippet(tmp_path, filename)
     assert result.returncode == 0, result.stderr
     module_part = "\n".join(result.stdout.splitlines()[2:])  # after the two loads
     assert "window" in module_part, "the module's repr names the design"

@@ -119,6 +119,15 @@ def test_argument_checks(call, error, match):
         call()
 
 
+def measured_peak(cfg: BenchConfig, layout: Layout) -> int:
+    """Device bytes a benchmark run allocates at its peak, above what was allocated before."""
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    before = torch.cuda.memory_allocated()
+    run_benchmark(cfg, layout)
+    return torch.cuda.max_memory_allocated() - before
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("contenders", [("fused", "sdd", "sdpa_cudnn"), ("flex", "sdpa")])
 @pytest.mark.parametrize("seq", [2048, 8192])
@@ -126,12 +135,7 @@ def test_estimate_covers_the_real_peak_on_the_gpu(contenders, seq):
     band = torch.ones(seq // 64, seq // 64, dtype=torch.bool).triu(-3).tril(3)
     layout = Layout(band[None].expand(8, -1, -1), 64)
     cfg = BenchConfig(heads=8, seq_q=seq, contenders=contenders, warmup=1, reps=2)
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    run_benchmark(cfg, layout)
-    peak = torch.cuda.max_memory_allocated() - before
-    assert peak <= DEFAULT_MARGIN * estimate_memory(cfg, layout.nnz, 64).total
+    assert measured_peak(cfg, layout) <= DEFAULT_MARGIN * estimate_memory(cfg, layout.nnz, 64).total
 
 
 @pytest.mark.gpu
@@ -140,9 +144,4 @@ def test_estimate_covers_the_real_peak_of_a_training_step_on_the_gpu(contenders)
     band = torch.ones(64, 64, dtype=torch.bool).triu(-3).tril(3)
     layout = Layout(band[None].expand(8, -1, -1), 64)
     cfg = BenchConfig(heads=8, seq_q=4096, contenders=contenders, warmup=1, reps=2, backward=True)
-    torch.cuda.empty_cache()
-    torch.cuda.reset_peak_memory_stats()
-    before = torch.cuda.memory_allocated()
-    run_benchmark(cfg, layout)
-    peak = torch.cuda.max_memory_allocated() - before
-    assert peak <= DEFAULT_MARGIN * estimate_memory(cfg, layout.nnz, 64).total
+    assert measured_peak(cfg, layout) <= DEFAULT_MARGIN * estimate_memory(cfg, layout.nnz, 64).total
