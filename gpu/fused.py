@@ -30,7 +30,7 @@ import torch
 
 from designer.validate import as_block_tensor, check_bool, check_choice, check_float, check_int
 from gpu.fused_hopper import ONE_CONSUMER, HopperConfig
-from gpu.fused_lut import BLOCK_SIZES, TILE_SIZES, FusedLut, build_fused_lut
+from gpu.fused_lut import BLOCK_SIZES, TILE_SIZES, FusedLut, build_fused_lut, group_heads
 from gpu.operands import check_attention_operands, check_lse, check_out, check_strides
 from gpu.runtime import (
     KernelLauncher,
@@ -61,11 +61,15 @@ _TILES = {64: (128, 64, 4, 2), 128: (128, 64, 4, 2)}
 # cost, its time per executed FLOP on dense layouts over the first's; the first is the default.
 # A plan takes the build with the least tile area to compute times its cost.
 HOPPER_BUILDS = {
-    64: (({**ONE_CONSUMER, "block_n": 128}, 1.0),
-         ({**ONE_CONSUMER, "block_n": 64, "min_blocks": 3}, 482 / 439)),
+    64: (({**ONE_CONSUMER, "block_n": 128, "stages": 3}, 1.0),
+         ({**ONE_CONSUMER, "block_n": 64, "min_blocks": 3}, 491 / 439)),
     128: (({"block_n": 128}, 1.0),
           ({**ONE_CONSUMER, "block_n": 64}, 682 / 537)),
 }  # fmt: skip
+# A work unit's fixed cost in its build's tiles: the Q load, the first S and the last P V that
+# nothing overlaps, the epilogue. Fitted on the band layouts below (time = tile area x cost plus
+# units x this many tiles): 2.2 for 64 x 128, 2.5 for 64 x 64 at 3 CTAs per SM, 2.8 for 128 x 128.
+UNIT_TILES = 2.0
 # Measured (gpu.fused_probe, H200, bf16, B=1, H=16, S=16384, persistent CTAs, effective TFLOP/s;
 # benchmarks/results/checks/2026-11-30-h200-hopper-{tiles,narrow-tiles,ctas-tiles,
 # dense-d64-tiles}.json):
@@ -156,29 +160,30 @@ def choose_config(
     wgmma: bool,
     k_row_stride: int | None = None,
     v_row_stride: int | None = None,
-    tiles: Callable[[int, int], int] | None = None,
+    work: Callable[[int, int], tuple[int, int]] | None = None,
 ) -> KernelConfig | HopperConfig:
     """The kernel build we use for ``head_dim`` and ``dtype``.
 
     ``wgmma`` picks the Hopper kernel (``gpu.fused_hopper``; ``plan_fused`` sets it on compute
     capability 9.0), which reads any strides through TMA: the first of ``HOPPER_BUILDS``, or
-    given ``tiles(block_m, block_n)`` (the layout's active tiles at that tiling), the build
-    whose tile area times cost is least. The ``mma.sync`` kernel compiles the K and V row
-    strides in (None: contiguous rows).
+    given ``work(block_m, block_n)`` (the layout's active tiles and work items at that tiling),
+    the build whose costed tile area is least, each item counting ``UNIT_TILES`` more tiles.
+    The ``mma.sync`` kernel compiles the K and V row strides in (None: contiguous rows).
     """
     name = dtype_name(dtype)
     check_choice("head_dim", head_dim, HEAD_DIMS)
     if check_bool("wgmma", wgmma):
         builds = [(HopperConfig(name, head_dim, **settings), cost)
                   for settings, cost in HOPPER_BUILDS[head_dim]]  # fmt: skip
-        if tiles is None:
+        if work is None:
             return builds[0][0]
 
-        def work(build: tuple[HopperConfig, float]) -> float:
+        def costed_area(build: tuple[HopperConfig, float]) -> float:
             config, cost = build
-            return tiles(config.block_m, config.block_n) * config.block_m * config.block_n * cost
+            tiles, items = work(config.block_m, config.block_n)
+            return (tiles + UNIT_TILES * items) * config.block_m * config.block_n * cost
 
-        return min(builds, key=work)[0]
+        return min(builds, key=costed_area)[0]
     block_m, block_n, n_warps, min_blocks = _TILES[head_dim]
     return KernelConfig(
         name, head_dim, block_m, block_n, n_warps, min_blocks,
@@ -223,7 +228,7 @@ class FusedPlan:
     launcher: KernelLauncher
     maps: RowMaps | None  # the Hopper kernel's per-call tensor maps (None: no maps)
     max_ctas: int | None  # the Hopper kernel's persistent grid: min_blocks per SM (None: no limit)
-    pairs_in_l2: int  # (batch, head) pairs whose K and V fill at most half the L2 (at least 1)
+    pairs_in_l2: int  # (batch, head) pairs the Hopper kernel runs together (its head groups)
 
     def flops(self, batch: int, q_heads: int | None = None) -> int:
         """FLOPs the kernel executes for ``batch`` elements (full tiles, both matmuls)."""
@@ -254,17 +259,17 @@ def plan_fused(
     device = _cuda_device(device)
     luts: dict[tuple[int, int], FusedLut] = {}
 
-    def tiles(block_m: int, block_n: int) -> int:
+    def work(block_m: int, block_n: int) -> tuple[int, int]:
         if (block_m, block_n) not in luts:
             luts[block_m, block_n] = build_fused_lut(
                 blocks, block_size, block_m=block_m, block_n=block_n, causal=causal,
                 causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
             )  # fmt: skip
-        return luts[block_m, block_n].n_tiles
+        return luts[block_m, block_n].work
 
     config = choose_config(
         head_dim=head_dim, dtype=dtype, wgmma=is_hopper(device), k_row_stride=k_row_stride,
-        v_row_stride=v_row_stride, tiles=tiles,
+        v_row_stride=v_row_stride, work=work,
     )  # fmt: skip
     lut = luts.get((config.block_m, config.block_n))
     return plan_fused_with(
@@ -316,6 +321,15 @@ def plan_fused_with(
         )  # fmt: skip
     hopper = isinstance(config, HopperConfig)
     properties = torch.cuda.get_device_properties(device)
+    max_ctas = properties.multi_processor_count * config.min_blocks if hopper else None
+    # K and V (16-bit) of this many (batch, head) pairs fill half the L2: the Hopper kernel runs
+    # units in groups of that many, layout heads first (the items' order) where each head has
+    # rows for 3 rounds of CTAs (the kernel deals rounds across these groups, and a round that
+    # straddles two costs balance), then batch elements
+    in_l2 = max(1, properties.L2_cache_size // 2 // (4 * seq_k * config.head_dim or 1))
+    long_heads = hopper and lut.n_q_tiles >= 3 * max_ctas
+    heads_per_group = min(n_heads, in_l2) if long_heads else n_heads
+    items = group_heads(lut.items, heads_per_group) if long_heads else lut.items
     kernel = compile_kernel(config.source, config.function, config.defines(), device=device.index)
     if hopper and config.min_blocks > 1:
         prefer_shared_memory(kernel, device.index)
@@ -329,15 +343,15 @@ def plan_fused_with(
         seq_q=seq_q,
         seq_k=seq_k,
         device=device,
-        items=lut.items,
+        items=items,
         entries=lut.entries,
         n_tiles=lut.n_tiles,
         sub_rows_log2=int(math.log2(lut.sub_rows)),
         sub_cols_log2=int(math.log2(lut.sub_cols)),
         launcher=launcher,
         maps=config.tensor_maps() if hopper else None,
-        max_ctas=properties.multi_processor_count * config.min_blocks if hopper else None,
-        pairs_in_l2=max(1, properties.L2_cache_size // 2 // (4 * seq_k * config.head_dim or 1)),
+        max_ctas=max_ctas,
+        pairs_in_l2=max(1, in_l2 // heads_per_group),
     )
 
 
@@ -409,6 +423,7 @@ def launch_fused(
     shapes = (batch, q_heads, heads_per_item, q_heads // k.shape[1], seq_q, k.shape[2])
     masking = (plan.causal_offset, plan.sub_rows_log2, plan.sub_cols_log2, scale * LOG2_E)
     lse_pointer = 0 if lse is None else lse.data_ptr()
+    stream = current_raw_stream(q.device.index)
     grid = n_ctas
     if plan.maps is not None:
         q_map, k_map, v_map, broadcast = plan.maps(q, k, v)
@@ -425,9 +440,7 @@ def launch_fused(
             plan.entries.data_ptr(), *q.stride()[:3], *k.stride()[:2], *v.stride()[:2],
             *out.stride()[:3], *shapes, *masking,
         )  # fmt: skip
-    plan.launcher(
-        grid, cfg.threads, cfg.shared_bytes, current_raw_stream(q.device.index), *arguments
-    )
+    plan.launcher(grid, cfg.threads, cfg.shared_bytes, stream, *arguments)
 
 
 def check_operand_strides(

@@ -4,10 +4,11 @@ Same algorithm, tables and operands as the ``mma.sync`` forward of ``gpu.fused``
 (sm_90a) one producer warpgroup loads Q, K and V tiles with TMA and one or two consumer
 warpgroups, 64 query rows each, run ``wgmma`` and the softmax, pipelined and taking turns. TMA
 reads any strides ``check_strides`` accepts, so one build serves every view (no strides
-compiled in). The grid is persistent: at most ``min_blocks`` CTAs per SM, each walking its share
-of the work heaviest first. Two consumers (128-row query tiles, one CTA per SM) are the fastest
-at D=128; one consumer (64-row tiles, two or three CTAs per SM) wins at D=64, where the CTAs
-hide each other's softmax, and wastes less on layouts scattered in small blocks.
+compiled in). The grid is persistent: at most ``min_blocks`` CTAs per SM, each running its
+share of the work heaviest first, in L2-sized groups of heads. Two consumers (128-row query
+tiles, one CTA per SM) are the fastest at D=128; one consumer (64-row tiles, two or three CTAs
+per SM) wins at D=64, where the CTAs hide each other's softmax, and wastes less on layouts
+scattered in small blocks.
 
 >>> config = HopperConfig("bf16", 128)
 >>> config.block_m, config.block_n, config.threads, config.shared_bytes

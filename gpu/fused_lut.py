@@ -59,6 +59,20 @@ class FusedLut:
     sub_cols: int  # key tokens per mask cell
     n_tiles: int  # key tiles computed per batch element (the work, in BLOCK_M x BLOCK_N tiles)
 
+    @property
+    def work(self) -> tuple[int, int]:
+        """Key tiles and work items (query tiles, empty ones too) per batch element and head
+        set: what a kernel build's cost is counted in (``gpu.fused.choose_config``)."""
+        return self.n_tiles, len(self.items)
+
+
+def group_heads(items: torch.Tensor, heads_per_group: int) -> torch.Tensor:
+    """``items`` (heaviest first) stably reordered into groups of ``heads_per_group`` layout
+    heads, heaviest first inside each: the Hopper kernel's unit order, whose running units then
+    read the K and V of a few heads at a time."""
+    group = items[:, 0].long() // heads_per_group
+    return items[torch.sort(group, stable=True).indices]
+
 
 def cell_sizes(block_size: int, block_m: int, block_n: int) -> tuple[int, int]:
     """Tokens per mask cell along queries and keys: a layout block clipped to the tile."""

@@ -31,7 +31,7 @@ ALTERNATIVE_TILES = [(64, 128, 128, 4, 1), (64, 64, 64, 2, 4)]
 HOPPER_ALTERNATIVES = [
     (64, {"block_n": 128}),
     (64, {"block_n": 128, "stages": 3}),
-    (64, {**ONE_CONSUMER, "block_n": 128, "stages": 3}),
+    (64, {**ONE_CONSUMER, "block_n": 128}),
     (64, {**ONE_CONSUMER, "block_n": 64, "stages": 4}),
     (64, {**ONE_CONSUMER, "block_n": 64, "stages": 3, "min_blocks": 3}),
     (128, {"block_n": 128, "pingpong": False}),

@@ -84,7 +84,7 @@ class BlockSparsePlan:
             for head_dim in HEAD_DIMS:
                 config = choose_config(
                     head_dim=head_dim, dtype=torch.bfloat16, wgmma=self._hopper,
-                    tiles=self._tile_count,
+                    work=self._tile_work,
                 )  # fmt: skip
                 self._lut(config.block_m, config.block_n)
 
@@ -120,7 +120,7 @@ class BlockSparsePlan:
         def make() -> Any:
             config = choose_config(
                 head_dim=head_dim, dtype=dtype, wgmma=self._hopper,
-                k_row_stride=k_row_stride, v_row_stride=v_row_stride, tiles=self._tile_count,
+                k_row_stride=k_row_stride, v_row_stride=v_row_stride, work=self._tile_work,
             )  # fmt: skip
             return plan_fused_with(
                 self._blocks, self.block_size, config, causal=self.causal, device=self.device,
@@ -175,9 +175,10 @@ class BlockSparsePlan:
 
         return self._table(self._luts, build_fused_lut, upload_lut, block_m, block_n)
 
-    def _tile_count(self, block_m: int, block_n: int) -> int:
-        """Active key tiles of the forward's table for these tiles (built on first use)."""
-        return self._lut(block_m, block_n).n_tiles
+    def _tile_work(self, block_m: int, block_n: int) -> tuple[int, int]:
+        """Active key tiles and work items of the forward's table for these tiles (built on
+        first use)."""
+        return self._lut(block_m, block_n).work
 
     def _backward_lut(self, block_m: int, block_n: int) -> Any:
         """The backward's transposed table for these tiles, built and uploaded on first use."""

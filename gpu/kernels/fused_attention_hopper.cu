@@ -2,14 +2,9 @@
 // (Shah et al. 2024) on our look-up tables. The algorithm and the table format are those of
 // fused_attention.cu (read its header first); this file changes how the work is scheduled.
 //
-// Persistent CTAs. The grid is at most MIN_BLOCKS CTAs per SM. Of the n_work = n_items · P work
-// units (P = B · heads_per_item (batch, head) pairs per item), round r gives CTA x unit r·G + x
-// for even r and r·G + G - 1 - x for odd r (G = gridDim.x), and unit w is decoded in groups of
-// `head_group` pairs: group w / (n_items · head_group), inside it item-major (the item, then the
-// pair). The items are sorted heaviest first and the snake order evens out the CTAs' totals;
-// the groups keep the K and V that the running CTAs read within L2 (the host sizes them). Pair
-// p is batch element p % B, head item.head · heads_per_item + p / B. Q has two buffers, so the
-// next unit's Q and first K/V tiles load while the current one finishes.
+// Persistent CTAs: at most MIN_BLOCKS per SM, each running its share of the work units (a query
+// tile for one batch element and head) in the order of persistent_units.cuh. Q has two buffers, so the next unit's Q
+// and first K/V tiles load while the current one ends.
 //
 // Warp specialisation. A CTA is 1 + CONSUMERS warpgroups:
 // - warpgroup 0, the producer, gives most of its registers away (setmaxnreg) and one thread of
@@ -49,6 +44,7 @@
 #include "attention_common.cuh"
 #include "attention_forward.cuh"
 #include "hopper.cuh"
+#include "persistent_units.cuh"
 #include "wgmma.cuh"
 
 namespace {
@@ -102,39 +98,6 @@ struct Shared {
   __device__ unsigned v_empty(int stage) const { return bars + 8 * (4 + 3 * kStages + stage); }
 };
 
-// One unit of work: a work item (a query tile's key-tile list) for one batch element and head.
-struct Work {
-  int b, head, kv_head, q_row0, first, count;
-};
-
-// Work unit w (see the header): group w / (n_items · head_group) of (batch, head) pairs, inside
-// it the item, then the pair; a layout of one head serves heads_per_item query heads.
-__device__ __forceinline__ Work work_unit(const Int4* items, int w, int n_items, int batch,
-                                          int heads_per_item, int kv_group, int head_group) {
-  const int pairs = batch * heads_per_item;
-  const int group = w / (n_items * head_group);
-  const int first_pair = group * head_group;
-  const int group_size = min(head_group, pairs - first_pair);
-  const int rest = w - group * n_items * head_group;
-  const int pair = first_pair + rest % group_size;
-  const Int4 item = items[rest / group_size];
-  Work work;
-  work.b = pair % batch;
-  work.head = item.x * heads_per_item + pair / batch;
-  work.kv_head = work.head / kv_group;
-  work.q_row0 = item.y * kBlockM;
-  work.first = item.z;
-  work.count = item.w;
-  return work;
-}
-
-// The work unit CTA blockIdx.x runs in round `round` (see the header), or n_work and more.
-__device__ __forceinline__ int unit_of_round(int round) {
-  const int base = round * static_cast<int>(gridDim.x);
-  return base + ((round & 1) ? static_cast<int>(gridDim.x - 1 - blockIdx.x)
-                             : static_cast<int>(blockIdx.x));
-}
-
 // Load `Rows` rows from `row0` of one (head, batch) slice as HEAD_DIM / 64 boxes of 64 columns.
 template <int Rows>
 __device__ __forceinline__ void load_rows(unsigned dst, const TensorMap& map, unsigned bar,
@@ -145,17 +108,18 @@ __device__ __forceinline__ void load_rows(unsigned dst, const TensorMap& map, un
   }
 }
 
-// The producer's single thread, for one work unit: Q into Q buffer `round & 1`, then K and V
-// of every active key tile through the ring, whose position `ring` counts the tiles before.
+// The producer's single thread, for the CTA's unit number `index`: Q into Q buffer `index & 1`,
+// then K and V of every active key tile through the ring, whose position `ring` counts the
+// tiles before.
 __device__ __forceinline__ void produce(const Shared& sh, const TensorMap& q_map,
                                         const TensorMap& k_map, const TensorMap& v_map,
-                                        const Int4* entries, const Work& work, int round,
+                                        const Int4* entries, const Work& work, int index,
                                         int ring, int broadcast) {
   const int q_b = (broadcast & 1) ? 0 : work.b, q_h = (broadcast & 2) ? 0 : work.head;
   const int k_b = (broadcast & 4) ? 0 : work.b, k_h = (broadcast & 8) ? 0 : work.kv_head;
   const int v_b = (broadcast & 16) ? 0 : work.b, v_h = (broadcast & 32) ? 0 : work.kv_head;
-  const int buffer = round & 1;
-  barrier_wait(sh.q_empty(buffer), ((round >> 1) & 1) ^ 1);  // free from two rounds ago
+  const int buffer = index & 1;
+  barrier_wait(sh.q_empty(buffer), ((index >> 1) & 1) ^ 1);  // free from two units ago
   barrier_expect_bytes(sh.q_full(buffer), kQBytes);
   load_rows<kBlockM>(sh.q_tile(buffer), q_map, sh.q_full(buffer), work.q_row0, q_h, q_b);
   int next_row0 = work.count > 0 ? entries[work.first].x * kBlockN : 0;
@@ -260,17 +224,19 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   __syncthreads();
 
-  const int rounds = (n_work + gridDim.x - 1) / gridDim.x;
   const int n_items = n_work / (batch * heads_per_item);
+  const int group_units = n_items * head_group;
+  const int rounds = group_rounds(group_units) * ((n_work + group_units - 1) / group_units);
   if (warp < 4) {  // ---- producer warpgroup
     registers_release<kProducerRegisters>();
     if (threadIdx.x == 0) {
       int ring = 0;
-      for (int round = 0; round < rounds; ++round) {
-        const int w = unit_of_round(round);
-        if (w >= n_work) continue;
-        const Work work = work_unit(items, w, n_items, batch, heads_per_item, kv_group, head_group);
-        produce(sh, q_map, k_map, v_map, entries, work, round, ring, broadcast);
+      for (int round = 0, index = 0; round < rounds; ++round) {
+        const int w = unit_of_round(round, n_work, group_units);
+        if (w < 0) continue;  // a group's last round
+        const Work work =
+            work_unit(items, w, n_items, batch, heads_per_item, kv_group, head_group, kBlockM);
+        produce(sh, q_map, k_map, v_map, entries, work, index++, ring, broadcast);
         ring += work.count;
       }
     }
@@ -289,11 +255,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
   for (int j = 0; j < kSAtoms; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 
   int ring = 0;
-  for (int round = 0; round < rounds; ++round) {
-    const int w = unit_of_round(round);
-    if (w >= n_work) continue;  // only in the last round
-    const Work work = work_unit(items, w, n_items, batch, heads_per_item, kv_group, head_group);
-    const int buffer = round & 1;
+  for (int round = 0, index = 0; round < rounds; ++round) {
+    const int w = unit_of_round(round, n_work, group_units);
+    if (w < 0) continue;  // a group's last round
+    const Work work =
+        work_unit(items, w, n_items, batch, heads_per_item, kv_group, head_group, kBlockM);
+    const int buffer = index & 1;
     const unsigned q_rows = sh.q_tile(buffer) + turns.group * 64 * 128;
     float row_max[1][2] = {{negative_infinity(), negative_infinity()}};
     float row_sum[1][2] = {{0.f, 0.f}};
@@ -317,7 +284,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
     auto full = [&](int n) { return (ring + n) % kStages; };
     auto parity = [&](int n) { return static_cast<unsigned>(((ring + n) / kStages) & 1); };
 
-    barrier_wait(sh.q_full(buffer), (round >> 1) & 1);
+    barrier_wait(sh.q_full(buffer), (index >> 1) & 1);
     if (work.count > 0) {
       Int4 entry = entries[work.first];
       // tile 0: S alone
@@ -383,6 +350,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
     __syncwarp();
     if (arrives) barrier_arrive(sh.q_empty(buffer));
     ring += work.count;
+    ++index;
   }
   turns.finish();
 }

@@ -22,6 +22,7 @@ from gpu.fused import (
     run_fused,
 )
 from gpu.fused_hopper import HopperConfig
+from gpu.fused_lut import build_fused_lut, group_heads
 from gpu.fused_probe import ALTERNATIVE_TILES, HOPPER_ALTERNATIVES
 from tests.gpu.nvcc import compile_source, nvcc_or_skip
 
@@ -105,7 +106,7 @@ def test_hopper_takes_the_build_with_least_costed_work(head_dim):
         counts = {(c.block_m, c.block_n): round(a / (c.block_m * c.block_n))
                   for c, a in ((first, first_area), (second, second_area))}  # fmt: skip
         return choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=True,
-                             tiles=lambda m, n: counts[m, n])  # fmt: skip
+                             work=lambda m, n: (counts[m, n], 0))  # fmt: skip
 
     full = 2**20
     assert choose(full, full) == first
@@ -113,6 +114,30 @@ def test_hopper_takes_the_build_with_least_costed_work(head_dim):
     assert choose(full * cost * 0.99, full) == first
     assert choose(0, 0) == first  # an empty layout keeps the default
     assert choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=True) == first
+
+
+@pytest.mark.parametrize("head_dim", HEAD_DIMS)
+def test_hopper_counts_a_fixed_cost_per_work_item(head_dim):
+    """Each work item costs UNIT_TILES tiles besides its own: a band of 11 blocks of 64 (short
+    rows, which the tile area alone would give the default build) takes the build of small
+    tiles, a band of 49 blocks the default."""
+    (default, _), (alternative, _) = HOPPER_BUILDS[head_dim]
+    rows = torch.arange(64)
+
+    def choice(width: int) -> tuple[int, int]:
+        blocks = ((rows[:, None] - rows[None, :]).abs() <= width)[None]
+
+        def work(block_m: int, block_n: int) -> tuple[int, int]:
+            return build_fused_lut(blocks, 64, block_m=block_m, block_n=block_n,
+                                   causal=False).work  # fmt: skip
+
+        config = choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=True, work=work)
+        return config.block_m, config.block_n
+
+    small = HopperConfig("bf16", head_dim, **alternative)
+    assert choice(5) == (small.block_m, small.block_n)
+    large = HopperConfig("bf16", head_dim, **default)
+    assert choice(24) == (large.block_m, large.block_n)
 
 
 @pytest.mark.parametrize(
@@ -290,9 +315,11 @@ def test_many_work_units_per_cta(causal, build):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("consumers", [2, 1])
-def test_head_groups_give_the_same_output(consumers):
+@pytest.mark.parametrize("max_ctas", [None, 7])
+def test_head_groups_give_the_same_output(consumers, max_ctas):
     """Units run in groups of (batch, head) pairs sized by the L2; a group of 3 over 10 pairs
-    (the last one partial) computes exactly what one group of all pairs does."""
+    (the last one partial) computes exactly what one group of all pairs does, whether a group
+    is one round of CTAs or several with idle CTAs in its last (7 CTAs: 3 or 4 rounds a group)."""
     if not hopper():
         pytest.skip("the Hopper kernel needs compute capability 9.0")
     blocks = mixed_layout(9, 9, seed=8)[:1]
@@ -300,6 +327,8 @@ def test_head_groups_give_the_same_output(consumers):
     config = HopperConfig("bf16", 64, 128, pingpong=consumers == 2, consumers=consumers,
                           min_blocks=3 - consumers)  # fmt: skip
     plan = plan_fused_with(blocks, 64, config, causal=True, device=torch.device("cuda"))
+    if max_ctas is not None:
+        plan = dataclasses.replace(plan, max_ctas=max_ctas)
     generator = torch.Generator(device="cuda").manual_seed(9)
     q, k, v = (torch.randn(2, 5, seq, 64, device="cuda", generator=generator).bfloat16()
                for _ in range(3))  # fmt: skip
@@ -314,6 +343,59 @@ def test_head_groups_give_the_same_output(consumers):
     torch.testing.assert_close(out, run_fused(plan, q, k, v, scale=0.125), rtol=0, atol=0)
     expected = reference(q, k, v, blocks.expand(5, -1, -1), 64, True, 0.125)
     assert (out.double() - expected).norm() / expected.norm() <= TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("heads_per_group", [1, 3])
+def test_item_head_groups_give_the_same_output(heads_per_group):
+    """Items ordered in groups of layout heads (the plan's L2-sized order) compute exactly what
+    the heaviest-first order over every head does."""
+    if not hopper():
+        pytest.skip("the Hopper kernel needs compute capability 9.0")
+    blocks = mixed_layout(9, 9, seed=12)
+    blocks = torch.cat([blocks, blocks.flip(1)])  # 6 heads
+    plan = plan_fused(blocks, 64, causal=False, head_dim=64, dtype=torch.bfloat16,
+                      device=torch.device("cuda"))  # fmt: skip
+    lut = build_fused_lut(blocks, 64, block_m=plan.config.block_m, block_n=plan.config.block_n,
+                          causal=False)  # fmt: skip
+    generator = torch.Generator(device="cuda").manual_seed(13)
+    q, k, v = (torch.randn(2, 6, 9 * 64, 64, device="cuda", generator=generator).bfloat16()
+               for _ in range(3))  # fmt: skip
+    outputs = []
+    for items in (lut.items, group_heads(lut.items, heads_per_group)):
+        ordered = dataclasses.replace(plan, items=items.cuda())
+        outputs.append(run_fused(ordered, q, k, v, scale=0.125,
+                                 out=torch.full_like(q, float("nan"))))  # fmt: skip
+    torch.testing.assert_close(outputs[0], outputs[1], rtol=0, atol=0)
+    expected = reference(q, k, v, blocks, 64, False, 0.125)
+    assert (outputs[1].double() - expected).norm() / expected.norm() <= TOLERANCE[torch.bfloat16]
+
+
+@pytest.mark.gpu
+def test_a_plan_launches_again_and_on_two_streams_at_once():
+    """A plan keeps no state between launches: repeated launches and launches on two streams
+    at once each compute every unit."""
+    blocks = mixed_layout(12, 12, seed=14)
+    plan = plan_fused(blocks, 64, causal=True, head_dim=64, dtype=torch.bfloat16,
+                      device=torch.device("cuda"))  # fmt: skip
+    generator = torch.Generator(device="cuda").manual_seed(15)
+    q, k, v = (torch.randn(4, 3, 12 * 64, 64, device="cuda", generator=generator).bfloat16()
+               for _ in range(3))  # fmt: skip
+    first = run_fused(plan, q, k, v, scale=0.125)
+    for _ in range(3):
+        again = run_fused(plan, q, k, v, scale=0.125, out=torch.full_like(q, float("nan")))
+        torch.testing.assert_close(again, first, rtol=0, atol=0)
+    streams = [torch.cuda.Stream() for _ in range(2)]
+    outs = [torch.full_like(q, float("nan")) for _ in streams]
+    for stream in streams:
+        stream.wait_stream(torch.cuda.current_stream())
+    for _ in range(5):
+        for stream, out in zip(streams, outs, strict=True):
+            with torch.cuda.stream(stream):
+                run_fused(plan, q, k, v, scale=0.125, out=out)
+    torch.cuda.synchronize()
+    for out in outs:
+        torch.testing.assert_close(out, first, rtol=0, atol=0)
 
 
 @pytest.mark.gpu

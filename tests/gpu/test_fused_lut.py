@@ -16,6 +16,7 @@ from gpu.fused_lut import (
     FLAG_PARTIAL,
     build_backward_lut,
     build_fused_lut,
+    group_heads,
     tile_masks,
 )
 
@@ -162,6 +163,21 @@ def test_work_list_covers_every_query_tile_heaviest_first(case):
     for _, _, first, count in items.tolist():
         k_tiles = lut.entries[first : first + count, 0].numpy()
         assert (np.diff(k_tiles) > 0).all() and ((k_tiles >= 0) & (k_tiles < lut.n_k_tiles)).all()
+
+
+@settings(max_examples=30, deadline=None)
+@given(layouts(), st.integers(1, 5))
+def test_head_groups_keep_every_item_heaviest_first_within_each(case, heads_per_group):
+    blocks, block_size, (block_m, block_n), causal = case
+    items = build_fused_lut(
+        torch.from_numpy(blocks), block_size, block_m=block_m, block_n=block_n, causal=causal
+    ).items
+    grouped = group_heads(items, heads_per_group).numpy()
+    assert sorted(map(tuple, grouped.tolist())) == sorted(map(tuple, items.numpy().tolist()))
+    groups = grouped[:, 0] // heads_per_group
+    assert (np.diff(groups) >= 0).all()
+    for group in np.unique(groups):
+        assert (np.diff(grouped[groups == group, 3]) <= 0).all()
 
 
 def test_block_16_in_a_128_tile_uses_all_64_bits():
