@@ -59,7 +59,8 @@ LOG2_E = math.log2(math.e)
 _TILES = {64: (128, 64, 4, 2), 128: (128, 64, 4, 2)}
 # Hopper: per head dim, the builds a plan chooses from (HopperConfig settings) and each one's
 # cost, its time per executed FLOP on dense layouts over the first's; the first is the default.
-# A plan takes the build with the least tile area to compute times its cost.
+# A plan takes the build with the least tile area to compute, each query tile counting
+# UNIT_TILES tiles more, times its cost.
 HOPPER_BUILDS = {
     64: (({**ONE_CONSUMER, "block_n": 128, "stages": 3}, 1.0),
          ({**ONE_CONSUMER, "block_n": 64, "min_blocks": 3}, 491 / 439)),
@@ -84,6 +85,9 @@ UNIT_TILES = 2.0
 #   611 / 429 / 575 against 532 / 505 / 384 / 473 without and 558 / 516 / 377 / 483 at 128 x 64;
 #   3 stages of 128 keys do not fit beside two Q buffers); 64 x 64, one consumer 537 / 351 /
 #   377 (64 x 128 with one consumer needs 164 KB, too much for two CTAs per SM).
+# - Short rows (checks/2026-11-30-h200-hopper-short-rows-tiles.json): band 2.3 % b128, D=64:
+#   64 x 128 with 3 stages 308, 64 x 64 at 3 CTAs 305; D=128: 128 x 128 410, 64 x 64 364. Band
+#   7.3 % b64, D=64: 64 x 64 at 3 CTAs 381, 64 x 128 with 3 stages 362.
 
 
 @dataclass(frozen=True)
