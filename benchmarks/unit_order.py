@@ -23,11 +23,12 @@ import torch
 
 from gpu.bench.cases import find_case
 from gpu.bench.harness import seeded_inputs
-from gpu.bench.metrics import active_pairs, attention_flops, median, tflops
+from gpu.bench.metrics import active_pairs, attention_flops, tflops
 from gpu.bench.report import environment
 from gpu.bench.timing import CudaEventTimer
 from gpu.fused import plan_fused, run_fused
 from gpu.fused_lut import build_fused_lut, group_heads
+from gpu.fused_probe import time_plan
 
 #: Layout heads per group of each order timed (16: one group, heaviest first over every head).
 GROUPS = (16, 1, 2, 4)
@@ -63,15 +64,9 @@ def main() -> None:
         items = group_heads(lut.items, heads_per_group).to(plan.items.device)
         chosen = bool(torch.equal(items, plan.items))
         ordered = dataclasses.replace(plan, items=items)
-        out = torch.empty_like(q)
-
-        def run(ordered=ordered, out=out) -> torch.Tensor:
-            return run_fused(ordered, q, k, v, scale=scale, out=out)
-
-        for _ in range(config.warmup):
-            run()
-        ms = median(timer(run, reps=config.reps))
-        identical = bool(torch.equal(run(), expected))
+        ms, out = time_plan(ordered, (q, k, v), scale, timer, warmup=config.warmup,
+                            reps=config.reps)  # fmt: skip
+        identical = bool(torch.equal(out, expected))
         record = {"heads_per_group": heads_per_group, "ms": ms, "tflops": tflops(flops, ms),
                   "identical": identical, "plan_order": chosen}  # fmt: skip
         records.append(record)

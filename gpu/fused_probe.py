@@ -20,7 +20,14 @@ from gpu.bench.harness import seeded_inputs
 from gpu.bench.metrics import active_pairs, attention_flops, errors, median, tflops
 from gpu.bench.report import environment
 from gpu.bench.timing import CudaEventTimer
-from gpu.fused import HOPPER_BUILDS, KernelConfig, choose_config, plan_fused_with, run_fused
+from gpu.fused import (
+    HOPPER_BUILDS,
+    FusedPlan,
+    KernelConfig,
+    choose_config,
+    plan_fused_with,
+    run_fused,
+)
 from gpu.fused_hopper import ONE_CONSUMER, HopperConfig
 from gpu.reference import dense_masked_attention
 
@@ -73,15 +80,8 @@ def probe_case(name: str, timer: CudaEventTimer, *, hopper: bool) -> list[dict]:
     for tiles in candidate_configs(config.head_dim, hopper=hopper):
         plan = plan_fused_with(blocks, layout.block_size, tiles, causal=config.causal,
                                device=q.device)  # fmt: skip
-        out = torch.empty_like(q)
-
-        def run(plan=plan, out=out) -> torch.Tensor:
-            return run_fused(plan, q, k, v, scale=scale, out=out)
-
-        for _ in range(config.warmup):
-            run()
-        ms = median(timer(run, reps=config.reps))
-        _, relative = errors(run(), reference)
+        ms, out = time_plan(plan, (q, k, v), scale, timer, warmup=config.warmup, reps=config.reps)
+        _, relative = errors(out, reference)
         record = {
             "case": name,
             "tiles": describe(tiles),
@@ -99,6 +99,26 @@ def probe_case(name: str, timer: CudaEventTimer, *, hopper: bool) -> list[dict]:
             flush=True,
         )
     return records
+
+
+def time_plan(
+    plan: FusedPlan,
+    qkv: tuple[torch.Tensor, torch.Tensor, torch.Tensor],
+    scale: float,
+    timer: CudaEventTimer,
+    *,
+    warmup: int,
+    reps: int,
+) -> tuple[float, torch.Tensor]:
+    """The median ms of ``run_fused`` with ``plan`` after ``warmup`` runs, and its output."""
+    out = torch.empty_like(qkv[0])
+
+    def run() -> torch.Tensor:
+        return run_fused(plan, *qkv, scale=scale, out=out)
+
+    for _ in range(warmup):
+        run()
+    return median(timer(run, reps=reps)), run()
 
 
 def instruction(config: KernelConfig | HopperConfig) -> str:
