@@ -227,15 +227,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
   const int n_items = n_work / (batch * heads_per_item);
   const int group_units = n_items * head_group;
   const int rounds = group_rounds(group_units) * ((n_work + group_units - 1) / group_units);
+  // The unit this CTA runs in round `round` into `work` (false: none, a group's last round).
+  auto unit_in_round = [&](int round, Work& work) {
+    const int w = unit_of_round(round, n_work, group_units);
+    if (w < 0) return false;
+    work = work_unit(items, w, n_items, batch, heads_per_item, kv_group, head_group, kBlockM);
+    return true;
+  };
   if (warp < 4) {  // ---- producer warpgroup
     registers_release<kProducerRegisters>();
     if (threadIdx.x == 0) {
       int ring = 0;
+      Work work;
       for (int round = 0, index = 0; round < rounds; ++round) {
-        const int w = unit_of_round(round, n_work, group_units);
-        if (w < 0) continue;  // a group's last round
-        const Work work =
-            work_unit(items, w, n_items, batch, heads_per_item, kv_group, head_group, kBlockM);
+        if (!unit_in_round(round, work)) continue;
         produce(sh, q_map, k_map, v_map, entries, work, index++, ring, broadcast);
         ring += work.count;
       }
@@ -255,11 +260,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
   for (int j = 0; j < kSAtoms; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.f;
 
   int ring = 0;
+  Work work;
   for (int round = 0, index = 0; round < rounds; ++round) {
-    const int w = unit_of_round(round, n_work, group_units);
-    if (w < 0) continue;  // a group's last round
-    const Work work =
-        work_unit(items, w, n_items, batch, heads_per_item, kv_group, head_group, kBlockM);
+    if (!unit_in_round(round, work)) continue;
     const int buffer = index & 1;
     const unsigned q_rows = sh.q_tile(buffer) + turns.group * 64 * 128;
     float row_max[1][2] = {{negative_infinity(), negative_infinity()}};
