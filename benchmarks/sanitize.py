@@ -6,8 +6,9 @@ CPU (so a call that runs clean but computes wrong fails too): the fused forward
 through the same call) and the SDD pipeline (``impl="sdd"``). Together they cover both dtypes and
 head dims, layout blocks 16 and 64, causal in both alignments, partial last blocks, Sq != Sk,
 GQA and MQA, one layout head shared by every query head, ``[B, S, H, D]`` memory read in place,
-a query row with no key, an empty layout, more work units than a persistent grid's CTAs, and on
-Hopper the ``mma.sync`` path beside the Hopper kernel (the plan is told the GPU is not Hopper).
+a query row with no key, an empty layout, more work units than a persistent grid's CTAs, every
+Hopper build a plan chooses from (``gpu.fused.HOPPER_BUILDS``), and on Hopper the ``mma.sync``
+path beside the Hopper kernel (the plan is told the GPU is not Hopper).
 
 The script first runs every case once without a sanitizer (which fills the NVRTC cubin cache of
 ``gpu/runtime.py``, so nothing compiles under the sanitizer, and checks that the cases pass),
@@ -94,6 +95,7 @@ class Case:
     shared_layout: bool = False  # one layout head for every query head
     mma_sync: bool = False  # the mma.sync path even on Hopper
     empty: bool = False  # no active block: every output row zero
+    dense: bool = False  # every block active (but the first query row's): the widest tiles
 
     @property
     def name(self) -> str:
@@ -105,7 +107,7 @@ class Case:
         if self.kv_heads != self.q_heads:
             parts.append(f"gqa{self.q_heads}:{self.kv_heads}")
         flags = (("bshd", self.bshd), ("shared", self.shared_layout), ("mma", self.mma_sync),
-                 ("empty", self.empty))  # fmt: skip
+                 ("empty", self.empty), ("dense", self.dense))  # fmt: skip
         return "-".join(parts + [flag for flag, on in flags if on])
 
 
@@ -118,7 +120,9 @@ CASES = (
     Case("forward", "f16", 128, 16, 100, 37, causal=True, alignment="bottom_right"),
     Case("forward", "bf16", 64, 64, 2048, 2048, q_heads=16, causal=True),  # CTAs run 2+ units
     Case("forward", "f16", 64, 64, 128, 192, empty=True),
-    Case("forward", "bf16", 128, 128, 640, 640, q_heads=4, causal=True),  # two consumers
+    Case("forward", "bf16", 128, 128, 640, 640, q_heads=4, causal=True),  # layout block 128
+    Case("forward", "bf16", 64, 64, 1000, 1000, dense=True),  # Hopper: 64 x 128 tiles, 3 stages
+    Case("forward", "f16", 128, 64, 1000, 1000, dense=True),  # Hopper: two consumers, 128 x 128
     Case("backward", "bf16", 128, 64, 512, 512, q_heads=4, causal=True),
     Case("backward", "f16", 64, 16, 200, 200),
     Case("backward", "bf16", 64, 64, 256, 384, causal=True, alignment="bottom_right", bshd=True),
@@ -127,10 +131,23 @@ CASES = (
     Case("sdd", "bf16", 64, 64, 256, 256, causal=True),
 )  # fmt: skip
 #: --quick: both dtypes and head dims, forward and backward, GQA, a partial block at block 16.
-QUICK = (CASES[0].name, CASES[9].name, CASES[10].name)
+QUICK = (CASES[0].name, CASES[11].name, CASES[12].name)
 
 
 # --------------------------------------------------------------------------- one case (child)
+def case_layout(case: Case, gen: torch.Generator) -> torch.Tensor:
+    """The case's ``[H, M, N]`` layout: half the blocks at random, the partial corner visited."""
+    n_q, n_k = -(-case.seq_q // case.block), -(-case.seq_k // case.block)
+    blocks = torch.rand(1 if case.shared_layout else case.q_heads, n_q, n_k, generator=gen) < 0.5
+    blocks[:, -1, -1] = True  # the partial corner is visited
+    if case.dense:
+        blocks[:] = True
+    blocks[0, 0] = False  # query rows with no key: zeros and a logsumexp of -inf
+    if case.empty:
+        blocks[:] = False
+    return blocks
+
+
 def run_case(case: Case, *, device: str = "cuda", impl: str | None = None) -> tuple[bool, str]:
     """Run ``case`` once and compare it with the fp64 reference: ``(right, what was measured)``.
 
@@ -139,12 +156,7 @@ def run_case(case: Case, *, device: str = "cuda", impl: str | None = None) -> tu
     """
     dtype = DTYPES[case.dtype]
     gen = torch.Generator().manual_seed(zlib.crc32(case.name.encode()))
-    n_q, n_k = -(-case.seq_q // case.block), -(-case.seq_k // case.block)
-    blocks = torch.rand(1 if case.shared_layout else case.q_heads, n_q, n_k, generator=gen) < 0.5
-    blocks[:, -1, -1] = True  # the partial corner is visited
-    blocks[0, 0] = False  # query rows with no key: zeros and a logsumexp of -inf
-    if case.empty:
-        blocks[:] = False
+    blocks = case_layout(case, gen)
 
     def operand(heads: int, seq: int) -> torch.Tensor:
         shape = (1, seq, heads, case.head_dim) if case.bshd else (1, heads, seq, case.head_dim)

@@ -3,13 +3,19 @@ the verdict of a run, the commands and environments of the runs, its arguments a
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import sys
+import zlib
 from pathlib import Path
 
 import pytest
 import torch
+
+from gpu.fused import HOPPER_BUILDS, choose_config
+from gpu.fused_hopper import HopperConfig
+from gpu.fused_lut import build_fused_lut
 
 SCRIPT = Path(__file__).parents[2] / "benchmarks" / "sanitize.py"
 
@@ -176,7 +182,34 @@ def test_cases_cover_what_they_claim(sanitize):
         assert any(c.shared_layout for c in these)
 
 
-@pytest.mark.parametrize("index", range(9))
+def test_forward_cases_plan_every_hopper_build(sanitize):
+    """On Hopper the plans of the forward cases choose each build of ``HOPPER_BUILDS``."""
+    chosen = set()
+    for case in sanitize.CASES:
+        if case.kind != "forward" or case.mma_sync or case.empty:
+            continue
+        gen = torch.Generator().manual_seed(zlib.crc32(case.name.encode()))
+        blocks = sanitize.case_layout(case, gen)
+        offset = case.seq_k - case.seq_q if case.alignment == "bottom_right" else 0
+
+        def work(block_m, block_n, blocks=blocks, case=case, offset=offset):
+            return build_fused_lut(
+                blocks, case.block, block_m=block_m, block_n=block_n, causal=case.causal,
+                causal_offset=offset, seq_q=case.seq_q, seq_k=case.seq_k,
+            ).work  # fmt: skip
+
+        config = choose_config(head_dim=case.head_dim, dtype=sanitize.DTYPES[case.dtype],
+                               wgmma=True, work=work)  # fmt: skip
+        chosen.add(dataclasses.replace(config, dtype="bf16"))
+    builds = {
+        HopperConfig("bf16", head_dim, **settings)
+        for head_dim, options in HOPPER_BUILDS.items()
+        for settings, _ in options
+    }
+    assert chosen == builds
+
+
+@pytest.mark.parametrize("index", range(11))
 def test_case_code_runs_on_the_cpu_against_the_reference(sanitize, index):
     """The cases' tensors, layouts, autograd and comparison, with impl="reference" on the CPU."""
     case = sanitize.CASES[index]
