@@ -4,11 +4,8 @@ the verdict of a run, the commands and environments of the runs, its arguments a
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
-import sys
 import zlib
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,18 +13,14 @@ import torch
 from gpu.fused import HOPPER_BUILDS, choose_config
 from gpu.fused_hopper import HopperConfig
 from gpu.fused_lut import build_fused_lut
+from tests.benchmarks import SCRIPTS, load_script
 
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "sanitize.py"
+SCRIPT = SCRIPTS / "sanitize.py"
 
 
 @pytest.fixture(scope="module")
 def sanitize():
-    spec = importlib.util.spec_from_file_location("sanitize", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["sanitize"] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    yield module
-    del sys.modules["sanitize"]
+    return load_script("sanitize")
 
 
 CASE = "bwd-f16-d64-b16-s200"

@@ -3,31 +3,22 @@ eager Flex at step 0) writes a complete result. Skipped without transformers."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import warnings
-from pathlib import Path
 
 import pytest
 
+from tests.benchmarks import load_script
+
 pytest.importorskip("transformers")
-
-SCRIPT = Path(__file__).parents[2] / "benchmarks" / "train_llama.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("train_llama", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_tiny_run_trains_compares_and_writes_its_result(tmp_path):
     out = tmp_path / "tiny.json"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # eager Flex says it is unfused
-        assert _script().main(["--tiny", "--steps", "3", "--out", str(out)]) == 0
+        assert load_script("train_llama").main(["--tiny", "--steps", "3", "--out", str(out)]) == 0
     document = json.loads(out.read_text())
     ours, flex = document["runs"]["ours"], document["runs"]["flex"]
     assert ours["impl"] == "reference" and ours["trained"] and len(ours["losses"]) == 3
@@ -43,4 +34,4 @@ def test_tiny_run_trains_compares_and_writes_its_result(tmp_path):
 
 def test_bad_arguments_are_refused():
     with pytest.raises(SystemExit):
-        _script().main(["--tiny", "--steps", "2", "--warmup", "2"])
+        load_script("train_llama").main(["--tiny", "--steps", "2", "--warmup", "2"])
