@@ -103,8 +103,8 @@ def host_costs() -> dict[str, float]:
         "layout form, designer.Layout": lambda: block_sparse_attention(
             q, k, v, layout, block, causal=True
         ),
-        "torch.ops.blocksparse.fused_attention (dispatcher)": lambda: (
-            torch.ops.blocksparse.fused_attention(q, k, v, the_plan.plan_id, scale)
+        "torch.ops.blocksparse.attention (dispatcher)": lambda: (
+            torch.ops.blocksparse.attention(q, k, v, the_plan.plan_id, scale, False)
         ),
         "dense SDPA (for scale)": lambda: torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=True
@@ -158,14 +158,14 @@ def public_call_row(name: str, flex: FlexSession) -> dict:
     )
     the_plan = gpu.plan(blocks, block, causal=causal, device=q.device)
     out = torch.empty_like(q)
-    compiled, block_mask = flex.prepare(blocks, block, causal=causal, device=q.device, mode=None)
+    flex_call = flex.prepare(blocks, block, causal=causal, device=q.device)
     contenders = {
         "kernel alone": lambda: run_fused(fused_plan, q, k, v, scale=scale, out=out),
         "public call, plan": lambda: block_sparse_attention(q, k, v, the_plan, scale=scale),
         "public call, layout tensor": lambda: block_sparse_attention(
             q, k, v, blocks_cuda, block, causal=causal, scale=scale
         ),
-        "flex": lambda: compiled(q, k, v, block_mask=block_mask, scale=scale),
+        "flex": lambda: flex_call(q, k, v, scale=scale),
     }
     flops = attention_flops(
         config.batch, config.head_dim, active_pairs(blocks, block, causal=causal)
