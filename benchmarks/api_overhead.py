@@ -103,8 +103,8 @@ def host_costs() -> dict[str, float]:
         "layout form, designer.Layout": lambda: block_sparse_attention(
             q, k, v, layout, block, causal=True
         ),
-        "torch.ops.blocksparse.attention (dispatcher)": lambda: (
-            torch.ops.blocksparse.attention(q, k, v, the_plan.plan_id, scale, False)
+        "torch.ops.blocksparse.attention (dispatcher)": lambda: torch.ops.blocksparse.attention(
+            q, k, v, the_plan.plan_id, scale, False
         ),
         "dense SDPA (for scale)": lambda: torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=True
