@@ -3,8 +3,8 @@
 // fused_attention.cu (read its header first); this file changes how the work is scheduled.
 //
 // Persistent CTAs: at most MIN_BLOCKS per SM, each running its share of the work units (a query
-// tile for one batch element and head) in the order of persistent_units.cuh. Q has two buffers, so the next unit's Q
-// and first K/V tiles load while the current one ends.
+// tile for one batch element and head) in the order of persistent_units.cuh. Q has two buffers,
+// so the next unit's Q and first K/V tiles load while the current one ends.
 //
 // Warp specialisation. A CTA is 1 + CONSUMERS warpgroups:
 // - warpgroup 0, the producer, gives most of its registers away (setmaxnreg) and one thread of

@@ -10,6 +10,7 @@ import zlib
 import pytest
 import torch
 
+import gpu
 from gpu.fused import HOPPER_BUILDS, choose_config
 from gpu.fused_hopper import HopperConfig
 from gpu.fused_lut import build_fused_lut
@@ -183,7 +184,10 @@ def test_forward_cases_plan_every_hopper_build(sanitize):
             continue
         gen = torch.Generator().manual_seed(zlib.crc32(case.name.encode()))
         blocks = sanitize.case_layout(case, gen)
-        offset = case.seq_k - case.seq_q if case.alignment == "bottom_right" else 0
+        offset = gpu.plan(
+            blocks, case.block, causal=case.causal, causal_alignment=case.alignment,
+            seq_q=case.seq_q, seq_k=case.seq_k, device="cpu",
+        ).causal_offset  # fmt: skip
 
         def work(block_m, block_n, blocks=blocks, case=case, offset=offset):
             return build_fused_lut(
