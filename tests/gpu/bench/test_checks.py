@@ -66,10 +66,13 @@ def test_sampled_references_are_the_whole_references_rows(seq_q, seq_k, causal):
     )
     torch.testing.assert_close(sampled.out, sample.take(whole), rtol=1e-12, atol=1e-12)
     torch.testing.assert_close(sampled.grads[0], sample.take(dq), rtol=1e-12, atol=1e-12)
+    # The same fp64 sums, blocked differently by the CPU's BLAS: equal to rounding, not bitwise.
     errors = sampled.output_errors(whole)
-    assert errors == {"max_abs_error": 0.0, "rel_error": 0.0}
+    assert errors.keys() == {"max_abs_error", "rel_error"}
+    assert max(errors.values()) < 1e-12
     grad_errors = sampled.grad_errors((dq, None, None))
-    assert grad_errors == {"dq_rel_error": 0.0, "grad_max_abs_error": 0.0}  # dk, dv unchecked
+    assert grad_errors.keys() == {"dq_rel_error", "grad_max_abs_error"}  # dk, dv unchecked
+    assert max(grad_errors.values()) < 1e-12
 
 
 def test_the_harness_checks_a_large_case_on_a_sample(monkeypatch):
