@@ -9,16 +9,16 @@ from __future__ import annotations
 import streamlit as st
 import torch
 
-from designer.ui import keys
-from designer.ui.bench.panel import gpu_panel_ui
-from designer.ui.common import start_run
-from designer.ui.editor_ui import editor_ui
-from designer.ui.files_ui import files_ui
-from designer.ui.overview_ui import overview_ui
-from designer.ui.recipe_ui import recipe_ui
-from designer.ui.setup_ui import setup_ui
-from designer.ui.stats_ui import analysis_ui, header_ui
-from designer.ui.storage import DesignStore
+from designer.storage import DesignStore
+from ui import keys
+from ui.bench.panel import gpu_panel_ui
+from ui.common import start_run
+from ui.editor_ui import editor_ui
+from ui.files_ui import files_ui
+from ui.overview_ui import overview_ui
+from ui.recipe_ui import recipe_ui
+from ui.setup_ui import setup_ui
+from ui.stats_ui import analysis_ui, header_ui
 
 TABS = ("Patterns", "Paint", "Analysis", "Files", "GPU benchmark")
 #: The app's torch work is small tensor edits between numba's segmentation runs; torch's own

@@ -5,7 +5,7 @@ minutes of work: 256 steps over the largest layout, thousands of edits, or DeepS
 blocks drawn one ``random.sample`` at a time in Python. ``recipe.Recipe`` adds up each step and
 edit here when it is made and refuses one whose estimate passes ``MAX_BUILD_SECONDS``, saying the
 estimate and the limit. The estimate is a sum of measured rates (one CPU core of the CI machine,
-2026-11-30, torch 2.13; ``benchmarks/bounded_cost.py`` checks them at the limits):
+2026-11-30, torch 2.13; ``tools/bounded_cost.py`` checks them at the limits):
 
 - a step: ``heads x q_blocks x k_blocks`` cells at its pattern's rate (``NS_PER_CELL``); a
   DeepSpeed config builds int64 layouts, one per layout head (one in all unless
@@ -27,7 +27,7 @@ from designer.regions import Band, Cells, Column, Rect, Row
 #: Longest estimated build a recipe may ask for.
 MAX_BUILD_SECONDS = 2.0
 #: Nanoseconds per cell of generating a pattern and combining it in: the worst CPU time over
-#: four shapes of 64M cells (``benchmarks/bounded_cost.py --calibrate``) plus a fifth for margin.
+#: four shapes of 64M cells (``tools/bounded_cost.py --calibrate``) plus a fifth for margin.
 NS_PER_CELL = {
     "causal": 4,
     "sliding_window": 6,

@@ -21,6 +21,9 @@ from designer.segment import Segments, deepspeed_repeats, sdd_segment
 from designer.validate import check_int
 
 Cell = tuple[int, int, int]
+#: The width map's mark for an active block in no tile (above any real width, so max-pooling
+#: keeps it visible).
+UNTILED = np.iinfo(np.uint16).max
 
 
 @dataclass(frozen=True)
@@ -214,3 +217,23 @@ def _cells(flat: np.ndarray, shape: tuple[int, int, int]) -> tuple[Cell, ...]:
     """The ``(head, row, col)`` of each flat index into ``shape`` (ascending: row-major)."""
     heads, rows, cols = np.unravel_index(flat, shape)
     return tuple(zip(heads.tolist(), rows.tolist(), cols.tolist(), strict=True))
+
+
+def tile_maps(blocks: np.ndarray, segments: Segments) -> tuple[np.ndarray, np.ndarray]:
+    """Per block: the width of its tile and whether its tile is an odd one.
+
+    ``blocks`` is the ``[H, M, N]`` layout and ``segments`` its ``sdd_segment`` output:
+    ``(width, rows)`` with rows ``(head, row, col, idx)`` in groups of ``width²``. Returns
+    ``(width [H, M, N] uint16, odd [H, M, N] bool)``; width is 0 where inactive and ``UNTILED``
+    where active but in no tile.
+    """
+    shape = blocks.shape
+    n_heads, n_rows, n_cols = shape
+    widths = (np.asarray(blocks).reshape(-1) != 0) * np.uint16(UNTILED)
+    odd = np.zeros(n_heads * n_rows * n_cols, dtype=bool)
+    for width, rows in segments:
+        cells = rows.numpy() if isinstance(rows, torch.Tensor) else np.asarray(rows)
+        flat = (cells[:, 0] * n_rows + cells[:, 1]) * n_cols + cells[:, 2]
+        widths[flat] = width
+        odd[flat] = (np.arange(len(cells)) // (width * width)) & 1
+    return widths.reshape(shape), odd.reshape(shape)

@@ -40,7 +40,7 @@ BLOCK_M = 64
 # 13.0, mma.sync: D=64 4 warps 207 (168 at 3 CTAs per SM), 8 warps 203; D=128 4 warps 255 (16 B
 # spilled), 8 warps 255 (20 B). wgmma: D=64 185 (168 with 12 B spilled at 3 CTAs per SM); D=128
 # 255 (4 B spilled).
-# Measured (benchmarks/backward_tiles.py, H200, bf16, B=1, H=16, S=16384, 2026-11-30,
+# Measured (tools/probes/backward_tiles.py, H200, bf16, B=1, H=16, S=16384, 2026-11-30,
 # benchmarks/results/2026-11-30-h200-backward-tiles.json; effective TFLOP/s dense b128 / band 7 %
 # b64 / band 7 % b16 at D=64, dense / band 24 % / causal b128 at D=128):
 # - mma.sync D=64: 4 warps, 2 CTAs per SM 214 / 192 / 175; 3 CTAs 218 / 199 / 185; 8 warps

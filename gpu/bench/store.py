@@ -27,7 +27,7 @@ RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
 #: Larger files are not read (a sweep of every standard case is well under 1 MiB).
 MAX_DOCUMENT_BYTES = 32 << 20
 _DIGEST = re.compile(r"[0-9a-f]{32}")
-#: Names of ``benchmarks/app_check.py`` summaries committed beside the results.
+#: Names of ``tools/app_check.py`` summaries committed beside the results.
 CHECK_SUMMARY_PREFIX = "app-"
 
 

@@ -6,14 +6,14 @@ import math
 
 import pytest
 
-from tests.benchmarks import load_script
+from tests.scripts import load_script
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
 def api_overhead():
-    return load_script("api_overhead")
+    return load_script("benchmarks/api_overhead")
 
 
 def test_every_way_to_call_has_a_host_cost(api_overhead, monkeypatch):

@@ -23,8 +23,8 @@ from designer.formats import (
     save_design,
 )
 from designer.layout import Layout
-from designer.ui import keys
-from designer.ui.storage import DATA_DIR_ENV, DesignStore, load_default_design
+from designer.storage import DATA_DIR_ENV, DesignStore, load_default_design
+from ui import keys
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 WINDOW = keys.step_key(0, "num_sliding_window_blocks")
@@ -52,7 +52,7 @@ def assert_clean(at):
 
 
 def unescaped(text: str) -> str:
-    """Text as a viewer reads it: the Markdown escapes of ``designer.ui.text.plain`` undone."""
+    """Text as a viewer reads it: the Markdown escapes of ``ui.text.plain`` undone."""
     return re.sub(r"\\(.)", r"\1", text)
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from designer.ui import keys
-from designer.ui.storage import DATA_DIR_ENV
+from designer.storage import DATA_DIR_ENV
+from ui import keys
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
 

@@ -4,7 +4,7 @@ import io
 import numpy as np
 from PIL import Image
 
-from designer.ui.figures import (
+from ui.figures import (
     head_density_figure,
     legend_html,
     png_bytes,

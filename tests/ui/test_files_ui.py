@@ -5,10 +5,10 @@ import torch
 
 from designer.design import Design
 from designer.formats import recipe_to_json, save_design
+from designer.formats.exports import exports
 from designer.recipe import Recipe, RecipeStep
-from designer.ui.exports import exports
-from designer.ui.files_ui import MAX_UPLOAD_MIB, read_upload
 from tests.factories import random_layout
+from ui.files_ui import MAX_UPLOAD_MIB, read_upload
 
 
 def design_file(design: Design) -> bytes:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from designer.formats import load_design
-from designer.ui.storage import DesignStore, load_default_design
+from designer.storage import DesignStore, load_default_design
 from tests.ui.browser_app import (
     CANVAS,
     CHROMIUM,

@@ -4,8 +4,8 @@ from hypothesis import strategies as st
 
 from designer.patterns.registry import PATTERNS
 from designer.recipe import RecipeStep
-from designer.ui.keys import per_head_key, step_key, values_key
-from designer.ui.params import (
+from ui.keys import per_head_key, step_key, values_key
+from ui.params import (
     JS_SAFE_INT,
     list_text,
     number_bounds,

@@ -4,18 +4,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from designer.ui.pictures import (
+from designer.segment_stats import UNTILED, tile_maps
+from ui.pictures import (
     ACTIVE_RGB,
     ALTERNATE_SHADE,
     EMPTY_RGB,
-    UNTILED,
     WIDTH_PALETTE,
     enlarge,
     frame,
     max_pool,
     plain_pictures,
     scale_factors,
-    tile_maps,
     tile_pictures,
     width_colour,
 )

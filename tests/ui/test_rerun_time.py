@@ -20,9 +20,9 @@ from streamlit.testing.v1 import AppTest
 from designer.design import Design
 from designer.formats import save_design
 from designer.recipe import Recipe, RecipeStep
-from designer.ui import keys
-from designer.ui.canvas.payload import head_payload, payload_bytes
-from designer.ui.storage import DATA_DIR_ENV
+from designer.storage import DATA_DIR_ENV
+from ui import keys
+from ui.canvas.payload import head_payload, payload_bytes
 
 pytestmark = pytest.mark.slow
 

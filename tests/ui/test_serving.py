@@ -15,10 +15,10 @@ from streamlit.testing.v1 import AppTest
 from designer.design import Design
 from designer.formats import save_design
 from designer.layout import Layout
-from designer.ui import keys
-from designer.ui.files_ui import MAX_UPLOAD_MIB
-from designer.ui.storage import DATA_DIR_ENV
-from designer.ui.text import plain
+from designer.storage import DATA_DIR_ENV
+from ui import keys
+from ui.files_ui import MAX_UPLOAD_MIB
+from ui.text import plain
 
 ROOT = Path(__file__).resolve().parents[2]
 APP = str(ROOT / "app.py")
@@ -97,7 +97,7 @@ def test_a_session_renders_in_time_while_another_uploads_the_largest_design(data
     thread.join()
     assert attacker.session_state[keys.HISTORY].present.layout == largest.layout
     assert renders, "the upload finished before a victim could render"
-    # Target 1 s (benchmarks/bounded_cost.py measures it); this guard is generous for CI.
+    # Target 1 s (tools/bounded_cost.py measures it); this guard is generous for CI.
     assert max(renders) < 3.0, renders
 
 

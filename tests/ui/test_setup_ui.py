@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from streamlit.runtime.media_file_manager import MediaFileManager
 
-from designer.ui import keys
 from tests.ui.test_app import assert_clean, current, data_dir, open_app  # noqa: F401
+from ui import keys
 
 
 @pytest.mark.parametrize(("block", "width"), [(16, 8), (128, 1), (64, 2)])

@@ -3,11 +3,12 @@ from dataclasses import replace
 
 import pytest
 
+from designer import changes
 from designer.design import Design
 from designer.edit import Cells, EditOp, Rect
 from designer.recipe import Recipe, RecipeStep
-from designer.ui import changes, keys, state
-from designer.ui.storage import DesignStore
+from designer.storage import DesignStore
+from ui import keys, state
 
 
 def make_design(window=2, name="d"):

@@ -14,9 +14,9 @@ from dataclasses import replace
 import pytest
 import torch
 
+from designer.analysis import design_digest
 from designer.design import Design
 from designer.layout import Layout
-from designer.ui.analysis import design_digest
 from gpu.bench import BenchConfig, BenchSession, runner
 from gpu.bench.results import read_document
 from gpu.bench.runner import (

@@ -7,13 +7,14 @@ import math
 import numpy as np
 import pytest
 
-from designer.ui.bench.error_figures import (
+from tests.gpu.bench.test_results import make_doc
+from ui.bench.error_figures import (
     ERROR_COLOURS,
     error_map_figure,
     grad_head_error_figure,
     head_error_figure,
 )
-from designer.ui.bench.figures import (
+from ui.bench.figures import (
     cases_speedup_figure,
     overlay_figure,
     segmentation_figure,
@@ -22,8 +23,7 @@ from designer.ui.bench.figures import (
     sweep_speedup_figure,
     tflops_figure,
 )
-from designer.ui.bench.views import _NUMBER_FORMATS, filled_columns
-from tests.gpu.bench.test_results import make_doc
+from ui.bench.views import _NUMBER_FORMATS, filled_columns
 
 
 def case_with_details(n_heads: int) -> dict:

@@ -4,7 +4,7 @@ Without a GPU: the reason, what to install, the CPU correctness check and the st
 With a stand-in GPU (``fake_gpu``: the real harness on the CPU with fake contenders and a fake
 timer, a fixed amount of "free" memory): a run, refusal, out of memory, the wait for another
 session, and a sweep, all through the panel's widgets. The H200 run is
-``benchmarks/app_check.py``.
+``tools/app_check.py``.
 """
 
 from __future__ import annotations
@@ -18,13 +18,10 @@ import pytest
 import torch
 from streamlit.testing.v1 import AppTest
 
+from designer.analysis import design_digest
 from designer.design import Design
 from designer.recipe import Recipe, RecipeStep
-from designer.ui import keys
-from designer.ui.analysis import design_digest
-from designer.ui.bench import panel, settings
-from designer.ui.storage import DATA_DIR_ENV, DesignStore
-from designer.ui.text import plain
+from designer.storage import DATA_DIR_ENV, DesignStore
 from gpu import block_sparse_attention, runtime
 from gpu.bench import (
     BACKWARD_CONTENDERS,
@@ -39,6 +36,9 @@ from gpu.bench.results import document_bytes
 from gpu.bench.runner import GpuCoordinator
 from gpu.bench.store import RunStore
 from tests.gpu.bench.test_results import fake_harness, make_doc
+from ui import keys
+from ui.bench import panel, settings
+from ui.text import plain
 
 APP = str(Path(__file__).resolve().parents[3] / "app.py")
 SESSION = "gpupaneltest01"
@@ -294,11 +294,11 @@ def test_sweeps_over_length_and_density(data_dir, fake_gpu):
 
 
 def test_the_h200_check_script_passes_against_a_stand_in_gpu(data_dir, fake_gpu, monkeypatch):
-    """``benchmarks/app_check.py`` end to end: the standard case shrunk to 16 heads x 512 tokens,
+    """``tools/app_check.py`` end to end: the standard case shrunk to 16 heads x 512 tokens,
     a 1 GiB "GPU", the command line's numbers made by the same fake harness."""
-    import benchmarks.app_check as app_check
-    from designer.ui import common
+    import tools.app_check as app_check
     from gpu.bench import cases, document, run_benchmark
+    from ui import common
 
     monkeypatch.setattr(cases, "QUICK_SEQ_LEN", 512)
     monkeypatch.setattr(common, "load_default_design", lambda: DESIGN)

@@ -9,14 +9,14 @@ import torch
 
 from designer.design import Design
 from designer.layout import Layout
-from designer.ui import keys
-from designer.ui.bench import settings
 from gpu.bench import (
     BACKWARD_CONTENDERS,
     CONTENDERS,
     DEFAULT_BACKWARD_CONTENDERS,
     DEFAULT_CONTENDERS,
 )
+from ui import keys
+from ui.bench import settings
 
 
 def design(n_q=4, n_k=4, block=64, **changes):

@@ -9,7 +9,9 @@ from hypothesis.extra.numpy import arrays
 
 from designer.edit import MAX_EDIT_CELLS, Band, Cells, Column, Rect, Row
 from designer.segment import sdd_segment
-from designer.ui.canvas.payload import (
+from designer.segment_stats import UNTILED, tile_maps
+from designer.storage import load_default_design
+from ui.canvas.payload import (
     MAX_STROKES,
     ODD_FLAG,
     Paint,
@@ -21,8 +23,7 @@ from designer.ui.canvas.payload import (
     read_head,
     read_strokes,
 )
-from designer.ui.pictures import UNTILED, max_pool, tile_maps, width_colour
-from designer.ui.storage import load_default_design
+from ui.pictures import max_pool, width_colour
 
 KB, MB = 1000, 1000 * 1000
 
@@ -55,7 +56,7 @@ def test_head_payload_round_trips_cells_and_tiles(blocks, start_width):
 
 
 def test_scattered_tiles_are_downsampled_past_the_budget(monkeypatch):
-    import designer.ui.canvas.payload as module
+    import ui.canvas.payload as module
 
     monkeypatch.setattr(module, "MAX_CODE_BYTES", 5 * 200)
     blocks = np.zeros((64, 64), dtype=bool)
@@ -198,7 +199,7 @@ def test_mask_region_picks_a_rect_or_cells():
 
 
 def test_a_scattered_mask_past_the_edit_limit_is_refused(monkeypatch):
-    import designer.ui.canvas.payload as module
+    import ui.canvas.payload as module
 
     monkeypatch.setattr(module, "MAX_EDIT_CELLS", 3)
     assert MAX_EDIT_CELLS > 3

@@ -1,0 +1,276 @@
+"""Train a small Llama on a designed layout: our kernels against FlexAttention, same seed and data.
+
+A Hugging Face ``LlamaForCausalLM`` built from a ``LlamaConfig`` with random weights (nothing is
+downloaded): hidden 1024, 16 query heads and 4 kv heads (GQA, head dim 64), 4 layers, MLP 2816,
+vocabulary 32000, one sequence of 8192 random tokens per step. The design (default: causal
+attention sinks plus a sliding window at 64-token blocks, or ``--design file.pt``) is registered
+twice through ``gpu.hf``: on our fused kernel, and on compiled ``flex_attention`` with the
+design's exported ``BlockMask``. Each trains ``--steps`` steps of AdamW from the same initial
+weights on the same tokens.
+
+Precision: fp32 weights and AdamW state, bf16 autocast for the matmuls and attention (q, k, v
+cast to bf16 for both contenders). Mixed precision is how such models are trained, and with the
+optimizer in fp32 the only difference between the two runs is the attention kernels' rounding.
+
+Tolerance: the two runs must agree step by step within what bf16 rounding in attention alone does
+to the loss curve. A third run measures it: Flex with attention computed in fp32 (everything
+else as before). Two bf16 kernels that each stray from the fp32 curve by at most ``noise`` are
+at most ``2 · noise`` apart, so the bar is ``max_t |ours − Flex| <= 2 · max_t |Flex bf16 −
+Flex fp32| + 2e-3`` (the floor: at step 0 the weights are equal, and a bf16 rounding of every
+attention output moves a loss averaged over 8192 tokens by well under 1e-3).
+
+Speed: tokens/s over the steps after ``--warmup`` (which hold compilation and autotuning), timed
+with the device synchronised at both ends; peak memory is ``torch.cuda.max_memory_allocated``
+per run.
+
+    python examples/train_llama.py --steps 50           # H200: writes benchmarks/results/
+    python examples/train_llama.py --tiny --out x.json  # CPU smoke run (impl="reference")
+
+``--tiny`` runs a tiny model on the CPU for 2 steps with ``impl="reference"``; Flex has no
+backward on the CPU, so there its runs give the step-0 loss only (forward).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from designer.design import Design
+from designer.formats import load_design
+from designer.layout import Layout
+from designer.patterns import attention_sinks
+from gpu.bench.report import environment
+from gpu.hf import register_attention, register_flex_attention
+
+MODEL = {"hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 4,
+         "num_hidden_layers": 4, "intermediate_size": 2816, "vocab_size": 32000}  # fmt: skip
+TINY_MODEL = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 256}  # fmt: skip
+SEQ, TINY_SEQ = 8192, 256
+BLOCK, TINY_BLOCK = 64, 16
+LOSS_FLOOR = 2e-3
+RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+
+
+def default_design(seq: int, block: int) -> Design:
+    """Causal attention sinks (the first block) plus a window of 1/8 of the sequence."""
+    n_blocks = seq // block
+    window = max(2, n_blocks // 8)
+    blocks = attention_sinks(1, n_blocks, n_blocks, sink_blocks=1, window_blocks=window)
+    name = f"sinks {block} + window {window * block} tokens"
+    return Design(Layout(blocks, block), name=name, causal=True)
+
+
+def train(name: str, initial: dict, data: torch.Tensor, args, device, trains: bool) -> dict:
+    """One run from ``initial`` weights over ``data`` [steps, batch, seq]: losses and speed."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**args.model, max_position_embeddings=data.shape[2],
+                         attention_dropout=0.0, attn_implementation=name)  # fmt: skip
+    model = LlamaForCausalLM(config)
+    model.load_state_dict(initial)
+    model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.95),
+                                  weight_decay=0.1)  # fmt: skip
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    losses, start = [], None
+    for step in range(len(data) if trains else 1):
+        if step == args.warmup:
+            _synchronize(device)
+            start = time.perf_counter()
+        ids = data[step].to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16), torch.set_grad_enabled(trains):
+            loss = model(input_ids=ids, labels=ids, use_cache=False).loss
+        if trains:
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+    _synchronize(device)
+    timed_steps = len(losses) - args.warmup
+    seconds = time.perf_counter() - start if start is not None else None
+    tokens = timed_steps * data.shape[1] * data.shape[2]
+    on_gpu = device.type == "cuda"
+    return {
+        "trained": trains,
+        "losses": [float(x) for x in losses],
+        "timed_steps": max(0, timed_steps),
+        "seconds_timed": seconds,
+        "tokens_per_s": tokens / seconds if seconds else None,
+        "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if on_gpu else None,
+    }
+
+
+def compare(ours: dict, flex: dict, flex_fp32: dict) -> dict:
+    """Max loss gap between the contenders, and the bf16 bar from the fp32-attention run."""
+    steps = min(len(ours["losses"]), len(flex["losses"]), len(flex_fp32["losses"]))
+
+    def largest_gap(a: dict, b: dict) -> float:
+        return max(
+            abs(x - y) for x, y in zip(a["losses"][:steps], b["losses"][:steps], strict=True)
+        )
+
+    gap, noise = largest_gap(ours, flex), largest_gap(flex, flex_fp32)
+    tolerance = 2 * noise + LOSS_FLOOR
+    speedup = (
+        ours["tokens_per_s"] / flex["tokens_per_s"]
+        if ours["tokens_per_s"] and flex["tokens_per_s"]
+        else None
+    )
+    return {
+        "steps_compared": steps,
+        "max_abs_loss_difference": gap,
+        "step0_loss_difference": abs(ours["losses"][0] - flex["losses"][0]),
+        "bf16_attention_noise": noise,
+        "tolerance": tolerance,
+        "tolerance_rule": f"2 * max|Flex bf16 - Flex fp32-attention| + {LOSS_FLOOR}",
+        "agree": gap <= tolerance,
+        "speedup_tokens_per_s": speedup,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _arguments(argv)
+    if args.tiny:
+        device, impl = torch.device("cpu"), "reference"
+    elif not torch.cuda.is_available():
+        raise SystemExit("train_llama.py needs a CUDA GPU (or --tiny for the CPU smoke run)")
+    else:
+        device, impl = torch.device("cuda"), "fused"
+    design = _design(args)
+    seq = design.layout.seq_len_q
+    register_attention("blocksparse", design, impl=impl)
+    compiled = device.type == "cuda"
+    register_flex_attention("blocksparse-flex", design, compiled=compiled)
+    register_flex_attention("blocksparse-flex-fp32", design, compiled=compiled,
+                            dtype=torch.float32)  # fmt: skip
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(args.seed)
+    initial = LlamaForCausalLM(LlamaConfig(**args.model, max_position_embeddings=seq)).state_dict()
+    generator = torch.Generator().manual_seed(args.seed + 1)
+    data = torch.randint(args.model["vocab_size"], (args.steps, args.batch, seq),
+                         generator=generator)  # fmt: skip
+    flex_trains = device.type == "cuda"  # Flex has no backward on the CPU
+    runs = {}
+    for key, name, trains in (
+        ("ours", "blocksparse", True),
+        ("flex", "blocksparse-flex", flex_trains),
+        ("flex_fp32_attention", "blocksparse-flex-fp32", flex_trains),
+    ):
+        runs[key] = {
+            "attn_implementation": name,
+            **train(name, initial, data, args, device, trains),
+        }
+        _print_run(key, runs[key])
+    runs["ours"]["impl"] = impl
+    comparison = compare(runs["ours"], runs["flex"], runs["flex_fp32_attention"])
+    document = {
+        "format": "blocksparse-train-llama",
+        "version": 1,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "environment": _environment(),
+        "model": {**args.model, "seq_len": seq, "batch": args.batch, "head_dim": _head_dim(args)},
+        "training": {"steps": args.steps, "warmup_steps": args.warmup, "lr": args.lr,
+                     "optimizer": "AdamW(betas=(0.9, 0.95), weight_decay=0.1), clip 1.0",
+                     "precision": "fp32 weights and optimizer, bf16 autocast", "seed": args.seed},
+        "design": {"name": design.name, "block_size": design.layout.block_size,
+                   "heads": design.layout.n_heads, "density": design.layout.density,
+                   "causal": design.causal},
+        "runs": runs,
+        "comparison": comparison,
+    }  # fmt: skip
+    _print_comparison(comparison)
+    out = args.out or (None if args.tiny else _default_out(document))
+    if out is not None:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(document, indent=1) + "\n")
+        print(f"wrote {out}")
+    return 0 if comparison["agree"] else 1
+
+
+def _arguments(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=None, help="training steps (default 50)")
+    parser.add_argument("--warmup", type=int, default=None, help="untimed first steps (3)")
+    parser.add_argument("--batch", type=int, default=1, help="sequences per step")
+    parser.add_argument("--lr", type=float, default=3e-4)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--design", help="a design file (default: sinks + sliding window)")
+    parser.add_argument("--out", help="result JSON (default benchmarks/results/<date>-<gpu>-...)")
+    parser.add_argument("--tiny", action="store_true", help="tiny model, CPU, reference impl")
+    args = parser.parse_args(argv)
+    args.steps = args.steps if args.steps is not None else (2 if args.tiny else 50)
+    args.warmup = args.warmup if args.warmup is not None else (1 if args.tiny else 3)
+    if args.steps < 1 or not 0 <= args.warmup < args.steps or args.batch < 1 or args.lr <= 0:
+        parser.error("need steps >= 1, 0 <= warmup < steps, batch >= 1 and lr > 0")
+    args.model = TINY_MODEL if args.tiny else MODEL
+    return args
+
+
+def _design(args) -> Design:
+    if args.design is None:
+        return default_design(TINY_SEQ if args.tiny else SEQ, TINY_BLOCK if args.tiny else BLOCK)
+    design = load_design(args.design)
+    layout = design.layout
+    if layout.seq_len_q != layout.seq_len_k or not design.causal:
+        raise SystemExit(
+            f"--design must be causal with Sq = Sk for a causal language model, got "
+            f"{layout.seq_len_q} x {layout.seq_len_k}, causal={design.causal}"
+        )
+    return design
+
+
+def _head_dim(args) -> int:
+    return args.model["hidden_size"] // args.model["num_attention_heads"]
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _environment() -> dict:
+    import transformers
+
+    return {**environment(), "transformers": transformers.__version__}
+
+
+def _default_out(document: dict) -> Path:
+    gpu = document["environment"]["gpu"]
+    slug = re.sub(r"[^a-z0-9]+", "-", gpu.lower().removeprefix("nvidia ")).strip("-") or "gpu"
+    return RESULTS / f"{document['date'][:10]}-{slug}-train-llama.json"
+
+
+def _print_run(key: str, run: dict) -> None:
+    losses = " ".join(f"{x:.4f}" for x in run["losses"])
+    speed = f"{run['tokens_per_s']:,.0f} tokens/s" if run["tokens_per_s"] else "not timed"
+    memory = run["peak_memory_bytes"]
+    peak = f", peak {memory / 2**30:.2f} GiB" if memory else ""
+    print(f"{key}: {speed}{peak}\n  losses: {losses}")
+
+
+def _print_comparison(comparison: dict) -> None:
+    verdict = "agree" if comparison["agree"] else "DISAGREE"
+    print(
+        f"max |loss ours - loss Flex| = {comparison['max_abs_loss_difference']:.2e} over "
+        f"{comparison['steps_compared']} steps; tolerance {comparison['tolerance']:.2e} "
+        f"({comparison['tolerance_rule']}): {verdict}"
+    )
+    if comparison["speedup_tokens_per_s"]:
+        print(f"ours / Flex tokens/s: {comparison['speedup_tokens_per_s']:.2f}x")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

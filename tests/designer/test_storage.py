@@ -1,0 +1,207 @@
+import os
+
+import pytest
+
+from designer.design import Design
+from designer.storage import (
+    DATA_DIR_ENV,
+    DesignStore,
+    atomic_write,
+    check_library_name,
+    check_session_id,
+    default_data_dir,
+    load_default_design,
+    new_session_id,
+)
+from tests.factories import random_layout
+
+
+def design(rng, name="d"):
+    return Design(random_layout(rng), name=name)
+
+
+def test_data_dir_from_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "x"))
+    assert default_data_dir() == tmp_path / "x"
+    monkeypatch.delenv(DATA_DIR_ENV)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert default_data_dir() == tmp_path / "blocksparse-designer"
+    monkeypatch.delenv("XDG_DATA_HOME")
+    assert str(default_data_dir()).endswith(".local/share/blocksparse-designer")
+
+
+def test_atomic_write_replaces_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "sub" / "f.bin"
+    atomic_write(path, b"one")
+    atomic_write(path, b"two")
+    assert path.read_bytes() == b"two"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["f.bin"]
+
+
+def test_atomic_write_keeps_the_old_file_when_writing_fails(tmp_path, monkeypatch):
+    path = tmp_path / "f.bin"
+    atomic_write(path, b"old")
+
+    def broken_replace(src, dst):
+        raise OSError("disk gone")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError, match="disk gone"):
+        atomic_write(path, b"new")
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.bin"]
+
+
+def test_library_round_trip_sorted_names_and_delete(tmp_path, rng):
+    store = DesignStore(tmp_path)
+    assert store.names() == []
+    first, second = design(rng, "b design"), design(rng, "A design")
+    store.save("b design", first)
+    store.save("A design", second)
+    assert store.names() == ["A design", "b design"]
+    loaded = store.load("b design")
+    assert loaded.layout == first.layout and loaded.name == "b design"
+    store.delete("b design")
+    store.delete("b design")  # already gone: fine
+    assert store.names() == ["A design"]
+
+
+def test_library_load_of_a_missing_or_broken_design(tmp_path, rng):
+    store = DesignStore(tmp_path)
+    with pytest.raises(ValueError, match="no design named 'nope'"):
+        store.load("nope")
+    store.library_dir.mkdir(parents=True)
+    (store.library_dir / "broken.pt").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match=r"cannot read .*broken\.pt"):
+        store.load("broken")
+
+
+@pytest.mark.parametrize(
+    "name", ["", "   ", "../escape", ".hidden", "-dash", "a/b", "x" * 81, 3, "a\x00b", "a:b"]
+)
+def test_library_names_are_checked(name):
+    with pytest.raises(ValueError, match="design name must be 1 to 80 letters"):
+        check_library_name(name)
+
+
+def test_library_name_is_stripped():
+    assert check_library_name("  BigBird 8k v2.1  ") == "BigBird 8k v2.1"
+
+
+def test_library_names_keep_letters_of_any_script(tmp_path, rng):
+    assert check_library_name("ünïcode") == "ünïcode"
+    assert check_library_name("u\u0308nicode") == "ünicode"  # one spelling of each letter (NFC)
+    store = DesignStore(tmp_path)
+    store.save("日本語 design", design(rng))
+    assert store.names() == ["日本語 design"]
+
+
+def test_autosave_is_per_session(tmp_path, rng):
+    store = DesignStore(tmp_path)
+    mine, theirs = new_session_id(), new_session_id()
+    assert mine != theirs
+    store.autosave(mine, design(rng, "mine"))
+    store.autosave(theirs, design(rng, "theirs"))
+    assert store.restore(mine).name == "mine"
+    assert store.restore(theirs).name == "theirs"
+    assert store.restore(new_session_id()) is None
+
+
+@pytest.mark.parametrize(
+    "session_id", [None, "", "short", "../../etc/passwd", "a" * 65, "x y z 123"]
+)
+def test_session_ids_are_checked(session_id):
+    with pytest.raises(ValueError, match="session id must be 8 to 64"):
+        check_session_id(session_id)
+
+
+def test_default_design_is_bigbird_8_heads_4096_tokens():
+    default = load_default_design()
+    layout = default.layout
+    assert (layout.n_heads, layout.seq_len_q, layout.block_size) == (8, 4096, 64)
+    assert default.recipe.steps[0].pattern == "deepspeed_bigbird"
+    assert default.recipe.build() == layout
+    assert 0.05 < layout.density < 0.3
+
+
+def test_tidy_removes_orphaned_temporaries_and_old_autosaves_only(tmp_path, rng):
+    store = DesignStore(tmp_path)
+    store.autosave("fresh-session-1", design(rng))
+    store.autosave("stale-session-1", design(rng))
+    store.save("kept forever", design(rng))
+    orphan = store.autosave_dir / ".x.pt.abc.tmp"
+    orphan.write_bytes(b"half a file")
+    writing = store.library_dir / ".y.pt.def.tmp"
+    writing.write_bytes(b"being written now")
+    now = os.path.getmtime(orphan) + 100
+    old = now - 31 * 86400
+    os.utime(store.autosave_dir / "stale-session-1.pt", (old, old))
+    os.utime(store.library_dir / "kept forever.pt", (old, old))
+    os.utime(orphan, (now - 3600, now - 3600))
+    removed = store.tidy(now=now)
+    assert sorted(p.name for p in removed) == [".x.pt.abc.tmp", "stale-session-1.pt"]
+    assert store.restore("fresh-session-1") is not None and writing.exists()
+    assert store.names() == ["kept forever"]
+
+
+def test_autosave_days_come_from_the_environment(tmp_path, rng, monkeypatch):
+    from designer.storage import AUTOSAVE_DAYS_ENV, autosave_days
+
+    assert autosave_days() == 30
+    monkeypatch.setenv(AUTOSAVE_DAYS_ENV, "2")
+    store = DesignStore(tmp_path)
+    store.autosave("three-days-old", design(rng))
+    path = store.autosave_dir / "three-days-old.pt"
+    now = os.path.getmtime(path) + 3 * 86400
+    assert store.tidy(now=now) == [path]
+    monkeypatch.setenv(AUTOSAVE_DAYS_ENV, "soon")
+    with pytest.raises(ValueError, match="BSD_AUTOSAVE_DAYS must be a number of days > 0"):
+        autosave_days()
+
+
+def test_atomic_write_syncs_the_file_and_its_directory(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+
+    def fsync(handle):
+        synced.append(os.path.isdir(f"/proc/self/fd/{handle}"))
+        real_fsync(handle)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    atomic_write(tmp_path / "f.bin", b"data")
+    assert synced == [False, True]
+
+
+def test_large_designs_are_small_files(tmp_path):
+    from designer.layout import Layout
+
+    store = DesignStore(tmp_path)
+    largest = Design(Layout.zeros(4, 4096, 4096, 16), name="largest")
+    store.autosave("big-session-1", largest)
+    assert (store.autosave_dir / "big-session-1.pt").stat().st_size <= 8 * 2**20 + 4096
+    assert store.restore("big-session-1") == largest
+
+
+def test_version_1_autosaves_still_restore(tmp_path, rng):
+    """Autosaves written before the compact format: int64 layout, recipe dict, any size."""
+    import io
+
+    import torch
+
+    from designer.formats.settings import design_settings
+
+    store = DesignStore(tmp_path)
+    old = design(rng)
+    store.autosave_dir.mkdir(parents=True)
+    buffer = io.BytesIO()
+    layout = old.layout
+    torch.save(
+        {
+            "format": "blocksparse-design", "version": 1, "layout": layout.to_int64(),
+            "block_size": layout.block_size, "seq_len_q": layout.seq_len_q,
+            "seq_len_k": layout.seq_len_k, **design_settings(old), "recipe": None,
+        },
+        buffer,
+    )  # fmt: skip
+    (store.autosave_dir / "old-session-1.pt").write_bytes(buffer.getvalue())
+    assert store.restore("old-session-1") == old

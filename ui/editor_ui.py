@@ -1,0 +1,160 @@
+"""The paint editor: one head at a time on a canvas, coloured by tile width, painted by strokes.
+
+The canvas draws each stroke as the pointer moves and sends it on release; the callback applies
+it as one edit (one undo step) in the page's rerun, so the statistics follow and the canvas gets
+the head back as it now is. Not a fragment: a stroke must rerun the whole page anyway, and a
+fragment would cost a second rerun. The tools (brush, rectangle, lasso, row, column, band) live
+in the canvas itself; the action and the heads an edit applies to are widgets beside it.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import streamlit as st
+
+from designer import changes
+from designer.analysis import HeadTiles, head_tiles
+from designer.design import Design
+from designer.edit import ACTIONS, Band, CopyHead, EditOp
+from designer.storage import DesignStore
+from ui import keys, state
+from ui.canvas import edit_value, paint_canvas
+from ui.canvas.payload import Paint, head_payload, newest_seq, read_strokes
+from ui.common import change_design, current_analysis, show_message
+from ui.figures import legend_html
+from ui.overview_ui import legend_entries
+
+SCOPES = ("this head", "chosen heads", "all heads")
+DEFAULTS = {
+    keys.EDIT_HEAD: 0,
+    keys.EDIT_ACTION: "set",
+    keys.EDIT_SCOPE: "this head",
+    keys.EDIT_HEADS: [],
+    keys.BAND_LOW: 0,
+    keys.BAND_HIGH: 0,
+    keys.COPY_TARGETS: [],
+    keys.PAINT_APPLIED: 0,
+}
+HINT = (
+    "Drag to paint; the tool and brush size stay until you change them. "
+    "B / R / L: brush, rectangle, lasso · Ctrl+Z / Ctrl+Shift+Z: undo, redo · Esc: cancel a "
+    "stroke · wheel: zoom · Space or middle button + drag: pan."
+)
+
+
+def editor_ui(store: DesignStore) -> None:
+    """Draw the editor for the current design."""
+    session = st.session_state
+    current = state.design(session)
+    layout = current.layout
+    state.fill_defaults(session, DEFAULTS)
+    if session[keys.EDIT_HEAD] >= layout.n_heads:
+        session[keys.EDIT_HEAD] = 0
+    canvas, tools = st.columns([3, 1])
+    with tools:
+        head = _tools_ui(store, layout.n_heads)
+    with canvas:
+        show_message(keys.EDITOR_PLACE)
+        data = {
+            **_head_data(current, head),
+            "head": head,
+            "action": session[keys.EDIT_ACTION],
+            "applied": session[keys.PAINT_APPLIED],
+        }
+        paint_canvas(data, key=keys.PAINT_CANVAS, on_edit=functools.partial(_on_edit, store))
+        st.caption(HINT)
+        _, analysis = current_analysis()
+        st.html(legend_html(legend_entries(analysis)))
+
+
+def _tools_ui(store: DesignStore, n_heads: int) -> int:
+    head = st.selectbox("Head", range(n_heads), key=keys.EDIT_HEAD)
+    st.segmented_control("Action", ACTIONS, key=keys.EDIT_ACTION, required=True)
+    scope = st.radio("Apply to", SCOPES, key=keys.EDIT_SCOPE, horizontal=True)
+    if scope == "chosen heads":
+        st.multiselect("Heads", range(n_heads), key=keys.EDIT_HEADS, placeholder="this head")
+    # An expander showing its error stays open (a rerun would otherwise draw it closed).
+    band_error = state.message(st.session_state, keys.BAND_PLACE)
+    with st.expander("Diagonal band", expanded=band_error is not None, key="band_expander"):
+        low, high = st.columns(2)
+        low.number_input("from offset", min_value=-(1 << 16), max_value=1 << 16, key=keys.BAND_LOW)
+        high.number_input("to offset", min_value=-(1 << 16), max_value=1 << 16, key=keys.BAND_HIGH)
+        st.caption("Offsets are col − row: 0 is the diagonal, −1 the one below it.")
+        st.button("Apply to band", key="apply_band", on_click=_on_band, args=(store, n_heads))
+        show_message(keys.BAND_PLACE)
+    copy_error = state.message(st.session_state, keys.COPY_PLACE)
+    with st.expander("Copy this head", expanded=copy_error is not None, key="copy_expander"):
+        others = [h for h in range(n_heads) if h != head]
+        st.multiselect("to heads", others, key=keys.COPY_TARGETS)
+        st.button("Copy", key="copy_head", on_click=_on_copy, args=(store,))
+        show_message(keys.COPY_PLACE)
+    return head
+
+
+def target_heads(session: state.State, n_heads: int, head: int) -> tuple[int, ...] | None:
+    """The heads an edit of ``head`` applies to, from the scope widgets (``None``: all heads)."""
+    scope = session[keys.EDIT_SCOPE]
+    if scope == "all heads":
+        return None
+    chosen = [h for h in session[keys.EDIT_HEADS] if h < n_heads] if scope == "chosen heads" else []
+    return tuple(sorted(chosen)) or (head,)
+
+
+def _on_edit(store: DesignStore) -> None:
+    """Apply the canvas's new strokes, each one edit and one undo step, then rerun the page."""
+    session = st.session_state
+    value = edit_value(keys.PAINT_CANVAS)
+    if value is None:
+        return
+    layout = state.design(session).layout
+    try:
+        strokes = read_strokes(value, *layout.shape, applied=session[keys.PAINT_APPLIED])
+    except (ValueError, TypeError) as error:
+        session[keys.PAINT_APPLIED] = newest_seq(value, session[keys.PAINT_APPLIED])
+        state.say(session, keys.EDITOR_PLACE, f"A stroke was not applied: {error}")
+        return
+    for seq, stroke in strokes:
+        session[keys.PAINT_APPLIED] = seq
+        history = session[keys.HISTORY]
+        if isinstance(stroke, Paint):
+            heads = target_heads(session, layout.n_heads, stroke.head)
+            op = EditOp(stroke.action, stroke.region, heads)
+            change_design(store, keys.EDITOR_PLACE, lambda d, op=op: changes.edit(d, op))
+        elif history.can_undo if stroke.back else history.can_redo:
+            (state.undo if stroke.back else state.redo)(session, store)
+
+
+def _on_band(store: DesignStore, n_heads: int) -> None:
+    session = st.session_state
+
+    def paint(current: Design) -> Design:
+        band = Band(session[keys.BAND_LOW], session[keys.BAND_HIGH])
+        heads = target_heads(session, n_heads, session[keys.EDIT_HEAD])
+        return changes.edit(current, EditOp(session[keys.EDIT_ACTION], band, heads))
+
+    change_design(store, keys.BAND_PLACE, paint)
+
+
+def _on_copy(store: DesignStore) -> None:
+    session = st.session_state
+    targets = tuple(sorted(session[keys.COPY_TARGETS]))
+    if not targets:
+        state.say(session, keys.COPY_PLACE, "Pick the heads to copy this head to.")
+        return
+    op = CopyHead(session[keys.EDIT_HEAD], targets)
+    change_design(store, keys.COPY_PLACE, lambda current: changes.edit(current, op))
+
+
+def _head_data(current: Design, head: int) -> dict:
+    """The canvas payload of one head, from its segmentation cached by content."""
+    blocks = current.layout.blocks[head].numpy()
+    tiles = head_tiles(blocks, current.effective_start_width)
+    return _head_payload(tiles.key, current.effective_start_width, blocks, tiles)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _head_payload(key: str, start_width: int, _blocks: np.ndarray, _tiles: HeadTiles) -> dict:
+    """Cached by the head's content key and start width (the arguments not hashed follow)."""
+    return head_payload(_blocks, _tiles.widths, _tiles.odd)

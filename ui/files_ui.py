@@ -1,0 +1,280 @@
+"""Files: download the design in every format (and see how a model uses the ``.pt``), load one
+back, and the library of named designs.
+
+An upload is recognised by its content (``read_design_file``): the app says what it found, and
+asks for a block size only for a bare tensor, which carries none. A file that does not load
+leaves the current design untouched and says why once, next to the upload. Replacing or deleting
+a library design asks first. Names are shown as plain text (``plain``), never as Markdown.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import PurePath
+
+import streamlit as st
+
+from designer.design import Design
+from designer.formats import LoadedDesign, module_snippet, read_design_file
+from designer.formats.exports import design_file_name, exports
+from designer.formats.reader import BARE_BLOCK_SIZE, MAX_FILE_BYTES
+from designer.layout import MAX_BLOCK_SIZE
+from designer.storage import DesignStore
+from ui import keys, state
+from ui.text import plain
+
+#: The upload limit in MiB: the largest file the reader accepts (``.streamlit/config.toml``).
+MAX_UPLOAD_MIB = -(-MAX_FILE_BYTES // (1 << 20))
+#: Kinds of file that carry no design name: the design is named after the file.
+_UNNAMED_KINDS = ("blockmask", "csr", "base_blockmask", "bare")
+
+
+def files_ui(store: DesignStore) -> None:
+    """Downloads, upload and library, side by side."""
+    downloads, upload, library = st.columns(3, gap="large")
+    with downloads:
+        st.subheader("Download", anchor=False)
+        _downloads_ui()
+    with upload:
+        st.subheader("Load a file", anchor=False)
+        _upload_ui(store)
+    with library:
+        st.subheader("Library", anchor=False)
+        _library_ui(store)
+    _module_use_ui()
+
+
+def _module_use_ui() -> None:
+    """How a model uses the design file: one line (the Python snippet download runs it)."""
+    current = state.design(st.session_state)
+    st.caption(
+        "In a model: our CUDA kernels as a torch module, forward and backward, from the "
+        "downloaded design file (the Python snippet runs it)."
+    )
+    st.code(module_snippet(design_file_name(current)), language="python")
+
+
+def read_upload(file_name: str, data: bytes, bare_block_size: int) -> LoadedDesign:
+    """What an uploaded file holds, whatever its kind; designs from files without a name take
+    the file's stem as their name. ``bare_block_size`` is used only for a bare tensor."""
+    loaded = read_design_file(data, bare_block_size=bare_block_size)
+    if loaded.kind in _UNNAMED_KINDS:
+        stem = PurePath(file_name).stem.strip()[:200] or "imported"
+        loaded = replace(loaded, design=replace(loaded.design, name=stem))
+    return loaded
+
+
+def _downloads_ui() -> None:
+    current = state.design(st.session_state)
+    for export in exports(current):
+        st.download_button(
+            export.label,
+            data=export.build,
+            file_name=export.file_name,
+            mime=export.mime,
+            help=export.unavailable or export.help,
+            disabled=export.unavailable is not None,
+            on_click="ignore",
+            icon=":material/download:",
+            key=f"download_{export.file_name.rsplit('.', 1)[-1]}_{export.label}",
+            width="stretch",
+        )
+
+
+def _upload_ui(store: DesignStore) -> None:
+    session = st.session_state
+    st.file_uploader(
+        "A design (.pt or .json), FlexAttention BlockMask, CSR or MIT tensors, or a bare "
+        "DeepSpeed-style layout tensor",
+        type=["pt", "pth", "json"],
+        key=keys.UPLOAD,
+        on_change=_on_upload,
+        args=(store,),
+        max_upload_size=MAX_UPLOAD_MIB,
+    )
+    pending = session.get(keys.UPLOAD_PENDING)
+    if pending is not None:
+        st.info(
+            f"{plain(pending[0])} is a bare layout tensor: it does not say its block size.",
+            icon=":material/help:",
+        )
+        session.setdefault(keys.UPLOAD_BLOCK_SIZE, BARE_BLOCK_SIZE)
+        st.number_input(
+            "Tokens per block", min_value=1, max_value=MAX_BLOCK_SIZE, key=keys.UPLOAD_BLOCK_SIZE
+        )
+        st.button(
+            "Load with this block size", icon=":material/folder_open:", key="upload_bare",
+            on_click=_on_load_bare, args=(store,),
+        )  # fmt: skip
+    elif recognised := session.get(keys.UPLOAD_RECOGNISED):
+        st.caption(plain(recognised))
+    _show_once(keys.FILES_PLACE)
+
+
+def _show_once(place: str) -> None:
+    """Show the error waiting at ``place`` in this run only: it answers one action."""
+    if text := state.message(st.session_state, place):
+        st.error(text, icon=":material/error:")
+        state.say(st.session_state, place, None)
+
+
+def _on_upload(store: DesignStore) -> None:
+    session = st.session_state
+    session.pop(keys.UPLOAD_PENDING, None)
+    session.pop(keys.UPLOAD_RECOGNISED, None)
+    upload = session[keys.UPLOAD]
+    if upload is None:
+        return
+    data = upload.getvalue()
+    try:
+        loaded = read_upload(upload.name, data, BARE_BLOCK_SIZE)
+    except (ValueError, TypeError) as error:
+        state.say(session, keys.FILES_PLACE, plain(f"Could not load {upload.name}: {error}"))
+        return
+    if loaded.bare:
+        session[keys.UPLOAD_PENDING] = (upload.name, data)
+        return
+    _commit_upload(store, upload.name, loaded)
+
+
+def _on_load_bare(store: DesignStore) -> None:
+    session = st.session_state
+    name, data = session.pop(keys.UPLOAD_PENDING)
+    try:
+        loaded = read_upload(name, data, session[keys.UPLOAD_BLOCK_SIZE])
+    except (ValueError, TypeError) as error:
+        state.say(session, keys.FILES_PLACE, plain(f"Could not load {name}: {error}"))
+        return
+    _commit_upload(store, name, loaded)
+
+
+def _commit_upload(store: DesignStore, file_name: str, loaded: LoadedDesign) -> None:
+    session = st.session_state
+    state.say(session, keys.FILES_PLACE, None)
+    session[keys.UPLOAD_RECOGNISED] = f"{file_name}: {loaded.describe()}."
+    state.replace_design(session, loaded.design, store)
+    state.notice(
+        session,
+        ":material/folder_open:",
+        f"Loaded “{plain(loaded.design.name)}” from {plain(file_name)}.",
+    )
+
+
+# --------------------------------------------------------------------------- library
+def _library_ui(store: DesignStore) -> None:
+    session = st.session_state
+    current = state.design(session)
+    if session.get(keys.LIBRARY_NAME_OF) != current.name:  # a renamed design renames the box
+        session[keys.LIBRARY_NAME] = current.name
+        session[keys.LIBRARY_NAME_OF] = current.name
+    state.fill_defaults(session, {keys.LIBRARY_NAME: current.name})
+    st.text_input("Save as", key=keys.LIBRARY_NAME, max_chars=80)
+    st.button(
+        "Save to library", icon=":material/bookmark_add:", key="library_save",
+        on_click=_on_save, args=(store, None),
+    )  # fmt: skip
+    names = store.names()
+    if session.get(keys.LIBRARY_PICKED) not in names:
+        session[keys.LIBRARY_PICKED] = None
+    session[keys.LIBRARY_PICK] = session[keys.LIBRARY_PICKED]
+    st.selectbox(
+        "Saved designs",
+        names,
+        key=keys.LIBRARY_PICK,
+        on_change=_remember_pick,
+        placeholder="none yet" if not names else "pick a design",
+    )
+    load, delete = st.columns(2)
+    picked = session[keys.LIBRARY_PICKED]
+    load.button(
+        "Open", icon=":material/folder_open:", key="library_load", disabled=picked is None,
+        on_click=_on_load, args=(store,), width="stretch",
+    )  # fmt: skip
+    delete.button(
+        "Delete", icon=":material/delete:", key="library_delete", disabled=picked is None,
+        on_click=_ask, args=("delete", picked), width="stretch",
+    )  # fmt: skip
+    _confirm_ui(store)
+    st.caption(f"Stored in {plain(store.library_dir)}, shared by everyone using this server.")
+    _show_once(keys.LIBRARY_PLACE)
+
+
+def _remember_pick() -> None:
+    st.session_state[keys.LIBRARY_PICKED] = st.session_state[keys.LIBRARY_PICK]
+
+
+def _ask(action: str, name: str) -> None:
+    st.session_state[keys.LIBRARY_CONFIRM] = (action, name)
+
+
+def _confirm_ui(store: DesignStore) -> None:
+    pending = st.session_state.get(keys.LIBRARY_CONFIRM)
+    if pending is None:
+        return
+    action, name = pending
+    question = "already exists. Replace it?" if action == "replace" else "will be deleted."
+    st.warning(f"“{plain(name)}” {question}", icon=":material/warning:")
+    yes, no = st.columns(2)
+    yes.button(
+        "Replace" if action == "replace" else "Delete", key="library_confirm", type="primary",
+        on_click=_on_confirm, args=(store, action, name), width="stretch",
+    )  # fmt: skip
+    no.button("Cancel", key="library_cancel", on_click=_ask_nothing, width="stretch")
+
+
+def _on_confirm(store: DesignStore, action: str, name: str) -> None:
+    if action == "replace":
+        _on_save(store, name)
+    else:
+        _on_delete(store, name)
+
+
+def _ask_nothing() -> None:
+    st.session_state.pop(keys.LIBRARY_CONFIRM, None)
+
+
+def _on_save(store: DesignStore, confirmed: str | None) -> None:
+    """Save the current design under the "Save as" name (or the ``confirmed`` one, which may be
+    replaced), and that name becomes the design's."""
+    session = st.session_state
+    _ask_nothing()
+    name = confirmed or session[keys.LIBRARY_NAME]
+    try:
+        exists = name.strip() in store.names()
+        if exists and confirmed is None:
+            _ask("replace", name.strip())
+            return
+        current = state.design(session)
+        named = current if current.name == name.strip() else replace(current, name=name.strip())
+        store.save(name, named)
+    except (ValueError, OSError) as error:
+        state.say(session, keys.LIBRARY_PLACE, plain(f"Could not save: {error}"))
+        return
+    if named is not current:
+        state.replace_design(session, named, store)
+    session[keys.LIBRARY_PICKED] = named.name
+    state.say(session, keys.LIBRARY_PLACE, None)
+    verb = "Replaced" if exists else "Saved"
+    state.notice(session, ":material/bookmark_added:", f"{verb} “{plain(named.name)}”.")
+
+
+def _on_load(store: DesignStore) -> None:
+    session = st.session_state
+    name = session[keys.LIBRARY_PICKED]
+    try:
+        loaded = store.load(name)
+    except (ValueError, OSError) as error:
+        state.say(session, keys.LIBRARY_PLACE, plain(f"Could not open {name!r}: {error}"))
+        return
+    state.say(session, keys.LIBRARY_PLACE, None)
+    opened: Design = replace(loaded, name=name)  # the library name is the design's name
+    state.replace_design(session, opened, store)
+    state.notice(session, ":material/folder_open:", f"Opened “{plain(name)}” from the library.")
+
+
+def _on_delete(store: DesignStore, name: str) -> None:
+    session = st.session_state
+    _ask_nothing()
+    store.delete(name)
+    session[keys.LIBRARY_PICKED] = None
+    state.notice(session, ":material/delete:", f"Deleted “{plain(name)}” from the library.")

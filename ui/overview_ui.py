@@ -1,0 +1,82 @@
+"""The overview: every head as a small picture, coloured by tile width, with the legend."""
+
+from __future__ import annotations
+
+import numpy as np
+import streamlit as st
+
+from designer.analysis import Analysis, HeadTiles
+from ui import keys, state
+from ui.common import current_analysis
+from ui.figures import legend_html, png_bytes
+from ui.pictures import (
+    ACTIVE_RGB,
+    EMPTY_RGB,
+    enlarge,
+    frame,
+    max_pool,
+    plain_pictures,
+    scale_factors,
+    tile_pictures,
+    width_colour,
+)
+
+#: Thumbnails aim at this many pixels a side, but never show fewer pixels than blocks below 512.
+THUMBNAIL_PX = 128
+MAX_UNSHRUNK_PX = 512
+
+
+def overview_ui() -> None:
+    """Draw every head of the current design, and the tile-width legend."""
+    current = state.design(st.session_state)
+    _, analysis = current_analysis()
+    by_tiles = st.toggle("Colour by tile width", value=True, key=keys.SHOW_TILES)
+    layout = current.layout
+    long_side = max(layout.n_q_blocks, layout.n_k_blocks)
+    scale = scale_factors(long_side, max(THUMBNAIL_PX, min(long_side, MAX_UNSHRUNK_PX)))
+    pictures = [
+        _head_png(head.key, by_tiles, scale, _head=head, _blocks=blocks)
+        for blocks, head in zip(layout.to_numpy(), analysis.heads, strict=True)
+    ]
+    cells = layout.n_q_blocks * layout.n_k_blocks
+    captions = [f"head {h} · {head.active / cells:.1%}" for h, head in enumerate(analysis.heads)]
+    # PNG as drawn: "auto" would re-encode RGB pictures as JPEG on every run (slow and blurry)
+    st.image(pictures, caption=captions, width="content", output_format="PNG")
+    if by_tiles:
+        st.html(legend_html(legend_entries(analysis)))
+    else:
+        st.html(legend_html([(_hex(EMPTY_RGB), "inactive"), (_hex(ACTIVE_RGB), "active block")]))
+
+
+def legend_entries(analysis: Analysis) -> list[tuple[str, str]]:
+    """One legend entry per tile width present (colour and a label with its counts), then
+    active blocks that no tile covers, if any, and inactive blocks."""
+    stats = analysis.stats
+    entries = [
+        (
+            width_colour(row.width),
+            f"{row.width}×{row.width} ({row.tile_tokens} tokens): {row.tiles:,} tiles, "
+            f"{row.coverage:.0%} of blocks",
+        )
+        for row in stats.widths
+    ]
+    if untiled := stats.active_blocks - stats.blocks:
+        entries.append((_hex(ACTIVE_RGB), f"active, in no tile: {untiled:,} blocks"))
+    return [*entries, (_hex(EMPTY_RGB), "inactive")]
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _head_png(
+    key: str, by_tiles: bool, scale: tuple[int, int], *, _head: HeadTiles, _blocks: np.ndarray
+) -> bytes:
+    """One head's thumbnail, cached by its content: an edit redraws only the heads it changed."""
+    shrink, grow = scale
+    if by_tiles:
+        image = tile_pictures(max_pool(_head.widths, shrink), max_pool(_head.odd, shrink))
+    else:
+        image = plain_pictures(max_pool(_blocks, shrink))
+    return png_bytes(frame(enlarge(image, grow)))
+
+
+def _hex(rgb: tuple[int, int, int]) -> str:
+    return "#" + "".join(f"{c:02x}" for c in rgb)

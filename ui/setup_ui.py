@@ -1,0 +1,122 @@
+"""The sidebar's setup: name, sequence lengths, block size, heads, causal, segmentation width."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from designer import changes
+from designer.design import DEFAULT_TILE_TOKENS
+from designer.storage import DesignStore
+from ui import keys, state
+from ui.common import change_design, show_message
+
+# The number boxes have no min/max: the browser would refuse an out-of-range number without a
+# word. Every value reaches the callbacks, which check it and say what is allowed.
+
+#: Block sizes offered (the current design's own is added when it is another one).
+BLOCK_SIZES = (16, 32, 64, 128, 256)
+
+
+def setup_ui(store: DesignStore) -> None:
+    """Draw the setup widgets; each change rebuilds the design at once."""
+    session = st.session_state
+    current = state.design(session)
+    st.text_input("Design name", key=keys.NAME, on_change=_on_settings, args=(store,))
+    fixed = current.recipe is None
+    block = current.layout.block_size
+    left, right = st.columns(2)
+    left.number_input(
+        "Query tokens",
+        step=block,
+        key=keys.SEQ_LEN_Q,
+        on_change=_on_shape,
+        args=(store,),
+        disabled=fixed,
+        help="Sequence length of the queries; a multiple of the block size.",
+    )
+    right.number_input(
+        "Key tokens",
+        step=block,
+        key=keys.SEQ_LEN_K,
+        on_change=_on_shape,
+        args=(store,),
+        disabled=fixed,
+        help="Sequence length of the keys: the same as the queries for self-attention.",
+    )
+    left.selectbox(
+        "Block size",
+        sorted({*BLOCK_SIZES, block}),
+        key=keys.BLOCK_SIZE,
+        on_change=_on_shape,
+        args=(store,),
+        disabled=fixed,
+        help="Tokens on each side of a block.",
+    )
+    right.number_input(
+        "Heads",
+        step=1,
+        key=keys.N_HEADS,
+        on_change=_on_shape,
+        args=(store,),
+        disabled=fixed,
+    )
+    if fixed:
+        st.caption("Imported without a recipe: the shape is the file's. A pattern starts one.")
+    show_message(keys.SETUP_PLACE)
+    st.toggle(
+        "Causal inside blocks",
+        key=keys.CAUSAL,
+        on_change=_on_settings,
+        args=(store,),
+        help="Attention also applies q ≥ k inside each block (the exports carry it).",
+    )
+    auto = st.toggle(
+        f"Auto start width ({DEFAULT_TILE_TOKENS}-token tiles)",
+        key=keys.AUTO_START_WIDTH,
+        on_change=_on_settings,
+        args=(store,),
+        help="The widest tile the segmentation tries, in blocks.",
+    )
+    st.number_input(
+        "Segmentation start width (blocks)",
+        step=1,
+        key=keys.START_WIDTH,
+        on_change=_on_settings,
+        args=(store,),
+        disabled=auto,
+        help="Tiles of w, w/2, …, 1 blocks are tried; 0 makes no tiles.",
+    )
+    show_message(keys.NAME)
+
+
+def _on_shape(store: DesignStore) -> None:
+    session = st.session_state
+
+    def reshape(current):
+        shape = changes.Shape(
+            session[keys.SEQ_LEN_Q],
+            session[keys.SEQ_LEN_K],
+            session[keys.BLOCK_SIZE],
+            session[keys.N_HEADS],
+        )
+        new, note = changes.reshape(current, shape)
+        if note:
+            state.notice(session, ":material/content_cut:", note)
+        return new
+
+    change_design(store, keys.SETUP_PLACE, reshape)
+
+
+def _on_settings(store: DesignStore) -> None:
+    session = st.session_state
+    start_width = None if session[keys.AUTO_START_WIDTH] else session[keys.START_WIDTH]
+    change_design(
+        store,
+        keys.NAME,
+        lambda current: changes.settings(
+            current,
+            name=session[keys.NAME],
+            causal=session[keys.CAUSAL],
+            start_width=start_width,
+        ),
+    )

@@ -1,0 +1,217 @@
+"""The session's state: its start, the moves of the current design, messages, widget sync.
+
+``state`` is ``st.session_state`` in the app and a plain dict in tests. The current design is
+``state[HISTORY].present``: every change is pushed onto the history and autosaved; undo and redo
+walk it. Widgets mirror the design: ``sync_widgets`` writes their values from it whenever the
+design changes other than through them (start, undo, redo, load).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import fields, replace
+from typing import Any
+
+from designer.design import Design
+from designer.history import History
+from designer.storage import DesignStore, check_session_id, new_session_id
+from ui import keys
+from ui.params import step_widget_values
+from ui.text import plain
+
+State = MutableMapping[str, Any]
+
+#: Undo steps kept per session, and the memory they may hold: each step keeps a whole layout
+#: (1 MiB at 16 × 256 × 256 blocks: 50 steps; 64 MiB at 16 × 2048 × 2048: 8 steps).
+HISTORY_LIMIT = 50
+HISTORY_BYTES = 512 << 20
+
+
+def design(state: State) -> Design:
+    """The current design."""
+    return state[keys.HISTORY].present
+
+
+def init_session(
+    state: State,
+    query_params: MutableMapping[str, str],
+    store: DesignStore,
+    default_design: Callable[[], Design],
+) -> None:
+    """Start a browser session once: its autosave, found through the URL, else the default.
+
+    Session ids are issued here (``new_session_id``, 128 random bits) and known by their
+    autosave, written at once. A missing, malformed, unknown or unreadable id gets a fresh one:
+    a link carrying an id the server never issued does not make a session adopt it, and a
+    broken autosave is never overwritten.
+    """
+    if keys.HISTORY in state:
+        return
+    state[keys.MESSAGES] = {}
+    state[keys.NOTICES] = []
+    restored = None
+    session_id = query_params.get(keys.SESSION_QUERY_PARAM)
+    try:
+        restored = store.restore(check_session_id(session_id))
+    except ValueError as error:
+        if session_id is not None:
+            notice(
+                state, ":material/warning:", plain(f"Could not restore the last design: {error}")
+            )
+    if restored is None:
+        session_id = new_session_id()
+    query_params[keys.SESSION_QUERY_PARAM] = session_id
+    state[keys.SESSION_ID] = session_id
+    if restored is not None:
+        notice(
+            state, ":material/history:", f"Restored “{plain(restored.name)}” from your last visit."
+        )
+    current = restored or default_design()
+    state[keys.HISTORY] = History(current, limit=history_limit(current), same=same_design)
+    if restored is None:
+        autosave(state, store)  # the new id is known from now on
+    sync_widgets(state)
+
+
+def same_design(new: Design, old: Design) -> bool:
+    """Whether ``new`` is no change from ``old``, so no undo step is recorded for it: equal but
+    for the modification time (a value entered again), or only manual edits added that changed
+    no block (painting blocks already painted)."""
+    if new.layout != old.layout:
+        return False
+    if replace(new, modified=old.modified) == old:
+        return True
+    if new.recipe is None or old.recipe is None:
+        return False
+    before = old.recipe.edits
+    same_steps = all(
+        getattr(new.recipe, f.name) == getattr(old.recipe, f.name)
+        for f in fields(old.recipe)
+        if f.name != "edits"
+    )
+    return (
+        same_steps
+        and new.recipe.edits[: len(before)] == before
+        and replace(new, modified=old.modified, recipe=old.recipe) == old
+    )
+
+
+def commit(state: State, new: Design, store: DesignStore) -> bool:
+    """Make ``new`` the current design (undoable) and autosave it; False if nothing changed."""
+    history = state[keys.HISTORY]
+    limit = history_limit(new)
+    if limit != history.limit:
+        history = replace(history, past=history.past[len(history.past) - limit :], limit=limit)
+    pushed = history.push(new)
+    if pushed is history:
+        return False
+    state[keys.HISTORY] = pushed
+    autosave(state, store)
+    return True
+
+
+def history_limit(current: Design) -> int:
+    """Undo steps to keep for designs the size of ``current``: ``HISTORY_LIMIT``, fewer for
+    layouts so large that the steps would pass ``HISTORY_BYTES`` (at least 2)."""
+    layout_bytes = current.layout.blocks.numel()  # one byte per bool block
+    return max(2, min(HISTORY_LIMIT, HISTORY_BYTES // layout_bytes))
+
+
+def replace_design(state: State, new: Design, store: DesignStore) -> bool:
+    """Commit a design that did not come from the widgets (a load), and sync them to it."""
+    changed = commit(state, new, store)
+    sync_widgets(state)
+    return changed
+
+
+def undo(state: State, store: DesignStore) -> None:
+    """Step back one change, autosave and sync the widgets."""
+    state[keys.HISTORY] = state[keys.HISTORY].undo()
+    autosave(state, store)
+    sync_widgets(state)
+
+
+def redo(state: State, store: DesignStore) -> None:
+    """Step forward one undone change, autosave and sync the widgets."""
+    state[keys.HISTORY] = state[keys.HISTORY].redo()
+    autosave(state, store)
+    sync_widgets(state)
+
+
+def autosave(state: State, store: DesignStore) -> None:
+    """Write the current design to this session's autosave; a failure becomes a message."""
+    try:
+        store.autosave(state[keys.SESSION_ID], design(state))
+        say(state, keys.AUTOSAVE_PLACE, None)
+    except OSError as error:
+        say(
+            state,
+            keys.AUTOSAVE_PLACE,
+            f"Autosave failed ({error}). Download the design to keep it.",
+        )
+
+
+def widget_values(current: Design) -> dict[str, Any]:
+    """The value of every setup and recipe widget for ``current``."""
+    layout = current.layout
+    values: dict[str, Any] = {
+        keys.NAME: current.name,
+        keys.SEQ_LEN_Q: layout.seq_len_q,
+        keys.SEQ_LEN_K: layout.seq_len_k,
+        keys.BLOCK_SIZE: layout.block_size,
+        keys.N_HEADS: layout.n_heads,
+        keys.CAUSAL: current.causal,
+        keys.AUTO_START_WIDTH: current.start_width is None,
+        keys.START_WIDTH: current.effective_start_width,
+    }
+    for index, step in enumerate(current.recipe.steps if current.recipe else ()):
+        values.update(step_widget_values(index, step))
+    return values
+
+
+def sync_widgets(state: State) -> None:
+    """Set every widget to the current design and drop messages about the old values."""
+    state.update(widget_values(design(state)))
+    kept = (keys.AUTOSAVE_PLACE,)
+    state[keys.MESSAGES] = {k: v for k, v in state[keys.MESSAGES].items() if k in kept}
+
+
+def refresh_widgets(state: State) -> None:
+    """Before drawing: every setup and recipe widget gets its value (see ``fill_defaults``).
+
+    With the auto start width on, the start-width box always shows the width in use, which
+    changes with the block size.
+    """
+    current = design(state)
+    fill_defaults(state, widget_values(current))
+    if current.start_width is None:
+        state[keys.START_WIDTH] = current.effective_start_width
+
+
+def fill_defaults(state: State, values: Mapping[str, Any]) -> None:
+    """Give each widget key in ``values`` its value for this run: the one it has, else ours.
+
+    Keys are written even when they hold a value: Streamlit hands a widget the value its key
+    was given in the current run, but forgets one set while the widget was not drawn (a closed
+    tab), which would show a stale default when the tab opens again.
+    """
+    for key, value in values.items():
+        state[key] = state.get(key, value)
+
+
+def say(state: State, place: str, text: str | None) -> None:
+    """Set (or with ``None`` clear) the message shown at ``place``."""
+    if text is None:
+        state[keys.MESSAGES].pop(place, None)
+    else:
+        state[keys.MESSAGES][place] = text
+
+
+def message(state: State, place: str) -> str | None:
+    """The message waiting at ``place``, if any."""
+    return state[keys.MESSAGES].get(place)
+
+
+def notice(state: State, icon: str, text: str) -> None:
+    """Queue a one-shot notice for the next run."""
+    state[keys.NOTICES].append((icon, text))

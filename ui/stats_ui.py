@@ -1,0 +1,159 @@
+"""Numbers about the design: the header's key figures and the analysis tab's tables and chart."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import streamlit as st
+
+from designer import changes
+from designer.lints import SEVERITIES, Lint
+from designer.storage import DesignStore
+from designer.units import bytes_text
+from ui import keys, state
+from ui.common import change_design, current_analysis, show_message
+from ui.figures import head_density_figure
+from ui.text import plain
+
+_BADGE = {"error": "red", "warning": "orange", "info": "blue"}
+#: Bytes per attention score in the packed ``[B, H·nnz, block, block]`` tensor (fp16/bf16).
+SCORE_BYTES = 2
+
+
+def header_ui(store: DesignStore) -> None:
+    """Title, the key figures of the current design, and undo/redo."""
+    session = st.session_state
+    current = state.design(session)
+    layout = current.layout
+    _, analysis = current_analysis()
+    title, buttons = st.columns([4, 1], vertical_alignment="bottom")
+    title.title(plain(current.name), anchor=False)
+    title.caption(
+        f"{layout.n_heads} heads · {layout.seq_len_q:,} × {layout.seq_len_k:,} tokens · "
+        f"blocks of {layout.block_size} · {layout.n_q_blocks} × {layout.n_k_blocks} blocks"
+        + (" · causal" if current.causal else "")
+    )
+    history = session[keys.HISTORY]
+    with buttons.container(horizontal=True, horizontal_alignment="right"):
+        st.button(
+            "Undo",
+            icon=":material/undo:",
+            key=keys.UNDO,
+            disabled=not history.can_undo,
+            on_click=state.undo,
+            args=(session, store),
+        )
+        st.button(
+            "Redo",
+            icon=":material/redo:",
+            key=keys.REDO,
+            disabled=not history.can_redo,
+            on_click=state.redo,
+            args=(session, store),
+        )
+    packed = layout.nnz * layout.block_size**2 * SCORE_BYTES
+    cells = layout.n_heads * layout.n_q_blocks * layout.n_k_blocks
+    figures = st.columns(5)
+    figures[0].metric("Density", f"{layout.density:.2%}", help="Active blocks over all blocks")
+    figures[1].metric("Active blocks", f"{layout.nnz:,}", help=f"of {cells:,} over all heads")
+    stats = analysis.stats
+    figures[2].metric(
+        "Tiles",
+        f"{stats.tiles:,}",
+        help=f"Square tiles the segmentation makes at start width {current.effective_start_width}"
+        f" ({stats.mean_tile_blocks:.2f} blocks per tile on average)",
+    )
+    figures[3].metric(
+        "FLOPs vs dense",
+        f"{stats.flops / stats.dense_flops:.2%}",
+        help="QKᵀ of the tiles against dense attention's (PV scales the same way)",
+    )
+    figures[4].metric(
+        "Packed scores",
+        bytes_text(packed),
+        help="Memory of the block-sparse score tensor per batch element (bf16)",
+    )
+    show_message(keys.AUTOSAVE_PLACE)
+    lints_ui(store, analysis.lints)
+
+
+def lints_ui(store: DesignStore, lints: tuple[Lint, ...]) -> None:
+    """The lint findings, folded under one line that counts them by severity."""
+    if not lints:
+        st.caption(":material/check_circle: No lint findings.")
+        return
+    counts = Counter(lint.severity for lint in lints)
+    summary = ", ".join(
+        f"{counts[s]} {s}{'s' if counts[s] > 1 else ''}" for s in SEVERITIES if counts[s]
+    )
+    with st.expander(f"Lints: {summary}", icon=":material/rule:", expanded="error" in counts):
+        for lint in lints:
+            st.markdown(f":{_BADGE[lint.severity]}-badge[{lint.severity}] {lint.message}")
+            if lint.code == "causal-violation":
+                st.button(
+                    "Clip to causal",
+                    icon=":material/content_cut:",
+                    key=keys.CLIP_CAUSAL,
+                    on_click=change_design,
+                    args=(store, keys.LINTS_PLACE, changes.clip_causal),
+                    help="Clear every block above the diagonal (an edit: undo brings them back).",
+                )
+        show_message(keys.LINTS_PLACE)
+
+
+def analysis_ui() -> None:
+    """Per-width tile counts, per-head statistics and the per-head density chart."""
+    current = state.design(st.session_state)
+    layout = current.layout
+    _, analysis = current_analysis()
+    left, right = st.columns([3, 2])
+    stats = analysis.stats
+    with left:
+        st.subheader("Tiles per width", anchor=False)
+        st.dataframe(
+            [
+                {
+                    "width (blocks)": row.width,
+                    "tile (tokens)": row.tile_tokens,
+                    "tiles": row.tiles,
+                    "blocks": row.blocks,
+                    "coverage": f"{row.coverage:.1%}",
+                    f"QKᵀ GFLOP (D={stats.head_dim})": round(row.flops / 1e9, 3),
+                }
+                for row in stats.widths
+            ],
+            hide_index=True,
+        )
+        numbers = st.columns(3)
+        numbers[0].metric("Coverage", f"{stats.coverage:.1%}", help="Active blocks in a tile")
+        numbers[1].metric(
+            "Mean tile", f"{stats.mean_tile_blocks:.2f} blocks",
+            help=f"{stats.mean_tile_tokens2:,.0f} token² per tile",
+        )  # fmt: skip
+        numbers[2].metric(
+            "QKᵀ FLOPs",
+            f"{stats.flops / 1e9:,.1f} G",
+            help=f"Per batch element at head dim {stats.head_dim}; dense: "
+            f"{stats.dense_flops / 1e9:,.1f} G",
+        )
+    head_stats = layout.head_stats()
+    with right:
+        st.subheader("Density per head", anchor=False)
+        densities = [s.density for s in head_stats]
+        st.plotly_chart(head_density_figure(densities), config={"displayModeBar": False})
+    st.subheader("Per head", anchor=False)
+    st.dataframe(
+        [
+            {
+                "head": s.head,
+                "active blocks": s.active_blocks,
+                "density": f"{s.density:.2%}",
+                "empty rows": s.empty_rows,
+                "blocks per row (min / mean / max)": (
+                    f"{s.min_row_blocks} / {s.mean_row_blocks:.1f} / {s.max_row_blocks}"
+                ),
+            }
+            for s in head_stats
+        ],
+        hide_index=True,
+    )
