@@ -8,14 +8,24 @@ from collections.abc import Sequence
 import torch
 
 from designer.patterns.deepspeed_base import (
+    DIFFERENT,
+    GLOBAL_ENDS,
+    GLOBAL_STARTS,
+    HORIZONTAL,
+    SEED,
     SparsityConfig,
+    attention_param,
+    builds,
     check_attention,
     check_fits,
     check_global_spans,
     check_horizontal,
+    count_param,
     global_spans,
+    indices_param,
     set_random_rows,
 )
+from designer.patterns.specs import PatternSpec
 from designer.validate import check_int, check_int_list
 
 
@@ -114,3 +124,27 @@ class VariableSparsityConfig(SparsityConfig):
             self.set_local_layout(h, layout)
             self.set_global_layout(h, layout)
         return self.check_and_propagate_first_head_layout(layout)
+
+
+SPECS = (
+    PatternSpec(
+        "deepspeed_variable",
+        "DeepSpeed Variable",
+        "deepspeed",
+        "random blocks + local windows of listed sizes + chosen global blocks",
+        (
+            DIFFERENT,
+            count_param("num_random_blocks", 0, 0, "random blocks per row"),
+            indices_param("local_window_blocks", (4,), "window sizes; the last one repeats"),
+            GLOBAL_STARTS,
+            GLOBAL_ENDS,
+            attention_param("bidirectional"),
+            HORIZONTAL,
+            SEED,
+        ),
+        random=True,
+        square_only=True,
+        build=builds(VariableSparsityConfig),
+        order=220,
+    ),
+)

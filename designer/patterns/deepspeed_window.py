@@ -13,14 +13,23 @@ from collections.abc import Sequence
 import torch
 
 from designer.patterns.deepspeed_base import (
+    DIFFERENT,
+    GLOBAL_ENDS,
+    GLOBAL_STARTS,
+    SEED,
+    WINDOW,
     SparsityConfig,
+    attention_param,
+    builds,
     check_attention,
     check_fits,
     check_global_spans,
+    count_param,
     global_spans,
     set_random_rows,
     set_window,
 )
+from designer.patterns.specs import PatternSpec
 from designer.validate import check_int, check_int_list
 
 
@@ -194,3 +203,47 @@ class LocalSlidingWindowSparsityConfig(SparsityConfig):
         for h in range(self.num_layout_heads):
             self.set_sliding_window_layout(h, layout)
         return self.check_and_propagate_first_head_layout(layout)
+
+
+SPECS = (
+    PatternSpec(
+        "deepspeed_bigbird",
+        "DeepSpeed BigBird",
+        "deepspeed",
+        "random blocks + sliding window + the first G rows and columns",
+        (
+            DIFFERENT,
+            count_param("num_random_blocks", 1, 0, "random blocks per row"),
+            WINDOW,
+            count_param("num_global_blocks", 1, 0, "global blocks from index 0"),
+            attention_param("bidirectional"),
+            SEED,
+        ),
+        random=True,
+        square_only=True,
+        build=builds(BigBirdSparsityConfig),
+        order=230,
+    ),
+    PatternSpec(
+        "deepspeed_longformer",
+        "DeepSpeed BSLongformer",
+        "deepspeed",
+        "sliding window + global rows and columns",
+        (DIFFERENT, WINDOW, GLOBAL_STARTS, GLOBAL_ENDS, attention_param("bidirectional")),
+        random=False,
+        square_only=True,
+        build=builds(BSLongformerSparsityConfig),
+        order=240,
+    ),
+    PatternSpec(
+        "deepspeed_local_sliding_window",
+        "DeepSpeed LocalSlidingWindow",
+        "deepspeed",
+        "row r sees [r - W // 2, r] (unidirectional) or [r - W // 2, r + W // 2]",
+        (WINDOW, attention_param("unidirectional")),
+        random=False,
+        square_only=True,
+        build=builds(LocalSlidingWindowSparsityConfig),
+        order=250,
+    ),
+)

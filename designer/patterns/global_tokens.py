@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from designer.patterns._common import block_indices_param
+from designer.patterns.specs import ParamSpec, PatternSpec, calls
 from designer.validate import check_bool, check_int_list, check_layout_shape
 
 
@@ -46,3 +48,22 @@ def global_tokens(
     if columns:
         blocks[:, indices] = True
     return blocks.expand(n_heads, -1, -1).contiguous()
+
+
+SPECS = (
+    PatternSpec(
+        "global_tokens",
+        "Global tokens",
+        "generator",
+        "row in global_blocks (rows) or col in global_blocks (columns)",
+        (
+            block_indices_param("global_blocks", "indices of the global blocks"),
+            ParamSpec("rows", "bool", True, help="global blocks attend to everything"),
+            ParamSpec("columns", "bool", True, help="everything attends to global blocks"),
+        ),
+        random=False,
+        square_only=False,
+        build=calls(global_tokens),
+        order=40,
+    ),
+)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, stack_heads
+from designer.patterns._common import block_grid, blocks_check, blocks_param, stack_heads
+from designer.patterns.specs import PatternSpec, calls
 from designer.validate import check_layout_shape, per_head
 
 
@@ -29,3 +30,18 @@ def prefix_lm(
     prefixes = per_head("prefix_blocks", prefix_blocks, n_heads, blocks_check(0))
     rows, cols = block_grid(n_q_blocks, n_k_blocks)
     return stack_heads(prefixes, lambda prefix: (cols <= rows) | (cols < prefix))
+
+
+SPECS = (
+    PatternSpec(
+        "prefix_lm",
+        "Prefix LM",
+        "generator",
+        "col <= row or col < prefix_blocks",
+        (blocks_param("prefix_blocks", 2, 0, "blocks of the bidirectional prefix"),),
+        random=False,
+        square_only=False,
+        build=calls(prefix_lm),
+        order=90,
+    ),
+)

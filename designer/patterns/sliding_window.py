@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, stack_heads
+from designer.patterns._common import (
+    block_grid,
+    blocks_check,
+    blocks_param,
+    causal_param,
+    stack_heads,
+)
+from designer.patterns.specs import PatternSpec, calls
 from designer.validate import check_bool, check_layout_shape, per_head
 
 
@@ -43,3 +50,21 @@ def sliding_window(
         return distance.abs() < window
 
     return stack_heads(windows, head)
+
+
+SPECS = (
+    PatternSpec(
+        "sliding_window",
+        "Sliding window",
+        "generator",
+        "0 <= row - col < window_blocks (causal), |row - col| < window_blocks otherwise",
+        (
+            blocks_param("window_blocks", 4, 1, "blocks in the window, per side if bidirectional"),
+            causal_param(True),
+        ),
+        random=False,
+        square_only=False,
+        build=calls(sliding_window),
+        order=20,
+    ),
+)
