@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -15,6 +16,7 @@ import torch
 from designer.layout import Layout
 from gpu.bench import BenchConfig, BenchSession, document, run_benchmark
 from gpu.bench import harness as harness_module
+from gpu.bench import store as store_module
 from gpu.bench.contenders import Prepared
 from gpu.bench.results import (
     case_label,
@@ -220,6 +222,14 @@ def test_run_store_keys_by_digest_newest_first_and_skips_bad_files(monkeypatch, 
     assert store.runs("b" * 32) == ([], [])
     with pytest.raises(ValueError, match=r"digest must be 32 lowercase hex digits, got '\.\./x'"):
         store.runs("../x")
+
+
+def test_a_checkout_finds_its_committed_results_and_an_install_has_none(monkeypatch):
+    checkout = Path(__file__).resolve().parents[3]
+    assert checkout / "benchmarks" / "results" == store_module.RESULTS_DIR
+    assert committed_results()[0]  # the repository's own
+    monkeypatch.setattr(store_module, "RESULTS_DIR", None)  # what an installed package has
+    assert committed_results() == ([], [])
 
 
 def test_committed_results_are_read_from_a_folder(monkeypatch, tmp_path):
