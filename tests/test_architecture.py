@@ -137,6 +137,9 @@ def test_the_scan_sees_every_part():
         if imported.top in CUPY
     ]
     assert lazy_cupy and all(imported.lazy for imported in lazy_cupy)
+    snippet = ROOT / "designer" / "formats" / "snippet.py"
+    assert "import gpu" in snippet.read_text()  # in the code it writes for the user: a string
+    assert all(imported.top != "gpu" for imported in imports_in(snippet, ROOT))
 
 
 def test_the_checker_catches_each_kind_of_violation(tmp_path):

@@ -3,7 +3,8 @@ outside it, it carries every file the packages load and serves the app.
 
 The environment sees the machine's packages (``--system-site-packages``: torch and streamlit are
 not installed again), so the test checks that every module came from the environment's own copy
-of the wheel, not from the checkout or an editable install. Dependencies resolve offline
+of the wheel, not from the checkout or an editable install. The smoke script runs from a folder
+holding only itself and ``app.py``, with no ``PYTHON*`` variables set. Dependencies resolve offline
 (``--no-index``) against what is installed; the build uses the installed setuptools (``.[dev]``).
 """
 
@@ -71,9 +72,12 @@ def installed(tmp_path_factory):
     python = venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
     run(python, "-m", "pip", "--disable-pip-version-check", "install", "-q", "--no-index", wheel,
         cwd=work)  # fmt: skip
-    app_folder = work / "app"  # app.py alone: the packages must come from the environment
+    # The smoke script and app.py alone: the script's folder comes first on the import path,
+    # and the packages must come from the environment.
+    app_folder = work / "app"
     app_folder.mkdir()
-    shutil.copy2(ROOT / "app.py", app_folder / "app.py")
+    for name in ("app.py", "tests/wheel_smoke.py"):
+        shutil.copy2(ROOT / name, app_folder)
     env = {
         key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "BSD_"))
     }
@@ -82,8 +86,7 @@ def installed(tmp_path_factory):
     # not it is the same code, which the rest of the suite runs compiled.
     env["NUMBA_DISABLE_JIT"] = "1"
     out = work / "report.json"
-    run(python, "-I", ROOT / "tests" / "wheel_smoke.py", app_folder / "app.py", out, cwd=work,
-        env=env)  # fmt: skip
+    run(python, app_folder / "wheel_smoke.py", app_folder / "app.py", out, cwd=work, env=env)
     report = json.loads(out.read_text())
     site = Path(report["site_packages"])
     return report, site

@@ -1,6 +1,6 @@
 """The app from an installed wheel: run by ``tests/test_wheel.py`` with the interpreter of a
-virtual environment that holds the built wheel, as ``python -I wheel_smoke.py APP OUT``, from a
-folder outside the checkout.
+virtual environment that holds the built wheel, as ``python wheel_smoke.py APP OUT``, copied
+with ``app.py`` into a folder outside the checkout.
 
 It imports every module of the packages, builds the default design and its analysis, runs the
 reference attention, opens the app (``APP``, a copy of ``app.py`` beside nothing else) on the
