@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from designer.patterns.specs import ParamSpec
+from designer.patterns.specs import ParamSpec, PatternSpec, calls
 from designer.validate import MAX_BLOCKS, check_int
 
 #: Seeds are non-negative 63-bit integers (what a JSON recipe and numpy both hold exactly).
@@ -56,3 +56,27 @@ def block_indices_param(name: str, help: str) -> ParamSpec:
 def causal_param(default: bool, help: str = "keep only col <= row") -> ParamSpec:
     """The ``causal`` switch of a generator."""
     return ParamSpec("causal", "bool", default, help=help)
+
+
+def generator_spec(
+    name: str,
+    label: str,
+    rule: str,
+    params: tuple[ParamSpec, ...],
+    generator: Callable[..., torch.Tensor],
+    *,
+    order: int,
+) -> PatternSpec:
+    """The registry's entry for a block-level generator: ``generator(H, M, N, **params)``, any
+    shape, random when it takes a seed."""
+    return PatternSpec(
+        name,
+        label,
+        "generator",
+        rule,
+        params,
+        random=any(param.name == "seed" for param in params),
+        square_only=False,
+        build=calls(generator),
+        order=order,
+    )

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, blocks_param, stack_heads
-from designer.patterns.specs import PatternSpec, calls
+from designer.patterns._common import (
+    block_grid,
+    blocks_check,
+    blocks_param,
+    generator_spec,
+    stack_heads,
+)
 from designer.validate import check_layout_shape, per_head
 
 
@@ -47,18 +52,15 @@ def attention_sinks(
 
 
 SPECS = (
-    PatternSpec(
+    generator_spec(
         "attention_sinks",
         "Attention sinks + window",
-        "generator",
         "col <= row and (col < sink_blocks or row - col < window_blocks)",
         (
             blocks_param("sink_blocks", 1, 0, "first key blocks every query keeps"),
             blocks_param("window_blocks", 4, 1, "blocks in the causal window"),
         ),
-        random=False,
-        square_only=False,
-        build=calls(attention_sinks),
+        attention_sinks,
         order=50,
     ),
 )

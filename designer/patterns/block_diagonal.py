@@ -9,9 +9,9 @@ from designer.patterns._common import (
     blocks_check,
     blocks_param,
     causal_param,
+    generator_spec,
     stack_heads,
 )
-from designer.patterns.specs import PatternSpec, calls
 from designer.validate import check_bool, check_layout_shape, per_head
 
 
@@ -50,15 +50,12 @@ def block_diagonal(
 
 
 SPECS = (
-    PatternSpec(
+    generator_spec(
         "block_diagonal",
         "Block diagonal (chunks)",
-        "generator",
         "row // chunk_blocks == col // chunk_blocks",
         (blocks_param("chunk_blocks", 4, 1, "blocks per chunk"), causal_param(False)),
-        random=False,
-        square_only=False,
-        build=calls(block_diagonal),
+        block_diagonal,
         order=80,
     ),
 )

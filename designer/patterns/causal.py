@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid
-from designer.patterns.specs import PatternSpec, calls
+from designer.patterns._common import block_grid, generator_spec
 from designer.validate import check_layout_shape
 
 
@@ -29,15 +28,12 @@ def causal(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> torch.Tensor:
 
 
 SPECS = (
-    PatternSpec(
+    generator_spec(
         "causal",
         "Causal",
-        "generator",
         "col <= row",
         (),
-        random=False,
-        square_only=False,
-        build=calls(causal),
+        causal,
         order=10,
     ),
 )

@@ -211,6 +211,29 @@ def _check_globals(kwargs: dict[str, Any], n_blocks: int) -> None:
                 )
 
 
+def deepspeed_spec(
+    name: str,
+    label: str,
+    rule: str,
+    params: tuple[ParamSpec, ...],
+    config_class: type[SparsityConfig],
+    *,
+    order: int,
+) -> PatternSpec:
+    """The registry's entry for a DeepSpeed config: square layouts, random when it takes a seed."""
+    return PatternSpec(
+        name,
+        label,
+        "deepspeed",
+        rule,
+        params,
+        random=any(param.name == "seed" for param in params),
+        square_only=True,
+        build=builds(config_class),
+        order=order,
+    )
+
+
 def count_param(name: str, default: int, low: int, help: str) -> ParamSpec:
     """A number of blocks in ``[low, MAX_BLOCKS]``."""
     return ParamSpec(name, "int", default, low=low, high=MAX_BLOCKS, help=help)
@@ -238,15 +261,12 @@ GLOBAL_STARTS = indices_param("global_block_indices", (0,), "global block indice
 GLOBAL_ENDS = indices_param("global_block_end_indices", (), "span ends, exclusive (empty: single)")
 
 SPECS = (
-    PatternSpec(
+    deepspeed_spec(
         "deepspeed_dense",
         "DeepSpeed Dense",
-        "deepspeed",
         "all blocks",
         (DIFFERENT,),
-        random=False,
-        square_only=True,
-        build=builds(DenseSparsityConfig),
+        DenseSparsityConfig,
         order=200,
     ),
 )

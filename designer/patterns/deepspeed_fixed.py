@@ -13,12 +13,11 @@ from designer.patterns.deepspeed_base import (
     HORIZONTAL,
     SparsityConfig,
     attention_param,
-    builds,
     check_attention,
     check_horizontal,
     count_param,
+    deepspeed_spec,
 )
-from designer.patterns.specs import PatternSpec
 from designer.validate import check_int
 
 
@@ -127,10 +126,9 @@ class FixedSparsityConfig(SparsityConfig):
 
 
 SPECS = (
-    PatternSpec(
+    deepspeed_spec(
         "deepspeed_fixed",
         "DeepSpeed Fixed",
-        "deepspeed",
         "local windows of L blocks; the last G blocks of each window are global columns",
         (
             DIFFERENT,
@@ -140,9 +138,7 @@ SPECS = (
             HORIZONTAL,
             count_param("num_different_global_patterns", 1, 1, "global patterns over heads"),
         ),
-        random=False,
-        square_only=True,
-        build=builds(FixedSparsityConfig),
+        FixedSparsityConfig,
         order=210,
     ),
 )

@@ -15,17 +15,16 @@ from designer.patterns.deepspeed_base import (
     SEED,
     SparsityConfig,
     attention_param,
-    builds,
     check_attention,
     check_fits,
     check_global_spans,
     check_horizontal,
     count_param,
+    deepspeed_spec,
     global_spans,
     indices_param,
     set_random_rows,
 )
-from designer.patterns.specs import PatternSpec
 from designer.validate import check_int, check_int_list
 
 
@@ -127,10 +126,9 @@ class VariableSparsityConfig(SparsityConfig):
 
 
 SPECS = (
-    PatternSpec(
+    deepspeed_spec(
         "deepspeed_variable",
         "DeepSpeed Variable",
-        "deepspeed",
         "random blocks + local windows of listed sizes + chosen global blocks",
         (
             DIFFERENT,
@@ -142,9 +140,7 @@ SPECS = (
             HORIZONTAL,
             SEED,
         ),
-        random=True,
-        square_only=True,
-        build=builds(VariableSparsityConfig),
+        VariableSparsityConfig,
         order=220,
     ),
 )

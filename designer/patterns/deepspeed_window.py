@@ -20,16 +20,15 @@ from designer.patterns.deepspeed_base import (
     WINDOW,
     SparsityConfig,
     attention_param,
-    builds,
     check_attention,
     check_fits,
     check_global_spans,
     count_param,
+    deepspeed_spec,
     global_spans,
     set_random_rows,
     set_window,
 )
-from designer.patterns.specs import PatternSpec
 from designer.validate import check_int, check_int_list
 
 
@@ -206,10 +205,9 @@ class LocalSlidingWindowSparsityConfig(SparsityConfig):
 
 
 SPECS = (
-    PatternSpec(
+    deepspeed_spec(
         "deepspeed_bigbird",
         "DeepSpeed BigBird",
-        "deepspeed",
         "random blocks + sliding window + the first G rows and columns",
         (
             DIFFERENT,
@@ -219,31 +217,23 @@ SPECS = (
             attention_param("bidirectional"),
             SEED,
         ),
-        random=True,
-        square_only=True,
-        build=builds(BigBirdSparsityConfig),
+        BigBirdSparsityConfig,
         order=230,
     ),
-    PatternSpec(
+    deepspeed_spec(
         "deepspeed_longformer",
         "DeepSpeed BSLongformer",
-        "deepspeed",
         "sliding window + global rows and columns",
         (DIFFERENT, WINDOW, GLOBAL_STARTS, GLOBAL_ENDS, attention_param("bidirectional")),
-        random=False,
-        square_only=True,
-        build=builds(BSLongformerSparsityConfig),
+        BSLongformerSparsityConfig,
         order=240,
     ),
-    PatternSpec(
+    deepspeed_spec(
         "deepspeed_local_sliding_window",
         "DeepSpeed LocalSlidingWindow",
-        "deepspeed",
         "row r sees [r - W // 2, r] (unidirectional) or [r - W // 2, r + W // 2]",
         (WINDOW, attention_param("unidirectional")),
-        random=False,
-        square_only=True,
-        build=builds(LocalSlidingWindowSparsityConfig),
+        LocalSlidingWindowSparsityConfig,
         order=250,
     ),
 )

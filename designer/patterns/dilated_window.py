@@ -9,9 +9,9 @@ from designer.patterns._common import (
     blocks_check,
     blocks_param,
     causal_param,
+    generator_spec,
     stack_heads,
 )
-from designer.patterns.specs import PatternSpec, calls
 from designer.validate import check_bool, check_layout_shape, per_head
 
 
@@ -57,19 +57,16 @@ def dilated_window(
 
 
 SPECS = (
-    PatternSpec(
+    generator_spec(
         "dilated_window",
         "Dilated window",
-        "generator",
         "d = row - col (|row - col|): d >= 0, d % dilation == 0, d // dilation < window_blocks",
         (
             blocks_param("window_blocks", 4, 1, "blocks in the window, per side if bidirectional"),
             blocks_param("dilation", 2, 1, "distance between window blocks"),
             causal_param(True),
         ),
-        random=False,
-        square_only=False,
-        build=calls(dilated_window),
+        dilated_window,
         order=30,
     ),
 )

@@ -6,8 +6,13 @@ import math
 
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, blocks_param, stack_heads
-from designer.patterns.specs import PatternSpec, calls
+from designer.patterns._common import (
+    block_grid,
+    blocks_check,
+    blocks_param,
+    generator_spec,
+    stack_heads,
+)
 from designer.validate import MAX_BLOCKS, check_int, check_layout_shape, per_head
 
 
@@ -72,10 +77,9 @@ def covering_image(n_blocks: int) -> tuple[int, int]:
 
 
 SPECS = (
-    PatternSpec(
+    generator_spec(
         "neighborhood_2d",
         "2-D neighbourhood (image)",
-        "generator",
         "image blocks within radius (Chebyshev, dilation apart) in a height x width grid",
         (
             blocks_param("height", 8, 1, "image height in blocks", per_head=False),
@@ -83,9 +87,7 @@ SPECS = (
             blocks_param("radius", 1, 0, "reach in blocks along each image axis"),
             blocks_param("dilation", 1, 1, "distance between neighbours"),
         ),
-        random=False,
-        square_only=False,
-        build=calls(neighborhood_2d),
+        neighborhood_2d,
         order=120,
     ),
 )

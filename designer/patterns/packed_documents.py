@@ -6,8 +6,8 @@ import itertools
 
 import torch
 
-from designer.patterns._common import block_grid, causal_param
-from designer.patterns.specs import ParamSpec, PatternSpec, calls
+from designer.patterns._common import block_grid, causal_param, generator_spec
+from designer.patterns.specs import ParamSpec
 from designer.validate import (
     MAX_BLOCKS,
     check_bool,
@@ -69,10 +69,9 @@ def covering_documents(n_blocks: int) -> list[int]:
 
 
 SPECS = (
-    PatternSpec(
+    generator_spec(
         "packed_documents",
         "Packed documents",
-        "generator",
         "doc(row) == doc(col), documents laid out from block 0",
         (
             ParamSpec(
@@ -85,9 +84,7 @@ SPECS = (
             ),
             causal_param(True),
         ),
-        random=False,
-        square_only=False,
-        build=calls(packed_documents),
+        packed_documents,
         order=100,
     ),
 )

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, blocks_param, stack_heads
-from designer.patterns.specs import PatternSpec, calls
+from designer.patterns._common import (
+    block_grid,
+    blocks_check,
+    blocks_param,
+    generator_spec,
+    stack_heads,
+)
 from designer.validate import check_layout_shape, per_head
 
 
@@ -33,15 +38,12 @@ def prefix_lm(
 
 
 SPECS = (
-    PatternSpec(
+    generator_spec(
         "prefix_lm",
         "Prefix LM",
-        "generator",
         "col <= row or col < prefix_blocks",
         (blocks_param("prefix_blocks", 2, 0, "blocks of the bidirectional prefix"),),
-        random=False,
-        square_only=False,
-        build=calls(prefix_lm),
+        prefix_lm,
         order=90,
     ),
 )

@@ -13,8 +13,9 @@ from designer.patterns._common import (
     blocks_check,
     blocks_param,
     causal_param,
+    generator_spec,
 )
-from designer.patterns.specs import ParamSpec, PatternSpec, calls
+from designer.patterns.specs import ParamSpec
 from designer.validate import check_bool, check_float, check_int, check_layout_shape, per_head
 
 
@@ -93,25 +94,21 @@ SEED = ParamSpec(
 )
 
 SPECS = (
-    PatternSpec(
+    generator_spec(
         "random_per_row",
         "Random (blocks per row)",
-        "generator",
         "in each row, the blocks_per_row allowed cells with the smallest seeded random keys",
         (
             SEED,
             blocks_param("blocks_per_row", 2, 0, "random key blocks in each query row"),
             causal_param(False, "draw only from col <= row"),
         ),
-        random=True,
-        square_only=False,
-        build=calls(random_blocks),
+        random_blocks,
         order=60,
     ),
-    PatternSpec(
+    generator_spec(
         "random_probability",
         "Random (probability)",
-        "generator",
         "each allowed cell active with the given probability (seeded)",
         (
             SEED,
@@ -126,9 +123,7 @@ SPECS = (
             ),
             causal_param(False, "draw only from col <= row"),
         ),
-        random=True,
-        square_only=False,
-        build=calls(random_blocks),
+        random_blocks,
         order=70,
     ),
 )

@@ -9,9 +9,9 @@ from designer.patterns._common import (
     blocks_check,
     blocks_param,
     causal_param,
+    generator_spec,
     stack_heads,
 )
-from designer.patterns.specs import PatternSpec, calls
 from designer.validate import check_bool, check_layout_shape, per_head
 
 
@@ -53,18 +53,15 @@ def sliding_window(
 
 
 SPECS = (
-    PatternSpec(
+    generator_spec(
         "sliding_window",
         "Sliding window",
-        "generator",
         "0 <= row - col < window_blocks (causal), |row - col| < window_blocks otherwise",
         (
             blocks_param("window_blocks", 4, 1, "blocks in the window, per side if bidirectional"),
             causal_param(True),
         ),
-        random=False,
-        square_only=False,
-        build=calls(sliding_window),
+        sliding_window,
         order=20,
     ),
 )

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, block_indices_param, causal_param
-from designer.patterns.specs import ParamSpec, PatternSpec, calls
+from designer.patterns._common import block_grid, block_indices_param, causal_param, generator_spec
+from designer.patterns.specs import ParamSpec
 from designer.validate import MAX_BLOCKS, check_bool, check_int_list, check_layout_shape
 
 
@@ -51,10 +51,9 @@ def vertical_slash(
 
 
 SPECS = (
-    PatternSpec(
+    generator_spec(
         "vertical_slash",
         "Vertical-slash",
-        "generator",
         "col in vertical_blocks or row - col in slash_offsets",
         (
             block_indices_param("vertical_blocks", "key blocks every query attends to"),
@@ -68,9 +67,7 @@ SPECS = (
             ),
             causal_param(True),
         ),
-        random=False,
-        square_only=False,
-        build=calls(vertical_slash),
+        vertical_slash,
         order=110,
     ),
 )
