@@ -1,6 +1,6 @@
 """Block-Sparse Attention Designer: ``streamlit run app.py``.
 
-Page setup, the session's state, then the views of ``designer/ui``, one tab each. Tabs run
+Page setup, the session's state, then the views of ``ui``, one tab each. Tabs run
 lazily: only the open one is computed.
 """
 

@@ -46,8 +46,9 @@ AUTOSAVE_DAYS = 30
 #: A temporary file this old is a crash's leftover, not a write in progress.
 ORPHAN_SECONDS = 600
 SUFFIX = ".pt"
-#: The design a new session opens on: 8 heads, 4096 tokens, blocks of 64, BigBird-style.
-DEFAULT_DESIGN_FILE = Path(__file__).resolve().parents[1] / "assets" / "default_design.json"
+#: The design a new session opens on: 8 heads, 4096 tokens, blocks of 64, BigBird-style. It is
+#: package data beside this module, so an installed package opens on it as a checkout does.
+DEFAULT_DESIGN_FILE = Path(__file__).resolve().parent / "default_design.json"
 
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
 #: Letters and digits of any script, ``_``, then also spaces and ``. + -``: safe as a file name.

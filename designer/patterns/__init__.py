@@ -1,6 +1,8 @@
 """The pattern library: DeepSpeed's ``SparsityConfig`` family and block-level generators.
 
-``PATTERNS`` and ``make_pattern`` (``registry.py``) name them all for the app and for recipes.
+A pattern lives in one module: its function and its ``SPECS`` (name, label, rule, parameters with
+defaults, ranges and help, builder). ``PATTERNS`` and ``make_pattern`` (``registry.py``, which
+finds the modules itself) name them all for the app and for recipes.
 Every generator takes the shape positionally, ``(n_heads, n_q_blocks, n_k_blocks)``, then
 keyword-only parameters (several may be one value per head), validates them all, and returns a
 compact ``torch.bool`` tensor ``[n_heads, n_q_blocks, n_k_blocks]``. With ``n_q_blocks !=

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, stack_heads
+from designer.patterns._common import (
+    block_grid,
+    blocks_check,
+    blocks_param,
+    generator_spec,
+    stack_heads,
+)
 from designer.validate import check_layout_shape, per_head
 
 
@@ -43,3 +49,18 @@ def attention_sinks(
         return (distance >= 0) & ((cols < sink) | (distance < window))
 
     return stack_heads(list(zip(sinks, windows, strict=True)), head)
+
+
+SPECS = (
+    generator_spec(
+        "attention_sinks",
+        "Attention sinks + window",
+        "col <= row and (col < sink_blocks or row - col < window_blocks)",
+        (
+            blocks_param("sink_blocks", 1, 0, "first key blocks every query keeps"),
+            blocks_param("window_blocks", 4, 1, "blocks in the causal window"),
+        ),
+        attention_sinks,
+        order=50,
+    ),
+)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, stack_heads
+from designer.patterns._common import (
+    block_grid,
+    blocks_check,
+    blocks_param,
+    causal_param,
+    generator_spec,
+    stack_heads,
+)
 from designer.validate import check_bool, check_layout_shape, per_head
 
 
@@ -40,3 +47,15 @@ def block_diagonal(
         return same_chunk & (cols <= rows) if causal else same_chunk
 
     return stack_heads(chunks, head)
+
+
+SPECS = (
+    generator_spec(
+        "block_diagonal",
+        "Block diagonal (chunks)",
+        "row // chunk_blocks == col // chunk_blocks",
+        (blocks_param("chunk_blocks", 4, 1, "blocks per chunk"), causal_param(False)),
+        block_diagonal,
+        order=80,
+    ),
+)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid
+from designer.patterns._common import block_grid, generator_spec
 from designer.validate import check_layout_shape
 
 
@@ -25,3 +25,15 @@ def causal(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> torch.Tensor:
     n_heads, n_q_blocks, n_k_blocks = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
     rows, cols = block_grid(n_q_blocks, n_k_blocks)
     return (cols <= rows).expand(n_heads, -1, -1).contiguous()
+
+
+SPECS = (
+    generator_spec(
+        "causal",
+        "Causal",
+        "col <= row",
+        (),
+        causal,
+        order=10,
+    ),
+)

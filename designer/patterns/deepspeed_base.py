@@ -1,4 +1,5 @@
-"""DeepSpeed's ``SparsityConfig`` base class, the dense config and the checks its subclasses share.
+"""DeepSpeed's ``SparsityConfig`` base class, the dense config, the checks its subclasses share,
+and what their registry entries share (the builder and the common parameters).
 
 These classes reproduce DeepSpeed's sparse-attention configs (removed from DeepSpeed in 2026) so
 that a layout designed here is the layout DeepSpeed users know: same names, parameters, defaults,
@@ -9,6 +10,12 @@ Where DeepSpeed crashed by accident (a zero global block count, an empty window 
 unidirectional draws), the same call raises a ``ValueError`` that says what to fix. Arguments that
 DeepSpeed misread or crashed on later (wrong types, negative sizes or indices, a zero pattern
 count) are refused when the config is built, after DeepSpeed's own checks.
+
+A registry entry builds its config with ``block=block_size`` and ``num_heads=n_heads`` and calls
+``make_layout(n_q_blocks * block_size)``. Random configs take a ``seed``: the builder seeds
+Python's global ``random`` with it, makes the layout and puts the caller's random state back, so
+the result equals DeepSpeed's after ``random.seed(seed)`` and nothing else in the process sees a
+different random stream.
 """
 
 from __future__ import annotations
@@ -20,7 +27,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from designer.validate import check_bool, check_int, check_int_list
+from designer.patterns._common import MAX_SEED
+from designer.patterns.specs import Builder, ParamSpec, PatternSpec
+from designer.validate import MAX_BLOCKS, check_bool, check_int, check_int_list
 
 ATTENTIONS = ("unidirectional", "bidirectional")
 
@@ -153,3 +162,111 @@ def set_window(head: torch.Tensor, window_blocks: int, causal: bool) -> None:
     distance = index.unsqueeze(1) - index.unsqueeze(0)
     reach = window_blocks // 2
     head[(distance >= 0) & (distance <= reach) if causal else distance.abs() <= reach] = 1
+
+
+# ------------------------------------------------------------------ shared by the registry entries
+def builds(config_class: type[SparsityConfig]) -> Builder:
+    """The registry's builder for ``config_class``: parameters in, ``bool [H, M, M]`` out."""
+
+    def build(
+        n_heads: int, n_q_blocks: int, _n_k_blocks: int, block_size: int, params: dict[str, Any]
+    ) -> torch.Tensor:
+        kwargs = dict(params)
+        seed = kwargs.pop("seed", None)
+        if kwargs.get("global_block_end_indices") == []:  # the registry's "no end indices"
+            kwargs["global_block_end_indices"] = None
+        _check_globals(kwargs, n_q_blocks)
+        # With one layout for all heads, DeepSpeed builds head 0 (all the draws) and copies it:
+        # build that one head and broadcast it as bool, not H int64 copies.
+        shared = not kwargs.get("different_layout_per_head", False)
+        config = config_class(num_heads=1 if shared else n_heads, block=block_size, **kwargs)
+        seq_len = n_q_blocks * block_size
+        state = random.getstate()
+        try:
+            if seed is not None:
+                random.seed(seed)
+            layout = config.make_layout(seq_len).bool()
+        finally:
+            if seed is not None:
+                random.setstate(state)
+        return layout.expand(n_heads, -1, -1) if shared else layout
+
+    return build
+
+
+def _check_globals(kwargs: dict[str, Any], n_blocks: int) -> None:
+    """Global block indices must name blocks of the layout, as ``global_tokens`` asks.
+
+    DeepSpeed ignores an index past the end silently, and its classes keep that (parity); here,
+    where a person types the indices, an index that does nothing is refused.
+    """
+    for name in ("global_block_indices", "global_block_end_indices"):
+        values = kwargs.get(name) or ()
+        limit = n_blocks if name == "global_block_indices" else n_blocks + 1
+        for i, value in enumerate(values):
+            if isinstance(value, int) and not 0 <= value < limit:
+                raise ValueError(
+                    f"{name}[{i}] must be in [0, {limit - 1}] (the layout has {n_blocks} blocks "
+                    f"per row), got {value}"
+                )
+
+
+def deepspeed_spec(
+    name: str,
+    label: str,
+    rule: str,
+    params: tuple[ParamSpec, ...],
+    config_class: type[SparsityConfig],
+    *,
+    order: int,
+) -> PatternSpec:
+    """The registry's entry for a DeepSpeed config: square layouts, random when it takes a seed."""
+    return PatternSpec(
+        name,
+        label,
+        "deepspeed",
+        rule,
+        params,
+        random=any(param.name == "seed" for param in params),
+        square_only=True,
+        build=builds(config_class),
+        order=order,
+    )
+
+
+def count_param(name: str, default: int, low: int, help: str) -> ParamSpec:
+    """A number of blocks in ``[low, MAX_BLOCKS]``."""
+    return ParamSpec(name, "int", default, low=low, high=MAX_BLOCKS, help=help)
+
+
+def indices_param(name: str, default: tuple[int, ...], help: str) -> ParamSpec:
+    """A list of block indices or sizes in ``[0, MAX_BLOCKS]``."""
+    return ParamSpec(name, "int_list", default, low=0, high=MAX_BLOCKS, help=help)
+
+
+def attention_param(default: str) -> ParamSpec:
+    """DeepSpeed's ``attention``: one of ``ATTENTIONS``."""
+    return ParamSpec("attention", "choice", default, choices=ATTENTIONS, help="causal or not")
+
+
+DIFFERENT = ParamSpec(
+    "different_layout_per_head", "bool", False, help="each head its own layout (else head 0's)"
+)
+HORIZONTAL = ParamSpec(
+    "horizontal_global_attention", "bool", False, help="global blocks also attend to everything"
+)
+SEED = ParamSpec("seed", "int", 0, low=0, high=MAX_SEED, help="seed for Python's random")
+WINDOW = count_param("num_sliding_window_blocks", 3, 0, "window width (even W acts as W + 1)")
+GLOBAL_STARTS = indices_param("global_block_indices", (0,), "global block indices (span starts)")
+GLOBAL_ENDS = indices_param("global_block_end_indices", (), "span ends, exclusive (empty: single)")
+
+SPECS = (
+    deepspeed_spec(
+        "deepspeed_dense",
+        "DeepSpeed Dense",
+        "all blocks",
+        (DIFFERENT,),
+        DenseSparsityConfig,
+        order=200,
+    ),
+)

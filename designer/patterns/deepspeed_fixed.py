@@ -8,7 +8,16 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns.deepspeed_base import SparsityConfig, check_attention, check_horizontal
+from designer.patterns.deepspeed_base import (
+    DIFFERENT,
+    HORIZONTAL,
+    SparsityConfig,
+    attention_param,
+    check_attention,
+    check_horizontal,
+    count_param,
+    deepspeed_spec,
+)
 from designer.validate import check_int
 
 
@@ -114,3 +123,22 @@ class FixedSparsityConfig(SparsityConfig):
             self.set_local_layout(h, layout)
             self.set_global_layout(h, layout)
         return self.check_and_propagate_first_head_layout(layout)
+
+
+SPECS = (
+    deepspeed_spec(
+        "deepspeed_fixed",
+        "DeepSpeed Fixed",
+        "local windows of L blocks; the last G blocks of each window are global columns",
+        (
+            DIFFERENT,
+            count_param("num_local_blocks", 4, 1, "blocks per local window (L)"),
+            count_param("num_global_blocks", 1, 1, "global blocks per window (G, divides L)"),
+            attention_param("bidirectional"),
+            HORIZONTAL,
+            count_param("num_different_global_patterns", 1, 1, "global patterns over heads"),
+        ),
+        FixedSparsityConfig,
+        order=210,
+    ),
+)

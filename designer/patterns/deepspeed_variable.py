@@ -8,12 +8,21 @@ from collections.abc import Sequence
 import torch
 
 from designer.patterns.deepspeed_base import (
+    DIFFERENT,
+    GLOBAL_ENDS,
+    GLOBAL_STARTS,
+    HORIZONTAL,
+    SEED,
     SparsityConfig,
+    attention_param,
     check_attention,
     check_fits,
     check_global_spans,
     check_horizontal,
+    count_param,
+    deepspeed_spec,
     global_spans,
+    indices_param,
     set_random_rows,
 )
 from designer.validate import check_int, check_int_list
@@ -114,3 +123,24 @@ class VariableSparsityConfig(SparsityConfig):
             self.set_local_layout(h, layout)
             self.set_global_layout(h, layout)
         return self.check_and_propagate_first_head_layout(layout)
+
+
+SPECS = (
+    deepspeed_spec(
+        "deepspeed_variable",
+        "DeepSpeed Variable",
+        "random blocks + local windows of listed sizes + chosen global blocks",
+        (
+            DIFFERENT,
+            count_param("num_random_blocks", 0, 0, "random blocks per row"),
+            indices_param("local_window_blocks", (4,), "window sizes; the last one repeats"),
+            GLOBAL_STARTS,
+            GLOBAL_ENDS,
+            attention_param("bidirectional"),
+            HORIZONTAL,
+            SEED,
+        ),
+        VariableSparsityConfig,
+        order=220,
+    ),
+)

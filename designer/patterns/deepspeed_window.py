@@ -13,10 +13,18 @@ from collections.abc import Sequence
 import torch
 
 from designer.patterns.deepspeed_base import (
+    DIFFERENT,
+    GLOBAL_ENDS,
+    GLOBAL_STARTS,
+    SEED,
+    WINDOW,
     SparsityConfig,
+    attention_param,
     check_attention,
     check_fits,
     check_global_spans,
+    count_param,
+    deepspeed_spec,
     global_spans,
     set_random_rows,
     set_window,
@@ -194,3 +202,38 @@ class LocalSlidingWindowSparsityConfig(SparsityConfig):
         for h in range(self.num_layout_heads):
             self.set_sliding_window_layout(h, layout)
         return self.check_and_propagate_first_head_layout(layout)
+
+
+SPECS = (
+    deepspeed_spec(
+        "deepspeed_bigbird",
+        "DeepSpeed BigBird",
+        "random blocks + sliding window + the first G rows and columns",
+        (
+            DIFFERENT,
+            count_param("num_random_blocks", 1, 0, "random blocks per row"),
+            WINDOW,
+            count_param("num_global_blocks", 1, 0, "global blocks from index 0"),
+            attention_param("bidirectional"),
+            SEED,
+        ),
+        BigBirdSparsityConfig,
+        order=230,
+    ),
+    deepspeed_spec(
+        "deepspeed_longformer",
+        "DeepSpeed BSLongformer",
+        "sliding window + global rows and columns",
+        (DIFFERENT, WINDOW, GLOBAL_STARTS, GLOBAL_ENDS, attention_param("bidirectional")),
+        BSLongformerSparsityConfig,
+        order=240,
+    ),
+    deepspeed_spec(
+        "deepspeed_local_sliding_window",
+        "DeepSpeed LocalSlidingWindow",
+        "row r sees [r - W // 2, r] (unidirectional) or [r - W // 2, r + W // 2]",
+        (WINDOW, attention_param("unidirectional")),
+        LocalSlidingWindowSparsityConfig,
+        order=250,
+    ),
+)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, stack_heads
+from designer.patterns._common import (
+    block_grid,
+    blocks_check,
+    blocks_param,
+    causal_param,
+    generator_spec,
+    stack_heads,
+)
 from designer.validate import check_bool, check_layout_shape, per_head
 
 
@@ -47,3 +54,19 @@ def dilated_window(
         return (distance >= 0) & (distance % step == 0) & (distance // step < window)
 
     return stack_heads(list(zip(windows, dilations, strict=True)), head)
+
+
+SPECS = (
+    generator_spec(
+        "dilated_window",
+        "Dilated window",
+        "d = row - col (|row - col|): d >= 0, d % dilation == 0, d // dilation < window_blocks",
+        (
+            blocks_param("window_blocks", 4, 1, "blocks in the window, per side if bidirectional"),
+            blocks_param("dilation", 2, 1, "distance between window blocks"),
+            causal_param(True),
+        ),
+        dilated_window,
+        order=30,
+    ),
+)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from designer.patterns._common import block_indices_param, generator_spec
+from designer.patterns.specs import ParamSpec
 from designer.validate import check_bool, check_int_list, check_layout_shape
 
 
@@ -46,3 +48,19 @@ def global_tokens(
     if columns:
         blocks[:, indices] = True
     return blocks.expand(n_heads, -1, -1).contiguous()
+
+
+SPECS = (
+    generator_spec(
+        "global_tokens",
+        "Global tokens",
+        "row in global_blocks (rows) or col in global_blocks (columns)",
+        (
+            block_indices_param("global_blocks", "indices of the global blocks"),
+            ParamSpec("rows", "bool", True, help="global blocks attend to everything"),
+            ParamSpec("columns", "bool", True, help="everything attends to global blocks"),
+        ),
+        global_tokens,
+        order=40,
+    ),
+)

@@ -6,7 +6,13 @@ import math
 
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, stack_heads
+from designer.patterns._common import (
+    block_grid,
+    blocks_check,
+    blocks_param,
+    generator_spec,
+    stack_heads,
+)
 from designer.validate import MAX_BLOCKS, check_int, check_layout_shape, per_head
 
 
@@ -68,3 +74,20 @@ def covering_image(n_blocks: int) -> tuple[int, int]:
     n_blocks = check_int("n_blocks", n_blocks, low=1, high=MAX_BLOCKS)
     height = next(h for h in range(math.isqrt(n_blocks), 0, -1) if n_blocks % h == 0)
     return height, n_blocks // height
+
+
+SPECS = (
+    generator_spec(
+        "neighborhood_2d",
+        "2-D neighbourhood (image)",
+        "image blocks within radius (Chebyshev, dilation apart) in a height x width grid",
+        (
+            blocks_param("height", 8, 1, "image height in blocks", per_head=False),
+            blocks_param("width", 8, 1, "image width in blocks", per_head=False),
+            blocks_param("radius", 1, 0, "reach in blocks along each image axis"),
+            blocks_param("dilation", 1, 1, "distance between neighbours"),
+        ),
+        neighborhood_2d,
+        order=120,
+    ),
+)

@@ -6,7 +6,8 @@ import itertools
 
 import torch
 
-from designer.patterns._common import block_grid
+from designer.patterns._common import block_grid, causal_param, generator_spec
+from designer.patterns.specs import ParamSpec
 from designer.validate import (
     MAX_BLOCKS,
     check_bool,
@@ -65,3 +66,25 @@ def covering_documents(n_blocks: int) -> list[int]:
     n_blocks = check_int("n_blocks", n_blocks, low=1, high=MAX_BLOCKS)
     first = n_blocks * 3 // 8
     return [first, n_blocks - first] if first else [n_blocks]
+
+
+SPECS = (
+    generator_spec(
+        "packed_documents",
+        "Packed documents",
+        "doc(row) == doc(col), documents laid out from block 0",
+        (
+            ParamSpec(
+                "doc_blocks",
+                "int_list",
+                (24, 40),
+                low=1,
+                high=MAX_BLOCKS,
+                help="length of each document in blocks",
+            ),
+            causal_param(True),
+        ),
+        packed_documents,
+        order=100,
+    ),
+)

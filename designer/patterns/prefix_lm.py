@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, stack_heads
+from designer.patterns._common import (
+    block_grid,
+    blocks_check,
+    blocks_param,
+    generator_spec,
+    stack_heads,
+)
 from designer.validate import check_layout_shape, per_head
 
 
@@ -29,3 +35,15 @@ def prefix_lm(
     prefixes = per_head("prefix_blocks", prefix_blocks, n_heads, blocks_check(0))
     rows, cols = block_grid(n_q_blocks, n_k_blocks)
     return stack_heads(prefixes, lambda prefix: (cols <= rows) | (cols < prefix))
+
+
+SPECS = (
+    generator_spec(
+        "prefix_lm",
+        "Prefix LM",
+        "col <= row or col < prefix_blocks",
+        (blocks_param("prefix_blocks", 2, 0, "blocks of the bidirectional prefix"),),
+        prefix_lm,
+        order=90,
+    ),
+)

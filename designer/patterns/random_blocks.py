@@ -7,11 +7,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from designer.patterns._common import block_grid, blocks_check
+from designer.patterns._common import (
+    MAX_SEED,
+    block_grid,
+    blocks_check,
+    blocks_param,
+    causal_param,
+    generator_spec,
+)
+from designer.patterns.specs import ParamSpec
 from designer.validate import check_bool, check_float, check_int, check_layout_shape, per_head
-
-#: Seeds are non-negative 63-bit integers (what a JSON recipe and numpy both hold exactly).
-MAX_SEED = (1 << 63) - 1
 
 
 def random_blocks(
@@ -82,3 +87,43 @@ def _check_seed(name: str, value: Any) -> int:
 
 def _check_probability(name: str, value: Any) -> float:
     return check_float(name, value, low=0.0, high=1.0)
+
+
+SEED = ParamSpec(
+    "seed", "int", 0, low=0, high=MAX_SEED, per_head=True, help="one seed, or one per head"
+)
+
+SPECS = (
+    generator_spec(
+        "random_per_row",
+        "Random (blocks per row)",
+        "in each row, the blocks_per_row allowed cells with the smallest seeded random keys",
+        (
+            SEED,
+            blocks_param("blocks_per_row", 2, 0, "random key blocks in each query row"),
+            causal_param(False, "draw only from col <= row"),
+        ),
+        random_blocks,
+        order=60,
+    ),
+    generator_spec(
+        "random_probability",
+        "Random (probability)",
+        "each allowed cell active with the given probability (seeded)",
+        (
+            SEED,
+            ParamSpec(
+                "probability",
+                "float",
+                0.1,
+                low=0.0,
+                high=1.0,
+                per_head=True,
+                help="chance that a block is active",
+            ),
+            causal_param(False, "draw only from col <= row"),
+        ),
+        random_blocks,
+        order=70,
+    ),
+)

@@ -1,8 +1,11 @@
 """The pattern registry: every pattern the app and recipes can make, by name, with its parameters.
 
-``PATTERNS`` maps a name to its ``PatternSpec`` (what the app turns into widgets); ``make_pattern``
-checks a name and parameters and returns the ``Layout``. Random patterns take a ``seed``, so a
-recipe that stores it regenerates the same layout.
+Each module of this package holds its patterns whole: the function and, in ``SPECS``, each
+pattern's name, label, rule, parameters (defaults, ranges, help) and builder. The registry finds
+the modules itself, so adding a pattern is adding one module; modules whose names start with
+``_`` hold helpers. ``PATTERNS`` maps a name to its ``PatternSpec`` (what the app turns into
+widgets) in the specs' ``order``; ``make_pattern`` checks a name and parameters and returns the
+``Layout``. Random patterns take a ``seed``, so a recipe that stores it regenerates the same layout.
 
 >>> make_pattern("sliding_window", 2, 8, 8, 64, {"window_blocks": [2, 4]}).shape
 (2, 8, 8)
@@ -10,19 +13,48 @@ recipe that stores it regenerates the same layout.
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from designer.layout import MAX_BLOCK_SIZE, Layout
-from designer.patterns.catalog_deepspeed import DEEPSPEED
-from designer.patterns.catalog_generators import GENERATORS
 from designer.patterns.specs import ParamSpec, PatternSpec
 from designer.validate import check_choice, check_int, check_layout_shape
 
 __all__ = ["PATTERNS", "ParamSpec", "PatternSpec", "make_pattern"]
 
-PATTERNS: dict[str, PatternSpec] = {spec.name: spec for spec, _ in GENERATORS + DEEPSPEED}
-_BUILDERS = {spec.name: build for spec, build in GENERATORS + DEEPSPEED}
+#: The modules of this package that hold no patterns of their own.
+NOT_PATTERNS = ("registry", "specs")
+
+
+def collect_specs(package: str, folder: Path) -> dict[str, PatternSpec]:
+    """Every ``SPECS`` entry of the modules in ``folder`` (package ``package``), by name, in order.
+
+    Raises ``ImportError`` for a module that declares no ``SPECS`` (a pattern that would be
+    missing from the app without a word) and ``ValueError`` for two patterns with one name or
+    one order.
+    """
+    specs: list[PatternSpec] = []
+    for module in pkgutil.iter_modules([str(folder)]):
+        if module.name.startswith("_") or module.name in NOT_PATTERNS:
+            continue
+        declared = getattr(importlib.import_module(f"{package}.{module.name}"), "SPECS", None)
+        if not declared or not all(isinstance(spec, PatternSpec) for spec in declared):
+            raise ImportError(
+                f"{package}.{module.name} must declare SPECS, a tuple of PatternSpec "
+                "(a helper module's name starts with '_')"
+            )
+        specs.extend(declared)
+    for key in ("name", "order"):
+        values = [getattr(spec, key) for spec in specs]
+        if repeated := sorted({str(v) for v in values if values.count(v) > 1}):
+            raise ValueError(f"patterns must have distinct {key}s, repeated: {repeated}")
+    return {spec.name: spec for spec in sorted(specs, key=lambda spec: spec.order)}
+
+
+PATTERNS: dict[str, PatternSpec] = collect_specs(__package__, Path(__file__).parent)
 
 
 def make_pattern(
@@ -59,5 +91,5 @@ def make_pattern(
         param.name: param.check(params.get(param.name, param.default), n_heads)
         for param in spec.params
     }
-    blocks = _BUILDERS[name](n_heads, n_q_blocks, n_k_blocks, block_size, values)
+    blocks = spec.build(n_heads, n_q_blocks, n_k_blocks, block_size, values)
     return Layout(blocks, block_size)

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, blocks_check, stack_heads
+from designer.patterns._common import (
+    block_grid,
+    blocks_check,
+    blocks_param,
+    causal_param,
+    generator_spec,
+    stack_heads,
+)
 from designer.validate import check_bool, check_layout_shape, per_head
 
 
@@ -43,3 +50,18 @@ def sliding_window(
         return distance.abs() < window
 
     return stack_heads(windows, head)
+
+
+SPECS = (
+    generator_spec(
+        "sliding_window",
+        "Sliding window",
+        "0 <= row - col < window_blocks (causal), |row - col| < window_blocks otherwise",
+        (
+            blocks_param("window_blocks", 4, 1, "blocks in the window, per side if bidirectional"),
+            causal_param(True),
+        ),
+        sliding_window,
+        order=20,
+    ),
+)

@@ -1,15 +1,19 @@
-"""What a pattern's parameters are, as values the app turns into widgets and the registry checks.
+"""What a pattern is, as values: its parameters (the app's widgets, the registry's checks) and
+the call that builds it.
 
-``registry.py`` re-exports these two classes; they live here so the catalogue modules can build
-specs without importing the registry that collects them.
+Each pattern module declares its ``SPECS`` with these classes; ``registry.py`` collects them and
+re-exports the classes. They live apart from the registry so that a pattern module can build its
+specs without importing the registry that imports it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import torch
 
 from designer.validate import (
     check_bool,
@@ -22,6 +26,15 @@ from designer.validate import (
 
 PARAM_KINDS = ("int", "float", "bool", "choice", "int_list")
 FAMILIES = ("generator", "deepspeed")
+
+#: Makes a pattern: ``(n_heads, n_q_blocks, n_k_blocks, block_size, params) -> [H, M, N]``, with
+#: ``params`` every parameter of the spec, already checked.
+Builder = Callable[[int, int, int, int, dict[str, Any]], torch.Tensor]
+
+
+def calls(generator: Callable[..., torch.Tensor]) -> Builder:
+    """A builder passing the parameters to ``generator`` as keywords (block size unused)."""
+    return lambda n_heads, n_q, n_k, _block_size, params: generator(n_heads, n_q, n_k, **params)
 
 
 @dataclass(frozen=True)
@@ -75,10 +88,12 @@ class ParamSpec:
 
 @dataclass(frozen=True)
 class PatternSpec:
-    """A pattern the registry can make: its key, names, one-line rule and parameters.
+    """A pattern the registry can make: its key, names, one-line rule, parameters and builder.
 
     ``random`` patterns take a ``seed`` parameter; ``square_only`` ones need
-    ``n_q_blocks == n_k_blocks`` (DeepSpeed configs build square layouts).
+    ``n_q_blocks == n_k_blocks`` (DeepSpeed configs build square layouts). ``order`` places the
+    pattern in the registry, so in menus and in messages that list the names (ascending:
+    generators from 10, DeepSpeed's configs from 200, in steps of 10 to leave room).
     """
 
     name: str
@@ -88,9 +103,12 @@ class PatternSpec:
     params: tuple[ParamSpec, ...]
     random: bool
     square_only: bool
+    build: Builder = field(kw_only=True, compare=False, repr=False)
+    order: int = field(kw_only=True)
 
     def __post_init__(self) -> None:
         check_choice(f"family of pattern {self.name!r}", self.family, FAMILIES)
+        check_int(f"order of pattern {self.name!r}", self.order, low=0)
         names = [param.name for param in self.params]
         if len(set(names)) != len(names):
             raise ValueError(f"pattern {self.name!r} has repeated parameter names {names}")

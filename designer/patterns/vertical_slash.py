@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid
-from designer.validate import check_bool, check_int_list, check_layout_shape
+from designer.patterns._common import block_grid, block_indices_param, causal_param, generator_spec
+from designer.patterns.specs import ParamSpec
+from designer.validate import MAX_BLOCKS, check_bool, check_int_list, check_layout_shape
 
 
 def vertical_slash(
@@ -47,3 +48,26 @@ def vertical_slash(
     if causal:
         blocks &= cols <= rows
     return blocks.expand(n_heads, -1, -1).contiguous()
+
+
+SPECS = (
+    generator_spec(
+        "vertical_slash",
+        "Vertical-slash",
+        "col in vertical_blocks or row - col in slash_offsets",
+        (
+            block_indices_param("vertical_blocks", "key blocks every query attends to"),
+            ParamSpec(
+                "slash_offsets",
+                "int_list",
+                (0,),
+                low=1 - MAX_BLOCKS,
+                high=MAX_BLOCKS - 1,
+                help="diagonals as row - col (0: main diagonal)",
+            ),
+            causal_param(True),
+        ),
+        vertical_slash,
+        order=110,
+    ),
+)

@@ -7,8 +7,10 @@ Runs live in the data directory, beside the design library (``DesignStore.root``
 one benchmark document per file (``gpu.bench`` JSON plus the panel's keys), keyed by the design's
 digest (every block, block size, start width: ``design_digest``): a design's runs come back
 whenever that exact layout is open, under any name and in any session. Files are written
-atomically. The committed results are ``benchmarks/results/*.json``. Unreadable files are
-reported, never fatal.
+atomically. The committed results are ``benchmarks/results/*.json`` of the repository: a
+checkout finds them beside its packages; an installed package carries none (``benchmarks/`` is
+not package data), so ``RESULTS_DIR`` is None there and there are no committed results to show.
+Unreadable files are reported, never fatal.
 """
 
 from __future__ import annotations
@@ -23,7 +25,10 @@ from typing import Any
 from designer.fileio import atomic_write
 from gpu.bench.results import document_bytes, document_label, read_document
 
-RESULTS_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "results"
+_ROOT = Path(__file__).resolve().parents[2]
+#: The checkout's committed results (a checkout: the folder holding ``pyproject.toml``), or None
+#: when the package is installed.
+RESULTS_DIR = _ROOT / "benchmarks" / "results" if (_ROOT / "pyproject.toml").is_file() else None
 #: Larger files are not read (a sweep of every standard case is well under 1 MiB).
 MAX_DOCUMENT_BYTES = 32 << 20
 _DIGEST = re.compile(r"[0-9a-f]{32}")
@@ -59,9 +64,12 @@ def read_documents(paths: list[Path]) -> tuple[list[StoredDocument], list[str]]:
 
 def committed_results(results_dir: Path | None = None) -> tuple[list[StoredDocument], list[str]]:
     """The committed ``benchmarks/results/*.json`` (or ``results_dir``'s), newest first, and a
-    line per unreadable file. ``app-*.json`` are the panel check's summaries, not benchmark
-    documents, and are left out."""
-    paths = sorted(Path(results_dir or RESULTS_DIR).glob("*.json"))
+    line per unreadable file; none in an installed package. ``app-*.json`` are the panel check's
+    summaries, not benchmark documents, and are left out."""
+    folder = results_dir or RESULTS_DIR
+    if folder is None:
+        return [], []
+    paths = sorted(Path(folder).glob("*.json"))
     return read_documents([p for p in paths if not p.name.startswith(CHECK_SUMMARY_PREFIX)])
 
 

@@ -23,7 +23,12 @@ from designer.formats import (
     save_design,
 )
 from designer.layout import Layout
-from designer.storage import DATA_DIR_ENV, DesignStore, load_default_design
+from designer.storage import (
+    DATA_DIR_ENV,
+    DEFAULT_DESIGN_FILE,
+    DesignStore,
+    load_default_design,
+)
 from ui import keys
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -203,7 +208,7 @@ def test_upload_a_bare_deepspeed_tensor_with_its_block_size(data_dir):
 
 
 def test_upload_a_json_recipe(data_dir):
-    text = (Path(__file__).resolve().parents[2] / "assets" / "default_design.json").read_text()
+    text = DEFAULT_DESIGN_FILE.read_text()
     recipe = json.loads(text)
     recipe["name"] = "from json"
     at = upload(open_app(tab="Files"), "r.json", json.dumps(recipe).encode())

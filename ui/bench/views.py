@@ -13,6 +13,7 @@ import streamlit as st
 
 from designer.analysis import design_digest
 from designer.design import Design
+from gpu.bench import store as bench_store
 from gpu.bench.results import (
     case_label,
     document_bytes,
@@ -181,7 +182,12 @@ def stored_ui(run_store: RunStore, current: Design) -> None:
     for line in unreadable:
         st.warning(f"Skipped a results file: {line}", icon="⚠️")
     if not committed:
-        st.caption("No results are committed under benchmarks/results yet.")
+        st.caption(
+            "No results are committed under benchmarks/results yet."
+            if bench_store.RESULTS_DIR is not None
+            else "This installed package carries no committed results: they are the JSON files "
+            "of benchmarks/results in the repository (run the app from a checkout to see them)."
+        )
         return
     _pick_and_show(committed, keys.GPU_COMMITTED_PICK, current.effective_start_width, "committed")
 

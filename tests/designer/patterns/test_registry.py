@@ -1,5 +1,9 @@
+import dataclasses
+import hashlib
+import json
 import random
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -7,6 +11,11 @@ import torch
 from designer import patterns
 from designer.layout import Layout
 from designer.patterns import PATTERNS, make_pattern
+from designer.patterns.registry import collect_specs
+
+#: Every pattern's spec and a hash of its default layout at four shapes (block 32), as they were
+#: when the specs lived in catalogue modules (commit 0d49d73): the move changed no pattern.
+REGISTERED = json.loads((Path(__file__).parent / "registered_patterns.json").read_text())
 
 GENERATOR_NAMES = [name for name, spec in PATTERNS.items() if spec.family == "generator"]
 DEEPSPEED_NAMES = [name for name, spec in PATTERNS.items() if spec.family == "deepspeed"]
@@ -205,3 +214,102 @@ def test_int_bounds_of_each_spec_are_the_bounds_the_pattern_accepts(name):
 def test_errors(args, error, message):
     with pytest.raises(error, match=message):
         make_pattern(*args)
+
+
+def _digest(blocks):
+    header = f"{blocks.dtype} {list(blocks.shape)}".encode()
+    return hashlib.sha256(header + blocks.contiguous().numpy().tobytes()).hexdigest()
+
+
+def test_the_registry_holds_the_patterns_it_held_in_their_order():
+    assert list(PATTERNS) == list(REGISTERED)
+
+
+@pytest.mark.parametrize("name", REGISTERED)
+def test_every_spec_and_default_layout_is_what_it_was(name):
+    spec = PATTERNS[name]
+    described = {
+        "label": spec.label,
+        "family": spec.family,
+        "description": spec.description,
+        "random": spec.random,
+        "square_only": spec.square_only,
+        "params": [dataclasses.asdict(param) for param in spec.params],
+    }
+    expected = dict(REGISTERED[name])
+    layouts = expected.pop("layouts")
+    assert json.loads(json.dumps(described)) == expected
+    for shape, digest in layouts.items():
+        blocks = make_pattern(name, *map(int, shape.split("x")), 32, {}).blocks
+        assert _digest(blocks) == digest, shape
+
+
+def _package(tmp_path, monkeypatch, modules):
+    """A package of ``modules`` (name -> source) on the import path: its name and folder.
+
+    The name is the test's own, so no test finds another's modules already imported.
+    """
+    package = "patterns_" + re.sub(r"\W", "_", tmp_path.name)
+    folder = tmp_path / package
+    folder.mkdir()
+    (folder / "__init__.py").write_text("")
+    for name, source in modules.items():
+        (folder / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return package, folder
+
+
+SPEC_SOURCE = """
+from designer.patterns import causal
+from designer.patterns.specs import PatternSpec, calls
+SPECS = (PatternSpec({name!r}, "P", "generator", "col <= row", (), False, False,
+                     build=calls(causal), order={order}),)
+"""
+
+
+def test_collecting_finds_every_module_and_orders_by_order(tmp_path, monkeypatch):
+    package, folder = _package(
+        tmp_path,
+        monkeypatch,
+        {
+            "first": SPEC_SOURCE.format(name="late", order=20),
+            "second": SPEC_SOURCE.format(name="early", order=10),
+            "_helpers": "VALUE = 1",
+        },
+    )
+    assert list(collect_specs(package, folder)) == ["early", "late"]
+
+
+@pytest.mark.parametrize(
+    ("modules", "error", "message"),
+    [
+        (
+            {"forgotten": "def pattern(): pass"},
+            ImportError,
+            r"\.forgotten must declare SPECS, a tuple of PatternSpec",
+        ),
+        ({"wrong": "SPECS = ('causal',)"}, ImportError, r"\.wrong must declare SPECS"),
+        (
+            {
+                "one": SPEC_SOURCE.format(name="same", order=10),
+                "two": SPEC_SOURCE.format(name="same", order=20),
+            },
+            ValueError,
+            r"patterns must have distinct names, repeated: \['same'\]",
+        ),
+        (
+            {
+                "one": SPEC_SOURCE.format(name="a", order=10),
+                "two": SPEC_SOURCE.format(name="b", order=10),
+            },
+            ValueError,
+            r"patterns must have distinct orders, repeated: \['10'\]",
+        ),
+    ],
+)
+def test_collecting_refuses_a_module_without_specs_and_repeats(
+    tmp_path, monkeypatch, modules, error, message
+):
+    package, folder = _package(tmp_path, monkeypatch, modules)
+    with pytest.raises(error, match=message):
+        collect_specs(package, folder)

@@ -1,6 +1,10 @@
 import pytest
 
-from designer.patterns import ParamSpec, PatternSpec
+from designer.patterns import ParamSpec, PatternSpec, causal
+from designer.patterns.specs import calls
+
+#: What a spec needs beyond its description: a builder and a place in the registry.
+ENTRY = {"build": calls(causal), "order": 10}
 
 
 def test_param_check_per_kind():
@@ -54,7 +58,7 @@ def test_param_spec_checks_itself(kwargs, message):
 
 def test_pattern_spec_finds_its_parameters():
     window = ParamSpec("window", "int", 1)
-    spec = PatternSpec("p", "P", "generator", "rule", (window,), False, False)
+    spec = PatternSpec("p", "P", "generator", "rule", (window,), False, False, **ENTRY)
     assert spec.param("window") is window
     with pytest.raises(ValueError, match=r"pattern 'p' has no parameter 'size'; allowed: window"):
         spec.param("size")
@@ -72,4 +76,11 @@ def test_pattern_spec_finds_its_parameters():
 def test_pattern_spec_checks_itself(args, message):
     family, params, is_random = args
     with pytest.raises(ValueError, match=message):
-        PatternSpec("p", "P", family, "rule", params, is_random, False)
+        PatternSpec("p", "P", family, "rule", params, is_random, False, **ENTRY)
+
+
+def test_pattern_spec_checks_its_order_and_builds():
+    with pytest.raises(ValueError, match=r"order of pattern 'p' must be >= 0, got -1"):
+        PatternSpec("p", "P", "generator", "rule", (), False, False, **{**ENTRY, "order": -1})
+    spec = PatternSpec("p", "P", "generator", "rule", (), False, False, **ENTRY)
+    assert spec.build(2, 3, 4, 16, {}).tolist() == causal(2, 3, 4).tolist()
