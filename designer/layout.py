@@ -4,7 +4,9 @@ A layout is a ``[H, M, N]`` 0/1 grid (heads, query blocks, key blocks) plus ``bl
 number of tokens on each side of a block, so ``seq_len_q = M * block_size`` and
 ``seq_len_k = N * block_size``. ``M != N`` is allowed (cross-attention). Query rows run top to
 bottom, keys left to right; causal attention lives on and below the diagonal (``col <= row``),
-aligned at the top-left corner as in ``q_idx >= k_idx``.
+aligned at the top-left corner as in ``q_idx >= k_idx``. Where a layout is run at other lengths
+(``Sq != Sk``, a partial last block), causal can also align at the bottom-right corner, as in
+FlashAttention >= 2.1 and KV-cache prefill: ``causal_offset`` says how.
 
 Layouts are immutable values: every operation returns a new one, so an editor can keep an undo
 history by reference and the app can cache on them.
@@ -22,6 +24,18 @@ from designer.validate import as_block_tensor, check_int, check_int_list, check_
 
 #: Block sizes a layout may use (tokens per block side).
 MAX_BLOCK_SIZE = 4096
+#: Where causal attention is anchored: ``k_idx <= q_idx`` or ``k_idx <= q_idx + Sk - Sq``.
+CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
+
+
+def causal_offset(causal_alignment: str, seq_q: int, seq_k: int) -> int:
+    """The ``d`` of the causal rule ``k_idx <= q_idx + d`` at these lengths: 0 for ``top_left``,
+    ``seq_k - seq_q`` for ``bottom_right`` (already checked to be one of ``CAUSAL_ALIGNMENTS``).
+
+    >>> causal_offset("top_left", 3, 5), causal_offset("bottom_right", 3, 5)
+    (0, 2)
+    """
+    return seq_k - seq_q if causal_alignment == "bottom_right" else 0
 
 
 @dataclass(frozen=True)

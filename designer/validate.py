@@ -222,6 +222,19 @@ def as_block_tensor(
     return tensor.contiguous().clone()
 
 
+def token_length(label: str, value: int | None, n_blocks: int, block_size: int) -> int:
+    """``value`` (default: whole blocks) if ``n_blocks`` blocks cover it with a partial last block
+    at most; ``label`` names it in the error.
+
+    >>> token_length("seq_q", None, 4, 64), token_length("seq_q", 200, 4, 64)
+    (256, 200)
+    """
+    whole = n_blocks * block_size
+    if value is None:
+        return whole
+    return check_int(label, value, low=whole - block_size + 1, high=whole)
+
+
 def _range_text(low: float | None, high: float | None) -> str:
     """``in [1, 64]``, ``>= 1`` or ``<= 5``: what follows "must be" in a range message."""
     if low is not None and high is not None:

@@ -4,8 +4,9 @@
 registry, so ``LlamaForCausalLM(config)`` with ``config._attn_implementation = name`` (or
 ``from_pretrained(..., attn_implementation=name)``) runs every attention layer through it;
 ``register_flex_attention`` does the same with ``flex_attention`` and the design's exported
-``BlockMask``, for comparison. Both take q ``[B, Hq, S, D]`` and k, v ``[B, Hkv, S, D]`` as the
-model gives them (GQA read natively: k and v are never repeated) and return ``[B, S, Hq, D]``.
+``BlockMask``, for comparison, on any Flex backend (``kernel_options={"BACKEND": "FLASH"}``
+for FA4). Both take q ``[B, Hq, S, D]`` and k, v ``[B, Hkv, S, D]`` as the model gives them
+(GQA read natively: k and v are never repeated) and return ``[B, S, Hq, D]``.
 
 What a design cannot express is refused with a ``ValueError``, never approximated:
 
@@ -27,6 +28,7 @@ function here is called.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from collections.abc import Callable
@@ -71,7 +73,12 @@ def register_attention(name: str, design: DesignSource, *, impl: str = "fused") 
 
 
 def register_flex_attention(
-    name: str, design: DesignSource, *, compiled: bool = True, dtype: torch.dtype | None = None
+    name: str,
+    design: DesignSource,
+    *,
+    compiled: bool = True,
+    dtype: torch.dtype | None = None,
+    kernel_options: dict[str, Any] | None = None,
 ) -> str:
     """Register ``design`` on ``flex_attention`` with ``designer.formats.to_block_mask``'s
     ``BlockMask`` (one per device) as attention implementation ``name``.
@@ -79,10 +86,16 @@ def register_flex_attention(
     ``compiled`` runs ``torch.compile(flex_attention)`` (the fast GPU path); eager Flex applies
     only the mask's ``mask_mod`` and has no backward on the CPU. ``dtype`` computes attention
     in that dtype instead (float32 measures what bf16 rounding in attention costs a model).
+    ``kernel_options`` go to every ``flex_attention`` call: ``{"BACKEND": "FLASH"}`` runs
+    FlexAttention's FA4 backend (compiled, with ``flash-attn-4`` installed; bf16 or fp16).
+
+    >>> register_flex_attention("flex-fa4", "my_design.pt",
+    ...                         kernel_options={"BACKEND": "FLASH"})  # doctest: +SKIP
     """
     from torch.nn.attention.flex_attention import flex_attention
 
     design = _as_design(design)
+    kernel_options = _check_kernel_options(kernel_options, compiled)
     flex = torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
     masks: dict[torch.device, Any] = {}
 
@@ -99,7 +112,8 @@ def register_flex_attention(
             )
         gqa = query.shape[1] != key.shape[1]
         with torch.autocast(query.device.type, enabled=False):  # inputs' dtype throughout
-            out = flex(query, key, value, block_mask=mask, scale=scaling, enable_gqa=gqa)
+            out = flex(query, key, value, block_mask=mask, scale=scaling, enable_gqa=gqa,
+                       kernel_options=kernel_options)  # fmt: skip
         return out.transpose(1, 2), None
 
     return _register(name, attention)
@@ -108,6 +122,35 @@ def register_flex_attention(
 # --------------------------------------------------------------------------- checks
 def _as_design(design: Any) -> Design:
     return design if isinstance(design, Design) else load_design(design)
+
+
+def _check_kernel_options(options: Any, compiled: bool) -> dict[str, Any] | None:
+    """``options`` (a copy) if they are a dict and ask for no backend eager Flex would ignore,
+    nor FLASH where ``flash_attn.cute`` (flash-attn-4) cannot be found."""
+    if options is None:
+        return None
+    if not isinstance(options, dict):
+        raise TypeError(f"kernel_options must be a dict or None, got {type(options).__name__}")
+    backend = options.get("BACKEND", "AUTO")
+    if backend != "AUTO" and not compiled:
+        raise ValueError(
+            f"kernel_options BACKEND={backend!r} needs compiled=True: eager flex_attention "
+            "runs its own math whatever the backend"
+        )
+    if backend == "FLASH" and not _flash_attention_installed():
+        raise ValueError(
+            "kernel_options BACKEND='FLASH' needs flash-attn-4 (pip install flash-attn-4): "
+            "flash_attn.cute is not installed"
+        )
+    return dict(options)
+
+
+def _flash_attention_installed() -> bool:
+    """Whether FlexAttention's FLASH backend finds FA4, as torch looks for it."""
+    try:
+        return importlib.util.find_spec("flash_attn.cute") is not None
+    except ImportError:  # no flash_attn package at all
+        return False
 
 
 def _check_call(design: Design, module, query, key, attention_mask, dropout, kwargs) -> None:

@@ -35,10 +35,8 @@ from typing import Any
 
 import torch
 
-from designer.layout import Layout
-from designer.validate import as_block_tensor, check_bool, check_choice, check_int
-
-CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
+from designer.layout import CAUSAL_ALIGNMENTS, Layout, causal_offset
+from designer.validate import as_block_tensor, check_bool, check_choice, check_int, token_length
 
 _IDS = itertools.count(1)
 _BY_ID: weakref.WeakValueDictionary[int, BlockSparsePlan] = weakref.WeakValueDictionary()
@@ -67,7 +65,7 @@ class BlockSparsePlan:
         set_(self, "n_heads", blocks.shape[0])  # plain ints: compiled code reads them
         set_(self, "n_q_blocks", blocks.shape[1])
         set_(self, "n_k_blocks", blocks.shape[2])
-        set_(self, "causal_offset", seq_k - seq_q if causal_alignment == "bottom_right" else 0)
+        set_(self, "causal_offset", causal_offset(causal_alignment, seq_q, seq_k))
         set_(self, "_lock", threading.Lock())
         set_(self, "_fused", {})
         set_(self, "_sdd", {})
@@ -276,15 +274,6 @@ def plan_by_id(plan_id: int) -> BlockSparsePlan:
     if found is None:
         raise ValueError(f"no live BlockSparsePlan has id {plan_id}; keep the plan referenced")
     return found
-
-
-def token_length(label: str, value: int | None, n_blocks: int, block_size: int) -> int:
-    """``value`` (default: whole blocks) if ``n_blocks`` blocks cover it with a partial last block
-    at most; ``label`` names it in the error."""
-    whole = n_blocks * block_size
-    if value is None:
-        return whole
-    return check_int(label, value, low=whole - block_size + 1, high=whole)
 
 
 def _device(device: Any, layout: Any) -> torch.device:

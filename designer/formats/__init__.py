@@ -3,7 +3,8 @@
 - ``.pt`` design files: ``save_design`` / ``load_design``; ``read_design_file`` reads every file
   below and bare DeepSpeed-style tensors, and says which it found (``LoadedDesign.kind``);
 - FlexAttention: ``to_block_mask`` / ``from_block_mask`` at Flex's 128-token tiles, which its
-  compiled forward and backward take; ``block_mask_tensors`` for a file;
+  compiled forward and backward take on the Triton and the FLASH (FA4) backend alike;
+  ``block_mask_tensors`` for a file;
 - CSR: ``to_csr`` / ``from_csr``;
 - MIT Block-Sparse-Attention: ``to_base_blockmask`` / ``from_base_blockmask``;
 - JSON recipe: ``recipe_to_json`` / ``design_from_json``;

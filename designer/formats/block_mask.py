@@ -10,17 +10,31 @@ mask carries both, and they agree:
   (``flex_tiles.flex_tile_size``), so the compiled forward *and* backward take the mask with
   their default kernel options (torch 2.11's compiled backward refuses 64-token tiles). A tile
   is full, partial or absent by the token pairs it holds (``flex_tiles.tile_classes``); sequence
-  lengths that are not a multiple of 128 end in short tiles (``seq_lengths``);
+  lengths that are not a multiple of 128 end in short tiles (``seq_lengths``), and they may end
+  inside the layout's last block (``seq_q``, ``seq_k``);
 - ``mask_mod(b, h, q_idx, kv_idx)`` is ``layout[h, q_idx // block, kv_idx // block]`` at the
-  layout's own block size (and ``q_idx >= kv_idx`` when causal), so the attention is the
-  layout's, token for token, compiled or eager.
+  layout's own block size (and ``kv_idx <= q_idx + d`` when causal: ``d = 0`` aligned top-left,
+  ``Sk - Sq`` bottom-right, as ``gpu.plan`` has it), so the attention is the layout's, token for
+  token, compiled or eager.
 
 The batch dimension is 1 (it broadcasts); a one-head layout broadcasts over heads.
 
+Every Flex backend runs the mask: Triton (the default), eager, and FLASH, FlexAttention's FA4
+backend (``kernel_options={"BACKEND": "FLASH"}``, with ``flash-attn-4`` installed, compiled on a
+Hopper or Blackwell GPU). FLASH compiles ``mask_mod`` to CuTe-DSL, which in torch 2.11 reads a
+captured tensor only at indices computed from ``mask_mod``'s arguments: ``blocks[0, ...]`` fails
+there with "Expected TensorSSA, but got <class 'int'>". So the ``mask_mod`` indexes no constant
+(a one-head layout is kept as its ``[M, N]`` plane, read without a head index) and captures no
+0-d tensor; its ints (block size, causal offset) are constants, so compile with
+``dynamic=False`` (with symbolic ints torch refuses FLASH, saying so). What FA4 itself cannot
+run it refuses with an error, never silently: its own tile, chosen by head dim, must divide the
+mask's tiles (flash-attn-4 4.0.0b36 on Hopper refuses head dim 256, for one).
+
 Back to a layout: 128-token tiles do not say which 16-token blocks inside them are active, so
 the exported ``mask_mod`` carries its layout, as the attributes ``mask_mod.layout`` (a
-``Layout``) and ``mask_mod.causal``. ``from_block_mask`` returns that layout once the block
-lists are checked to be exactly its tiles; a mask without it is read from its lists alone.
+``Layout``), ``mask_mod.causal`` and ``mask_mod.causal_offset`` (the ``d`` above).
+``from_block_mask`` returns that layout once the block lists are checked to be exactly its
+tiles; a mask without it is read from its lists alone.
 
 ``block_mask_tensors`` is the same mask for a file: the ``BlockMask.from_kv_blocks`` arguments
 (tensors and plain values that ``torch.load(..., weights_only=True)`` reads back) plus one more
@@ -32,6 +46,9 @@ FlexAttention snippet shows how); ``read_design_file`` reads the layout back exa
 >>> bm = to_block_mask(Layout(torch.eye(4, dtype=torch.int64)[None], 64))
 >>> bm.BLOCK_SIZE, bm.to_dense()[0, 0].int().tolist(), from_block_mask(bm)[0].block_size
 ((128, 128), [[1, 0], [0, 1]], 64)
+>>> square = Layout(torch.ones(1, 4, 4, dtype=torch.bool), 64)
+>>> to_block_mask(square, causal=True, causal_alignment="bottom_right", seq_q=200).seq_lengths
+(200, 256)
 """
 
 from __future__ import annotations
@@ -50,8 +67,8 @@ from designer.formats.flex_tiles import (
     tile_classes,
 )
 from designer.formats.packing import pack_blocks
-from designer.layout import Layout
-from designer.validate import check_bool, check_int
+from designer.layout import CAUSAL_ALIGNMENTS, Layout, causal_offset
+from designer.validate import check_bool, check_choice, check_int, token_length
 
 
 def to_block_mask(
@@ -59,12 +76,18 @@ def to_block_mask(
     block_size: int | None = None,
     *,
     causal: bool = False,
+    causal_alignment: str = "top_left",
+    seq_q: int | None = None,
+    seq_k: int | None = None,
     device: str | torch.device = "cpu",
 ) -> BlockMask:
     """A ``BlockMask`` and its ``mask_mod`` giving ``layout``'s attention on ``device``.
 
     ``block_size`` is the layout's own (the default) and, when given, must equal it; the tile
-    size follows from it.
+    size follows from it. ``seq_q`` and ``seq_k`` are the token lengths when the last block row
+    or column is partial, ``(M - 1)·block < seq_q <= M·block`` (default: whole blocks), and
+    ``causal_alignment`` anchors causal as in ``gpu.plan``: ``"top_left"`` keeps
+    ``k_idx <= q_idx``, ``"bottom_right"`` keeps ``k_idx <= q_idx + Sk - Sq``.
     """
     _check_layout(layout)
     block = layout.block_size
@@ -73,11 +96,19 @@ def to_block_mask(
             f"block_size must be the layout's block size {block}, got {block_size}; the "
             f"BlockMask's tiles follow from the layout's blocks"
         )
-    arguments = _kv_arguments(layout, check_bool("causal", causal))
+    causal = check_bool("causal", causal)
+    alignment = check_choice("causal_alignment", causal_alignment, CAUSAL_ALIGNMENTS)
+    blocks_text = f"the layout's {{}} blocks of {block}"
+    seq_q = token_length(f"seq_q ({blocks_text.format(layout.n_q_blocks)})", seq_q,
+                         layout.n_q_blocks, block)  # fmt: skip
+    seq_k = token_length(f"seq_k ({blocks_text.format(layout.n_k_blocks)})", seq_k,
+                         layout.n_k_blocks, block)  # fmt: skip
+    offset = causal_offset(alignment, seq_q, seq_k)
+    arguments = _kv_arguments(layout, causal, (seq_q, seq_k), offset)
     for key, value in arguments.items():
         if isinstance(value, torch.Tensor):
             arguments[key] = value.to(device)
-    mask_mod = layout_mask_mod(layout, causal, device)
+    mask_mod = layout_mask_mod(layout, causal, device, causal_offset=offset)
     return BlockMask.from_kv_blocks(**arguments, mask_mod=mask_mod)
 
 
@@ -94,12 +125,18 @@ def block_mask_tensors(layout: Layout, *, causal: bool = False) -> dict[str, Any
     _check_layout(layout)
     causal = check_bool("causal", causal)
     stored = {**pack_blocks(layout), "block_size": layout.block_size, "causal": causal}
-    return {**_kv_arguments(layout, causal), "layout": stored}
+    lengths = (layout.seq_len_q, layout.seq_len_k)
+    return {**_kv_arguments(layout, causal, lengths, 0), "layout": stored}
 
 
-def _kv_arguments(layout: Layout, causal: bool) -> dict[str, Any]:
+def _kv_arguments(
+    layout: Layout, causal: bool, seq_lengths: tuple[int, int], offset: int
+) -> dict[str, Any]:
     tile = flex_tile_size(layout.block_size)
-    full, partial = tile_classes(layout.blocks, layout.block_size, causal=causal, tile_size=tile)
+    full, partial = tile_classes(
+        layout.blocks, layout.block_size, causal=causal, tile_size=tile,
+        seq_lengths=seq_lengths, causal_offset=offset,
+    )  # fmt: skip
     kv_num, kv_indices = kv_lists(partial)
     full_num, full_indices = kv_lists(full)
     return {
@@ -108,7 +145,7 @@ def _kv_arguments(layout: Layout, causal: bool) -> dict[str, Any]:
         "full_kv_num_blocks": full_num,
         "full_kv_indices": full_indices,
         "BLOCK_SIZE": tile,
-        "seq_lengths": (layout.seq_len_q, layout.seq_len_k),
+        "seq_lengths": seq_lengths,
     }
 
 
@@ -118,21 +155,31 @@ def _check_layout(layout: Any) -> None:
 
 
 def layout_mask_mod(
-    layout: Layout, causal: bool, device: str | torch.device = "cpu"
+    layout: Layout,
+    causal: bool,
+    device: str | torch.device = "cpu",
+    *,
+    causal_offset: int = 0,
 ) -> Callable[..., torch.Tensor]:
     """``mask_mod(b, h, q_idx, kv_idx)``: ``blocks[h, q_idx // block, kv_idx // block]`` (and
-    ``q_idx >= kv_idx`` when causal), the blocks on ``device``; a one-head layout serves every
-    head. It carries ``layout`` and ``causal`` as attributes of the same names."""
-    blocks, block_size = layout.blocks.to(device), layout.block_size
+    ``kv_idx <= q_idx + causal_offset`` when causal), the blocks on ``device``; a one-head layout
+    serves every head. It indexes the blocks only with values computed from its arguments, as
+    the FLASH backend needs (see above), and carries ``layout``, ``causal`` and
+    ``causal_offset`` as attributes of the same names."""
     one_head = layout.n_heads == 1
+    blocks = layout.blocks.to(device)
+    table = (blocks[0] if one_head else blocks).clone()  # its own storage, at offset 0
+    block_size = layout.block_size
 
     def mask_mod(b, h, q_idx, kv_idx):
-        allowed = blocks[0 if one_head else h, q_idx // block_size, kv_idx // block_size]
-        return allowed & (q_idx >= kv_idx) if causal else allowed
+        q_block, kv_block = q_idx // block_size, kv_idx // block_size
+        allowed = table[q_block, kv_block] if one_head else table[h, q_block, kv_block]
+        return allowed & (kv_idx <= q_idx + causal_offset) if causal else allowed
 
     h, m, n = layout.shape
-    mask_mod.__name__ = f"layout_{h}x{m}x{n}_block{block_size}" + ("_causal" if causal else "")
-    mask_mod.layout, mask_mod.causal = layout, causal
+    rule = f"_causal{causal_offset:+d}" if causal and causal_offset else "_causal" * causal
+    mask_mod.__name__ = f"layout_{h}x{m}x{n}_block{block_size}{rule}"
+    mask_mod.layout, mask_mod.causal, mask_mod.causal_offset = layout, causal, causal_offset
     return mask_mod
 
 
@@ -176,7 +223,9 @@ def from_block_mask(block_mask: BlockMask) -> tuple[Layout, int]:
     carried = getattr(block_mask.mask_mod, "layout", None)
     if isinstance(carried, Layout):
         causal = bool(getattr(block_mask.mask_mod, "causal", False))
-        check_tiles(carried, causal, q_block, (seq_q, seq_k), full[0], partial[0], "block_mask")
+        offset = int(getattr(block_mask.mask_mod, "causal_offset", 0))
+        check_tiles(carried, causal, q_block, (seq_q, seq_k), full[0], partial[0], "block_mask",
+                    causal_offset=offset)  # fmt: skip
         return carried, carried.block_size
     layout = Layout(partial[0] | full[0], q_block)
     if (seq_q, seq_k) != (layout.seq_len_q, layout.seq_len_k):

@@ -72,6 +72,11 @@ def layout_from_tensors(tensors: Mapping[str, Any]) -> tuple[Layout, bool]:
             layout, causal, block, (seq_q, seq_k), none if full is None else full,
             none if partial is None else partial, "file",
         )  # fmt: skip
+        if (seq_q, seq_k) != (layout.seq_len_q, layout.seq_len_k):
+            raise ValueError(
+                f"file seq_lengths ({seq_q}, {seq_k}) end inside the layout's last blocks: a "
+                f"design covers whole blocks, {layout.seq_len_q} x {layout.seq_len_k} tokens"
+            )
         return layout, causal
     blocks = partial if full is None else full if partial is None else partial | full
     causal = False

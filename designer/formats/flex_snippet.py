@@ -14,6 +14,11 @@ Both add ``q_idx >= kv_idx`` for causal designs, and both give Flex's own 128-to
 (``create_block_mask``'s default, and the file's), so on a GPU the snippet compiles
 ``flex_attention`` and runs its backward as it is. On the CPU it runs eager, forward only (Flex
 has no CPU backward). Names and numbers are embedded with ``repr``.
+
+Both ``mask_mod`` forms run on every Flex backend, FLASH (FA4) included: they read the layout
+only at indices computed from their arguments (a one-head layout as its ``[M, N]`` plane), as
+``block_mask.layout_mask_mod`` does and for the same reason. The snippet's ``BACKEND`` line picks
+the backend; its comment says what FLASH needs and that FA4 raises where it cannot run.
 """
 
 from __future__ import annotations
@@ -111,7 +116,10 @@ def flex_snippet(design: Design, tensors_filename: str) -> str:
             )
             """
     else:
-        pick = "0" if layout.n_heads == 1 else "h"
+        if layout.n_heads == 1:
+            plane, kept, pick = "[0]", "one head serves every head: its [q blocks, k blocks]", ""
+        else:
+            plane, kept, pick = "", "[heads, q blocks, k blocks]", "h, "
         tile = flex_tile_size(layout.block_size)
         body = f"""\
 
@@ -119,24 +127,32 @@ def flex_snippet(design: Design, tensors_filename: str) -> str:
             saved = torch.load({tensors_filename!r}, weights_only=True)
             stored = saved.pop("layout")  # bit-packed [heads, q blocks, k blocks]
             bits = np.unpackbits(stored["bits"].numpy(), count=int(np.prod(stored["shape"])))
-            blocks = torch.from_numpy(bits.reshape(stored["shape"]).astype(bool)).to(DEVICE)
+            blocks = torch.from_numpy(bits.reshape(stored["shape"]).astype(bool))
+            blocks = blocks{plane}.to(DEVICE)  # {kept}
 
             def mask_mod(b, h, q_idx, kv_idx):
                 # Eager flex_attention decides every pair here; compiled, those of partial tiles.
-                return blocks[{pick}, q_idx // BLOCK, kv_idx // BLOCK]{causal_test}
+                # Indices computed from the arguments only: the FLASH backend compiles no other.
+                return blocks[{pick}q_idx // BLOCK, kv_idx // BLOCK]{causal_test}
 
             block_mask = BlockMask.from_kv_blocks(**saved, mask_mod=mask_mod).to(DEVICE)
             """
     tail = """\
 
+        # "AUTO" (Triton) or "FLASH": FlexAttention's FA4 backend, on a Hopper or Blackwell GPU
+        # with `pip install flash-attn-4`, bf16 or fp16, compiled. FA4 picks its tile by head dim
+        # and raises a ValueError where it does not divide the mask's tiles (head dim 256 on
+        # Hopper with flash-attn-4 4.0.0b36, for one).
+        BACKEND = "AUTO"
         cuda = DEVICE == "cuda"
         dtype = torch.bfloat16 if cuda else torch.float32
-        attention = torch.compile(flex_attention) if cuda else flex_attention  # eager on the CPU
+        attention = torch.compile(flex_attention, dynamic=False) if cuda else flex_attention
+        options = {"BACKEND": BACKEND} if cuda else None  # eager on the CPU: no backend to pick
         q, k, v = (
             torch.randn(1, HEADS, n, 64, device=DEVICE, dtype=dtype, requires_grad=cuda)
             for n in (Q_LEN, KV_LEN, KV_LEN)
         )
-        out = attention(q, k, v, block_mask=block_mask)
+        out = attention(q, k, v, block_mask=block_mask, kernel_options=options)
         if cuda:  # training: Flex's compiled backward (Flex has none on the CPU)
             out.sum().backward()
         print(block_mask.shape, out.shape)

@@ -1,9 +1,13 @@
-"""The exported ``BlockMask`` in compiled ``flex_attention`` on CUDA, forward and backward.
+"""The exported ``BlockMask`` in compiled ``flex_attention`` on CUDA, forward and backward, on
+Flex's Triton backend and on its FLASH (FA4) one.
 
-Compiled Flex visits only the listed tiles and runs ``mask_mod`` inside partial ones; its
-backward needs tiles divisible by its own (torch 2.11 refused 64-token ones). Each case is one
-layout and shape, so one compile of the forward and one of the backward; out, dq, dk and dv are
-compared with the fp64 reference (relative error, bf16 tolerance).
+Compiled Flex visits only the listed tiles and runs ``mask_mod`` inside partial ones (FLASH
+compiles it to CuTe-DSL, which takes it only with tensor indices: a one-head design failed there
+before); Triton's backward needs tiles divisible by its own (torch 2.11 refused 64-token ones).
+Each case is one layout and shape, so one compile of the forward and one of the backward per
+backend; the cases together cover one-head and per-head layouts, causal at both alignments and
+not, partial lengths and blocks of 16, 32, 64 and 128. Out, dq, dk and dv are compared with the
+fp64 reference (relative error, bf16 tolerance).
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import torch
 from designer.formats import to_block_mask
 from designer.layout import Layout
 from gpu.reference import dense_masked_attention, dense_masked_attention_backward
+from tests.gpu.flex_backends import BACKENDS, KERNEL_OPTIONS
 from tests.gpu.oracle import relative_error
 
 pytestmark = pytest.mark.gpu
@@ -24,43 +29,52 @@ TOLERANCE = 2e-2
 
 @pytest.fixture(scope="module")
 def compiled_flex():
-    """One compiled ``flex_attention``: a fresh compile cache (other tests compile it too, and
-    past the recompile limit it would run eager) and ``fullgraph``, so nothing runs uncompiled."""
+    """One compiled ``flex_attention``: a fresh compile cache, room for a graph per case and
+    backend, past which Dynamo raises rather than run eager, and ``fullgraph``, so nothing runs
+    uncompiled."""
     from torch.nn.attention.flex_attention import flex_attention
 
     torch._dynamo.reset()
-    return torch.compile(flex_attention, dynamic=False, fullgraph=True)
+    with torch._dynamo.config.patch(recompile_limit=32, fail_on_recompile_limit_hit=True):
+        yield torch.compile(flex_attention, dynamic=False, fullgraph=True)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(
-    ("block", "causal", "n_q", "n_k"),
+    ("heads", "block", "alignment", "seq_q", "seq_k"),
     [
-        (16, True, 60, 60),  # 960 tokens: a short last tile
-        (32, False, 20, 28),  # 640 x 896 tokens
-        (64, True, 15, 15),  # the block size the compiled backward refused at its own tiles
-        (128, False, 8, 6),
+        (1, 16, "bottom_right", 900, 1000),  # one head serves both; partial blocks, Sq < Sk
+        (2, 32, "top_left", 1000, 700),  # Sq > Sk, partial blocks
+        (1, 64, "top_left", 960, 960),  # 15 whole blocks: a short last tile
+        (2, 128, "bottom_right", 1000, 600),  # Sq > Sk: the first 400 queries keep no key
+        (2, 64, None, 640, 900),  # not causal
     ],
 )
 def test_compiled_flex_gives_the_layouts_attention_and_gradients(
-    compiled_flex, block, causal, n_q, n_k
+    compiled_flex, backend, heads, block, alignment, seq_q, seq_k
 ):
+    n_q, n_k = -(-seq_q // block), -(-seq_k // block)
     generator = torch.Generator().manual_seed(block)
-    blocks = torch.rand(2, n_q, n_k, generator=generator) < 0.4
+    blocks = torch.rand(heads, n_q, n_k, generator=generator) < 0.4
     blocks[:, 1] = False  # an empty query block row: zero output and gradients, no NaN
-    layout = Layout(blocks, block)
-    mask = to_block_mask(layout, causal=causal, device="cuda")
+    causal, alignment = alignment is not None, alignment or "top_left"
+    mask = to_block_mask(
+        Layout(blocks, block), causal=causal, causal_alignment=alignment, seq_q=seq_q,
+        seq_k=seq_k, device="cuda",
+    )  # fmt: skip
     cuda = torch.Generator(device="cuda").manual_seed(block)
 
     def randn(seq):
         return torch.randn(1, 2, seq, 64, generator=cuda, device="cuda", dtype=torch.bfloat16)
 
-    q, k, v = randn(layout.seq_len_q), randn(layout.seq_len_k), randn(layout.seq_len_k)
-    grad = randn(layout.seq_len_q)
+    q, k, v, grad = randn(seq_q), randn(seq_k), randn(seq_k), randn(seq_q)
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-    out = compiled_flex(*leaves, block_mask=mask)
+    out = compiled_flex(*leaves, block_mask=mask, kernel_options=KERNEL_OPTIONS[backend])
     out.backward(grad)
-    expected = dense_masked_attention(q, k, v, blocks, block, causal=causal)
-    gradients = dense_masked_attention_backward(q, k, v, grad, blocks, block, causal=causal)
+    rule = {"causal": causal, "causal_alignment": alignment}
+    expected = dense_masked_attention(q, k, v, blocks, block, **rule)
+    gradients = dense_masked_attention_backward(q, k, v, grad, blocks, block, **rule)
+    assert torch.isfinite(out).all()
     errors = {"out": relative_error(out, expected)}
     for name, leaf, want in zip(("dq", "dk", "dv"), leaves, gradients, strict=True):
         assert torch.isfinite(leaf.grad).all(), name

@@ -148,6 +148,36 @@ def test_a_bad_design_file_is_refused_at_registration():
         register_flex_attention("test-bad", b"not a design")
 
 
+def test_flex_kernel_options_that_cannot_run_are_refused_at_registration(monkeypatch):
+    flash = {"BACKEND": "FLASH"}
+    with pytest.raises(TypeError, match="kernel_options must be a dict or None, got str"):
+        register_flex_attention("test-options", _design(), kernel_options="FLASH")
+    with pytest.raises(ValueError, match="BACKEND='FLASH' needs compiled=True: eager flex_at"):
+        register_flex_attention("test-options", _design(), compiled=False, kernel_options=flash)
+    monkeypatch.setattr("gpu.hf._flash_attention_installed", lambda: False)
+    with pytest.raises(ValueError, match=r"needs flash-attn-4 \(pip install flash-attn-4\)"):
+        register_flex_attention("test-options", _design(), kernel_options=flash)
+
+
+def test_flex_kernel_options_reach_flex_attention(monkeypatch):
+    seen = []
+
+    def flex_attention(*args, kernel_options=None, **kwargs):
+        seen.append(kernel_options)
+        return torch.zeros(1, 4, SEQ, 8)
+
+    monkeypatch.setattr("torch.nn.attention.flex_attention.flex_attention", flex_attention)
+    options = {"BACKEND": "AUTO", "BLOCK_M": 64}
+    name = register_flex_attention(
+        "test-options", _design(), compiled=False, kernel_options=options
+    )
+    options["BLOCK_M"] = 32  # registered options are the caller's at registration
+    attention = transformers.AttentionInterface._global_mapping[name]
+    q = torch.randn(1, 4, SEQ, 8)
+    attention(torch.nn.Module(), q, q[:, :2], q[:, :2], None)
+    assert seen == [{"BACKEND": "AUTO", "BLOCK_M": 64}]
+
+
 def test_a_compiled_model_runs_through_our_attention():
     model = _model(register_attention("test-compiled", _design(), impl="reference"))
     ids = _ids()

@@ -1,4 +1,5 @@
 import io
+import re
 import warnings
 
 import numpy as np
@@ -16,9 +17,15 @@ from torch.nn.attention.flex_attention import (
 from designer.formats import block_mask_tensors, from_block_mask, read_design_file, to_block_mask
 from designer.formats.block_mask import layout_mask_mod
 from designer.formats.flex_tiles import flex_tile_size, kv_lists, listed_tiles, tile_classes
-from designer.layout import Layout
+from designer.layout import CAUSAL_ALIGNMENTS, Layout
 from gpu.reference import dense_masked_attention
-from tests.designer.formats.flex_reference import layouts, token_tiles
+from tests.designer.formats.flash_rules import flash_problems
+from tests.designer.formats.flex_reference import (
+    layouts,
+    lengths_and_offsets,
+    token_masks,
+    token_tiles,
+)
 from tests.factories import random_layout
 
 
@@ -36,16 +43,21 @@ def saved(content) -> bytes:
 
 
 @settings(max_examples=60, deadline=None)
-@given(layouts(), st.booleans())
-def test_tiles_are_the_token_tiles_and_read_back_to_the_layout(layout, causal):
-    mask = to_block_mask(layout, causal=causal)
+@given(st.data(), layouts(), st.booleans(), st.sampled_from(CAUSAL_ALIGNMENTS))
+def test_tiles_are_the_token_tiles_and_read_back_to_the_layout(data, layout, causal, alignment):
+    (seq_q, seq_k), _ = data.draw(lengths_and_offsets(layout))
+    mask = to_block_mask(
+        layout, causal=causal, causal_alignment=alignment, seq_q=seq_q, seq_k=seq_k
+    )
+    offset = seq_k - seq_q if alignment == "bottom_right" else 0
     tile = flex_tile_size(layout.block_size)
     assert (tile, tile) == mask.BLOCK_SIZE
-    assert mask.seq_lengths == (layout.seq_len_q, layout.seq_len_k)
+    assert mask.seq_lengths == (seq_q, seq_k)
     full, partial = tiles_of(mask)
-    expected_full, expected_partial = token_tiles(layout, causal, tile)
+    expected_full, expected_partial = token_tiles(layout, causal, tile, (seq_q, seq_k), offset)
     assert torch.equal(full, expected_full) and torch.equal(partial, expected_partial)
     assert mask.mask_mod.layout is layout and mask.mask_mod.causal is causal
+    assert mask.mask_mod.causal_offset == offset
     back, block_size = from_block_mask(mask)
     assert block_size == layout.block_size and back == layout
 
@@ -70,44 +82,106 @@ def test_block_mask_tensors_travel_through_a_file(layout, causal):
 
 
 @settings(max_examples=25, deadline=None)
-@given(layouts(max_tokens=200), st.booleans())
-def test_mask_mod_encodes_the_token_mask(layout, causal):
-    mask = to_block_mask(layout, causal=causal)
-    dense = create_mask(mask.mask_mod, 1, layout.n_heads, layout.seq_len_q, layout.seq_len_k, "cpu")
-    for h in range(layout.n_heads):
-        expected = layout.token_mask(h)
-        if causal:
-            expected = expected & torch.ones_like(expected).tril()
-        assert torch.equal(dense[0, h], expected)
+@given(st.data(), layouts(max_tokens=200), st.booleans(), st.sampled_from(CAUSAL_ALIGNMENTS))
+def test_mask_mod_encodes_the_token_mask(data, layout, causal, alignment):
+    (seq_q, seq_k), _ = data.draw(lengths_and_offsets(layout))
+    mask = to_block_mask(
+        layout, causal=causal, causal_alignment=alignment, seq_q=seq_q, seq_k=seq_k
+    )
+    dense = create_mask(mask.mask_mod, 1, layout.n_heads, seq_q, seq_k, "cpu")
+    offset = seq_k - seq_q if alignment == "bottom_right" else 0
+    assert torch.equal(dense[0], token_masks(layout, causal, seq_q, seq_k, offset))
 
 
-@pytest.mark.parametrize(
-    ("shape", "block", "causal", "query_heads"),
-    [
-        ((2, 3, 3), 4, False, 2),
-        ((2, 4, 3), 8, True, 2),
-        ((1, 3, 5), 4, False, 3),  # one head broadcasts to every query head
-        ((3, 2, 2), 16, True, 3),
-        ((2, 9, 9), 16, False, 2),  # 144 tokens: a short last tile
-        ((2, 5, 7), 48, True, 2),  # 240 x 336 tokens, blocks straddling tiles
-        ((1, 10, 12), 12, True, 2),
-        ((2, 3, 2), 192, False, 2),  # blocks larger than a tile
-    ],
-)
-def test_eager_flex_attention_gives_the_layouts_attention(rng, shape, block, causal, query_heads):
+#: One-head and per-head layouts, causal at both alignments, partial lengths, block sizes.
+FLEX_CASES = [
+    # (heads, blocks, block, causal alignment or None, seq_q, seq_k, query heads)
+    (1, (3, 5), 16, "bottom_right", 40, 80, 3),  # one head serves every query head
+    (2, (4, 3), 16, "top_left", 60, 48, 2),
+    (1, (9, 9), 16, None, 139, 144, 2),  # a short last tile, partial queries
+    (2, (5, 7), 32, "bottom_right", 150, 210, 2),
+    (3, (4, 4), 32, "top_left", 128, 128, 3),
+    (1, (5, 3), 64, "bottom_right", 300, 170, 2),  # Sq > Sk: the first rows keep no key
+    (2, (3, 4), 64, None, 170, 256, 2),
+    (2, (3, 2), 128, "top_left", 300, 200, 2),
+    (1, (2, 3), 128, "bottom_right", 129, 300, 2),
+    (2, (5, 7), 48, "top_left", 240, 330, 2),  # blocks straddling tiles
+    (2, (3, 2), 192, None, 576, 384, 2),  # blocks larger than a tile
+]
+CASE_NAMES = ("heads", "grid", "block", "alignment", "seq_q", "seq_k", "q_heads")
+
+
+def case_mask(rng, heads, grid, block, alignment, seq_q, seq_k):
+    """A random layout of ``FLEX_CASES``' shape and its exported mask."""
+    layout = random_layout(rng, heads, *grid, density=0.5, block_size=block)
+    mask = to_block_mask(
+        layout, causal=alignment is not None, causal_alignment=alignment or "top_left",
+        seq_q=seq_q, seq_k=seq_k,
+    )  # fmt: skip
+    return layout, mask
+
+
+@pytest.mark.parametrize(CASE_NAMES, FLEX_CASES)
+def test_eager_flex_attention_gives_the_layouts_attention(
+    rng, heads, grid, block, alignment, seq_q, seq_k, q_heads
+):
     """Eager flex_attention (no backward on the CPU) decides every pair with mask_mod alone."""
-    layout = random_layout(rng, *shape, density=0.5, block_size=block)
+    layout, mask = case_mask(rng, heads, grid, block, alignment, seq_q, seq_k)
     generator = torch.Generator().manual_seed(0)
 
     def randn(seq):
-        return torch.randn(2, query_heads, seq, 8, dtype=torch.float64, generator=generator)
+        return torch.randn(2, q_heads, seq, 8, dtype=torch.float64, generator=generator)
 
-    q, k, v = randn(layout.seq_len_q), randn(layout.seq_len_k), randn(layout.seq_len_k)
+    q, k, v = randn(seq_q), randn(seq_k), randn(seq_k)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "called without torch.compile()"
-        out = flex_attention(q, k, v, block_mask=to_block_mask(layout, causal=causal))
-    expected = dense_masked_attention(q, k, v, layout.blocks, block, causal=causal)
+        out = flex_attention(q, k, v, block_mask=mask)
+    expected = dense_masked_attention(
+        q, k, v, layout.blocks, block, causal=alignment is not None,
+        causal_alignment=alignment or "top_left",
+    )  # fmt: skip
     torch.testing.assert_close(out, expected, rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize(CASE_NAMES, FLEX_CASES)
+def test_mask_mod_compiles_on_the_flash_backend(
+    rng, heads, grid, block, alignment, seq_q, seq_k, q_heads
+):
+    """FA4's CuTe-DSL compiler takes the exported mask_mod (its rules: ``flash_rules``)."""
+    _, mask = case_mask(rng, heads, grid, block, alignment, seq_q, seq_k)
+    assert flash_problems(mask.mask_mod) == []
+
+
+BLOCKS = torch.ones(2, 4, 4, dtype=torch.bool)
+BYTES, FLAG = BLOCKS.to(torch.uint8), torch.tensor(True)
+
+
+@pytest.mark.parametrize(
+    ("mask_mod", "problem"),
+    [
+        (lambda b, h, q, k: BLOCKS[0, q // 16, k // 16], "dimension 0 of a captured tensor is re"),
+        (lambda b, h, q, k: BLOCKS[h, q // 16, k // 16] & FLAG, r"shape \[\] is used by aten.bitw"),
+        (lambda b, h, q, k: BYTES[h, q // 16, k // 16] > 0, "torch.uint8 tensor .* no CuTe type"),
+        (lambda b, h, q, k: torch.minimum(q, k) >= 0, "aten.minimum has no CuTe-DSL lowering"),
+    ],
+)
+def test_the_flash_rules_refuse_what_torch_2_11_cannot_compile(mask_mod, problem):
+    """The one-head mask_mod of before (``blocks[0, ...]``) comes first: on FLASH a one-head
+    design failed with ``Expected TensorSSA, but got <class 'int'>``."""
+    assert any(re.search(problem, found) for found in flash_problems(mask_mod))
+
+
+def test_a_mask_mod_whose_causal_rule_left_its_tiles_is_refused():
+    layout = Layout(torch.ones(2, 8, 6, dtype=torch.bool), 32)
+    mask = to_block_mask(layout, causal=True, causal_alignment="bottom_right", seq_q=250)
+    assert mask.mask_mod.causal_offset == 192 - 250
+    assert from_block_mask(mask) == (layout, 32)
+    top_left = layout_mask_mod(layout, True)  # the same tiles, another causal rule
+    lists = (mask.kv_num_blocks, mask.kv_indices, mask.full_kv_num_blocks, mask.full_kv_indices)
+    moved = BlockMask.from_kv_blocks(*lists, BLOCK_SIZE=128, mask_mod=top_left,
+                                     seq_lengths=(250, 192))  # fmt: skip
+    with pytest.raises(ValueError, match="block_mask tile lists are not the tiles of its layout"):
+        from_block_mask(moved)
 
 
 def test_reads_masks_that_torch_builds():
@@ -160,6 +234,7 @@ def test_a_file_without_the_layout_is_read_from_its_lists(rng):
         (lambda c: c["layout"].update(shape=[2, 16, 17]), r"layout bits must be uint8 \[68\]"),
         (lambda c: c["kv_indices"].fill_(9), r"kv_indices: tile indices must be in \[0, 1\]"),
         (lambda c: c.update(seq_lengths=(256, 300)), "file has 128-token tiles over 256 x 300"),
+        (lambda c: c.update(seq_lengths=(256, 250)), r"\(256, 250\) end inside the layout's l"),
         (lambda c: c.update(extra=1), "file has unknown keys"),
     ],
 )
@@ -179,6 +254,14 @@ def test_bad_arguments_are_refused(rng):
         to_block_mask(layout.blocks)
     with pytest.raises(TypeError, match="causal must be True or False, got str"):
         to_block_mask(layout, causal="yes")
+    with pytest.raises(ValueError, match="causal_alignment must be one of 'top_left', 'bottom_"):
+        to_block_mask(layout, causal=True, causal_alignment="bottom")
+    with pytest.raises(
+        ValueError, match=r"seq_q \(the layout's 8 blocks of 16\) must be in \[113,"
+    ):
+        to_block_mask(layout, seq_q=112)
+    with pytest.raises(TypeError, match=r"seq_k .* must be an integer, got float 250\.0"):
+        to_block_mask(layout, seq_k=250.0)
     with pytest.raises(TypeError, match="block_mask must be a BlockMask, got Layout"):
         from_block_mask(layout)
     with pytest.raises(TypeError, match="layout must be a Layout, got ndarray"):
@@ -228,12 +311,16 @@ def test_one_head_broadcasts_over_heads():
 def test_compiled_flex_attention_on_the_cpu_reads_the_tiles(rng):
     """Compiled Flex (Inductor's CPU kernel here) visits only the listed tiles and skips
     mask_mod in full ones: the lists must give the layout's attention on their own terms.
-    Blocks straddling tiles, causal, per-head layouts and short last tiles in one compile."""
+    Blocks straddling tiles, causal bottom-right, per-head layouts, lengths ending inside
+    blocks and short last tiles in one compile."""
     layout = random_layout(rng, 2, 7, 9, density=0.5, block_size=48)  # 336 x 432 tokens
     compiled = torch.compile(flex_attention, dynamic=False, fullgraph=True)
     generator = torch.Generator().manual_seed(0)
-    q = torch.randn(1, 2, layout.seq_len_q, 16, generator=generator)
-    k, v = (torch.randn(1, 2, layout.seq_len_k, 16, generator=generator) for _ in range(2))
-    out = compiled(q, k, v, block_mask=to_block_mask(layout, causal=True))
-    expected = dense_masked_attention(q, k, v, layout.blocks, 48, causal=True)
+    q = torch.randn(1, 2, 300, 16, generator=generator)
+    k, v = (torch.randn(1, 2, 420, 16, generator=generator) for _ in range(2))
+    mask = to_block_mask(layout, causal=True, causal_alignment="bottom_right", seq_q=300,
+                         seq_k=420)  # fmt: skip
+    out = compiled(q, k, v, block_mask=mask)
+    expected = dense_masked_attention(q, k, v, layout.blocks, 48, causal=True,
+                                      causal_alignment="bottom_right")  # fmt: skip
     torch.testing.assert_close(out.double(), expected, rtol=1e-5, atol=1e-5)

@@ -16,7 +16,9 @@ from designer.layout import Layout
 from designer.patterns import SparsityConfig
 from designer.recipe import Recipe, RecipeStep
 from gpu.reference import dense_masked_attention, dense_masked_attention_backward
+from tests.designer.formats.flash_rules import flash_problems
 from tests.designer.formats.flex_reference import token_tiles
+from tests.gpu.flex_backends import needs_flash
 from tests.gpu.oracle import relative_error
 
 
@@ -85,19 +87,27 @@ def test_flex_snippet_gives_the_layouts_attention_in_eager_flex(case, tmp_path, 
     expected_full, expected_partial = token_tiles(layout, design.causal, 128)
     assert torch.equal(full.expand_as(expected_full), expected_full)
     assert torch.equal(partial.expand_as(expected_partial), expected_partial)
+    assert flash_problems(scope["mask_mod"]) == [], "FLASH (FA4) compiles the same mask_mod"
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("case", ["random causal, 3 tiles, from the file", "causal closed form"])
-def test_flex_snippet_trains_compiled_on_a_gpu(case, tmp_path, monkeypatch):
-    """On CUDA the snippet compiles flex_attention and runs its backward: both match fp64."""
+@pytest.mark.parametrize("backend", ["AUTO", pytest.param("FLASH", marks=needs_flash)])
+@pytest.mark.parametrize(
+    "case", ["random causal, 3 tiles, from the file", "causal closed form", "one head, no recipe"]
+)
+def test_flex_snippet_trains_compiled_on_a_gpu(case, backend, tmp_path, monkeypatch):
+    """On CUDA the snippet compiles flex_attention and runs its backward, on Triton and on FA4
+    (its ``BACKEND`` line set to "FLASH"): both match fp64."""
     design = DESIGNS[case]
     layout = design.layout
     torch.save(block_mask_tensors(layout, causal=design.causal), tmp_path / "snippet_blockmask.pt")
     monkeypatch.chdir(tmp_path)
     torch._dynamo.reset()  # past the recompile limit, torch.compile would quietly run eager
     scope: dict = {}
-    exec(compile(flex_snippet(design, "snippet_blockmask.pt"), "flex.py", "exec"), scope)
+    code = flex_snippet(design, "snippet_blockmask.pt")
+    assert code.count('BACKEND = "AUTO"') == 1
+    code = code.replace('BACKEND = "AUTO"', f"BACKEND = {backend!r}")
+    exec(compile(code, "flex.py", "exec"), scope)
     leaves, out = [scope[name] for name in ("q", "k", "v")], scope["out"]
     assert out.is_cuda and out.dtype == torch.bfloat16
     q, k, v = (leaf.detach() for leaf in leaves)

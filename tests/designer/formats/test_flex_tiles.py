@@ -13,16 +13,21 @@ from designer.formats.flex_tiles import (
     tile_classes,
 )
 from designer.layout import Layout
-from tests.designer.formats.flex_reference import layouts, token_tiles
+from tests.designer.formats.flex_reference import layouts, lengths_and_offsets, token_tiles
 from tests.factories import random_layout
 
 
-@settings(max_examples=60, deadline=None)
-@given(layouts(), st.booleans(), st.sampled_from([None, 8, 16, 128]))
-def test_tiles_are_classified_by_their_token_pairs(layout, causal, tile):
+@settings(max_examples=80, deadline=None)
+@given(st.data(), layouts(), st.booleans(), st.sampled_from([None, 8, 16, 128]))
+def test_tiles_are_classified_by_their_token_pairs(data, layout, causal, tile):
+    """At whole or partial lengths, causal at top-left, bottom-right or any other offset."""
     tile = tile or flex_tile_size(layout.block_size)
-    full, partial = tile_classes(layout.blocks, layout.block_size, causal=causal, tile_size=tile)
-    expected_full, expected_partial = token_tiles(layout, causal, tile)
+    lengths, offset = data.draw(lengths_and_offsets(layout))
+    full, partial = tile_classes(
+        layout.blocks, layout.block_size, causal=causal, tile_size=tile,
+        seq_lengths=lengths, causal_offset=offset,
+    )  # fmt: skip
+    expected_full, expected_partial = token_tiles(layout, causal, tile, lengths, offset)
     assert torch.equal(full, expected_full)
     assert torch.equal(partial, expected_partial)
 
@@ -72,7 +77,14 @@ def test_check_tiles_says_what_differs(rng):
     check_tiles(layout, False, 128, (128, 128), full, partial, "mask")
     with pytest.raises(ValueError, match="mask has 64-token tiles over 128 x 128 tokens, but its"):
         check_tiles(layout, False, 64, (128, 128), full, partial, "mask")
+    with pytest.raises(ValueError, match=r"over 112 x 128 tokens, but .* over 128 x 128 tokens \("):
+        check_tiles(layout, False, 128, (112, 128), full, partial, "mask")  # past a block short
     with pytest.raises(ValueError, match=r"for \[heads, rows, columns\] \[1, 1, 1\], but its"):
         check_tiles(layout, False, 128, (128, 128), full[:1], partial[:1], "mask")
     with pytest.raises(ValueError, match="mask tile lists are not the tiles of its layout"):
         check_tiles(layout, False, 128, (128, 128), full | partial, partial, "mask")
+    full, partial = tile_classes(layout.blocks, 16, causal=True, seq_lengths=(120, 128),
+                                 causal_offset=8)  # fmt: skip
+    check_tiles(layout, True, 128, (120, 128), full, partial, "mask", causal_offset=8)
+    with pytest.raises(ValueError, match="mask tile lists are not the tiles of its layout"):
+        check_tiles(layout, True, 128, (120, 128), full, partial, "mask", causal_offset=-130)
