@@ -28,6 +28,7 @@ from gpu.bench.cases import FAMILIES, find_case, standard_cases
 from gpu.bench.contenders import Prepared
 from gpu.bench.flex import FlexSession, tile_classes
 from gpu.bench.metrics import active_pairs, median, token_density
+from gpu.reference import dense_masked_attention
 from tests.gpu.oracle import naive_attention
 
 SMALL = dict(heads=2, seq_q=64, head_dim=16, warmup=1, reps=3, device="cpu")
@@ -116,22 +117,28 @@ def test_reference_end_to_end_on_the_cpu_with_progress():
 
 def test_derived_numbers_with_a_fake_timer(monkeypatch):
     times = {"fused": 1.0, "flex": 2.0, "sdpa_cudnn": 4.0, "sdd": 8.0}
+    runs = {}
 
     def fake_prepare(name, case):
         if name == "sdd":
             raise RuntimeError("kernel exploded")
-        return Prepared(
-            lambda: torch.zeros_like(case.q).add_(float(len(name))), name != "sdpa_cudnn"
-        )
+
+        def run():  # the layout's attention: accurate, so it is timed
+            return dense_masked_attention(
+                case.q, case.k, case.v, case.blocks, case.block_size, causal=case.causal,
+                scale=case.scale, compute_dtype=torch.float32,
+            ).to(case.q.dtype)  # fmt: skip
+
+        runs[run] = name
+        return Prepared(run, name != "sdpa_cudnn")
 
     monkeypatch.setattr(harness_module, "prepare", fake_prepare)
     config = BenchConfig(**SMALL, contenders=("fused", "sdd", "flex", "sdpa_cudnn"))
     calls = []
 
     def timer(run, *, reps):
-        name = next(n for n in times if float(len(n)) == float(run()[0, 0, 0, 0]))
-        calls.append(name)
-        return [times[name]] * reps
+        calls.append(runs[run])
+        return [times[runs[run]]] * reps
 
     session = BenchSession(torch.device("cpu"), timer=timer)
     layout = _layout()
@@ -157,7 +164,8 @@ def test_derived_numbers_with_a_fake_timer(monkeypatch):
     assert [r["status"] for r in case["results"]] == ["ok", "failed", "ok", "ok"]
     table = format_table([result])
     assert table.splitlines()[0].split() == [
-        "case", "contender", "status", "ms", "TFLOP/s", "x", "cuDNN", "x", "Flex", "rel", "err",
+        "case", "contender", "status", "ms", "TFLOP/s", "x", "cuDNN", "x", "Flex", "x", "BSA",
+        "rel", "err",
     ]  # fmt: skip
     assert "layout  fused" in table and "4.00" in table
     assert "not measured:" in table and "kernel exploded" in table
