@@ -140,15 +140,38 @@ def document(
 
 
 def write_json(
-    results: Sequence[BenchResult], path: str | Path, *, skipped: Sequence[str] = ()
+    results: Sequence[BenchResult],
+    path: str | Path,
+    *,
+    skipped: Sequence[str] = (),
+    command: str | None = None,
+    earlier: dict[str, Any] | None = None,
 ) -> dict:
-    """Write ``document(results)`` to ``path`` and return it; ``skipped`` (why each case that
-    could not be built was left out) goes in as ``skipped`` when there are any."""
+    """Write ``document(results)`` to ``path`` and return it.
+
+    ``skipped`` (why each case that could not be built was left out) goes in as ``skipped``
+    when there are any. ``runs`` lists each run that measured the file's cases: its date,
+    ``command`` and case names. With ``earlier`` (the document already in the file, when a
+    sweep resumes) its cases, runs, date, environment and skipped cases come first, so a sweep
+    split over several processes is one file."""
     doc = document(results)
+    run = _run(doc["date"], command, doc["cases"])
+    runs = []
+    if earlier is not None:
+        doc |= {key: earlier[key] for key in ("date", "environment")}
+        doc["cases"] = [*earlier["cases"], *doc["cases"]]
+        runs = earlier.get("runs") or [_run(earlier["date"], None, earlier["cases"])]
+        before = earlier.get("skipped", [])
+        skipped = [*before, *(reason for reason in skipped if reason not in before)]
+    doc["runs"] = [*runs, run]
     if skipped:
         doc["skipped"] = list(skipped)
     Path(path).write_text(json.dumps(doc, indent=1, allow_nan=True) + "\n")
     return doc
+
+
+def _run(date: str, command: str | None, cases: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    return {"date": date, "command": command or "not recorded", "cases": [c["case"] for c in cases]}
 
 
 def table_rows(results: Sequence[BenchResult], *, backward: bool = False) -> list[tuple[str, ...]]:

@@ -275,3 +275,38 @@ def test_seeded_inputs_are_the_harness_inputs(monkeypatch):
     run_benchmark(config, Layout(torch.ones(1, 4, 2, dtype=torch.bool), 16))
     q, k, v = seeded_inputs(config)
     assert torch.equal(q, seen["q"]) and torch.equal(k, seen["k"]) and torch.equal(v, seen["v"])
+
+
+def test_a_sweep_split_over_several_runs_is_one_file(tmp_path, capsys, monkeypatch):
+    """``--time-limit`` stops before a case that would end past it (the first always runs);
+    ``--resume`` runs only what the file lacks, refuses other settings or another machine, and
+    the file lists every run."""
+    import gpu.bench.__main__ as cli
+
+    fake = BenchSession(torch.device("cpu"), timer=lambda run, *, reps, setup=None: [1.0] * reps)
+    monkeypatch.setattr(cli, "BenchSession", lambda device, flush_l2: fake)
+    monkeypatch.setattr(harness_module, "references", lambda case, sample: None)  # fast
+    out = tmp_path / "sweep.json"
+    args = ["--case", "dense-b128-d64,causal-b64-d64", "--seq", "256", "--contenders",
+            "reference", "--warmup", "0", "--reps", "1", "--out", str(out), "--resume"]  # fmt: skip
+    assert main([*args, "--time-limit", "1e-6"]) == 0
+    assert "time limit: stopped after 1 of 2 cases" in capsys.readouterr().out
+    first = json.loads(out.read_text())
+    assert [c["case"] for c in first["cases"]] == ["dense-b128-d64"]
+    assert main(args) == 0
+    assert "resuming" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert [c["case"] for c in doc["cases"]] == ["dense-b128-d64", "causal-b64-d64"]
+    assert [run["cases"] for run in doc["runs"]] == [["dense-b128-d64"], ["causal-b64-d64"]]
+    assert doc["runs"][0]["command"].startswith("python -m gpu.bench --case dense-b128-d64")
+    assert doc["date"] == first["date"] and doc["cases"][0] == first["cases"][0]
+    assert main(args) == 0 and json.loads(out.read_text()) == doc  # nothing left to run
+    with pytest.raises(SystemExit):
+        main([*args, "--reps", "2"])
+    assert "measured dense-b128-d64 with reps 1; this run asks for reps 2" in (
+        capsys.readouterr().err
+    )
+    monkeypatch.setattr(cli, "environment", lambda: {**doc["environment"], "gpu": "other"})
+    with pytest.raises(SystemExit):
+        main(args)
+    assert "was measured with gpu 'n/a', this machine has 'other'" in capsys.readouterr().err
