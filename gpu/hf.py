@@ -71,7 +71,13 @@ def register_attention(name: str, design: DesignSource, *, impl: str = "fused") 
 
 
 def register_flex_attention(
-    name: str, design: DesignSource, *, compiled: bool = True, dtype: torch.dtype | None = None
+    name: str,
+    design: DesignSource,
+    *,
+    compiled: bool = True,
+    dtype: torch.dtype | None = None,
+    kernel_options: dict[str, Any] | None = None,
+    block_mask: Callable[[Design, torch.device], Any] | None = None,
 ) -> str:
     """Register ``design`` on ``flex_attention`` with ``designer.formats.to_block_mask``'s
     ``BlockMask`` (one per device) as attention implementation ``name``.
@@ -79,11 +85,15 @@ def register_flex_attention(
     ``compiled`` runs ``torch.compile(flex_attention)`` (the fast GPU path); eager Flex applies
     only the mask's ``mask_mod`` and has no backward on the CPU. ``dtype`` computes attention
     in that dtype instead (float32 measures what bf16 rounding in attention costs a model).
+    ``kernel_options`` go to every call (``{"BACKEND": "FLASH"}`` runs FlashAttention-4), and
+    ``block_mask(design, device)`` builds the ``BlockMask`` instead of ``to_block_mask``.
     """
     from torch.nn.attention.flex_attention import flex_attention
 
     design = _as_design(design)
     flex = torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
+    build = block_mask or (lambda d, device: to_block_mask(d.layout, causal=d.causal,
+                                                           device=device))  # fmt: skip
     masks: dict[torch.device, Any] = {}
 
     def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
@@ -94,12 +104,11 @@ def register_flex_attention(
             query, key, value = query.to(dtype), key.to(dtype), value.to(dtype)
         mask = masks.get(query.device)
         if mask is None:
-            mask = masks[query.device] = _once_per_device(
-                to_block_mask, design.layout, causal=design.causal, device=query.device
-            )
+            mask = masks[query.device] = _once_per_device(build, design, query.device)
         gqa = query.shape[1] != key.shape[1]
         with torch.autocast(query.device.type, enabled=False):  # inputs' dtype throughout
-            out = flex(query, key, value, block_mask=mask, scale=scaling, enable_gqa=gqa)
+            out = flex(query, key, value, block_mask=mask, scale=scaling, enable_gqa=gqa,
+                       kernel_options=kernel_options)  # fmt: skip
         return out.transpose(1, 2), None
 
     return _register(name, attention)

@@ -8,6 +8,7 @@ import math
 import warnings
 
 import pytest
+import torch
 
 from tests.scripts import load_script
 
@@ -31,6 +32,19 @@ def test_tiny_run_trains_compares_and_writes_its_result(tmp_path):
     assert comparison["agree"] and comparison["steps_compared"] == 1
     assert comparison["max_abs_loss_difference"] <= comparison["tolerance"]
     assert document["design"]["causal"] and document["environment"]["transformers"]
+    assert set(document["runs"]["flex_flash"]) == {"skipped"}  # FLASH needs FA4 and a GPU
+
+
+def test_the_flash_run_gets_the_designs_token_mask():
+    from torch.nn.attention.flex_attention import create_mask
+
+    script = load_script("examples/train_llama")
+    design = script.default_design(256, 16)
+    mask = script.flash_block_mask(design, torch.device("cpu"), heads=4)
+    assert mask.mask_mod is not None and mask.BLOCK_SIZE == (128, 128)
+    tokens = create_mask(mask.mask_mod, 1, 4, 256, 256, device="cpu")[0]
+    expected = design.layout.token_mask(0) & torch.ones(256, 256, dtype=torch.bool).tril()
+    assert torch.equal(tokens, expected.expand(4, -1, -1))
 
 
 def test_bad_arguments_are_refused():
