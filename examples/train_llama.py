@@ -1,23 +1,26 @@
-"""Train a small Llama on a designed layout: our kernels against FlexAttention, same seed and data.
+"""Train a small Llama on a designed layout: our kernels against FlexAttention (on Triton and on
+FlashAttention-4), same seed and data.
 
 A Hugging Face ``LlamaForCausalLM`` built from a ``LlamaConfig`` with random weights (nothing is
 downloaded): hidden 1024, 16 query heads and 4 kv heads (GQA, head dim 64), 4 layers, MLP 2816,
 vocabulary 32000, one sequence of 8192 random tokens per step. The design (default: causal
 attention sinks plus a sliding window at 64-token blocks, or ``--design file.pt``) is registered
 twice through ``gpu.hf``: on our fused kernel, and on compiled ``flex_attention`` with the
-design's exported ``BlockMask``. Each trains ``--steps`` steps of AdamW from the same initial
-weights on the same tokens.
+design's exported ``BlockMask``; and, where FlashAttention-4 is installed (``pip install -e
+".[peers]"``), on compiled ``flex_attention`` with ``kernel_options={"BACKEND": "FLASH"}`` and
+the same exported ``BlockMask``, as a user who turns FA4 on would run it. Each trains
+``--steps`` steps of AdamW from the same initial weights on the same tokens.
 
 Precision: fp32 weights and AdamW state, bf16 autocast for the matmuls and attention (q, k, v
 cast to bf16 for both contenders). Mixed precision is how such models are trained, and with the
 optimizer in fp32 the only difference between the two runs is the attention kernels' rounding.
 
-Tolerance: the two runs must agree step by step within what bf16 rounding in attention alone does
-to the loss curve. A third run measures it: Flex with attention computed in fp32 (everything
-else as before). Two bf16 kernels that each stray from the fp32 curve by at most ``noise`` are
-at most ``2 · noise`` apart, so the bar is ``max_t |ours − Flex| <= 2 · max_t |Flex bf16 −
-Flex fp32| + 2e-3`` (the floor: at step 0 the weights are equal, and a bf16 rounding of every
-attention output moves a loss averaged over 8192 tokens by well under 1e-3).
+Tolerance: our run must agree with each Flex run step by step within what bf16 rounding in
+attention alone does to the loss curve. Another run measures it: Flex with attention computed
+in fp32 (everything else as before). Two bf16 kernels that each stray from the fp32 curve by at
+most ``noise`` are at most ``2 · noise`` apart, so the bar is ``max_t |ours − Flex| <= 2 · max_t
+|Flex bf16 − Flex fp32| + 2e-3`` (the floor: at step 0 the weights are equal, and a bf16
+rounding of every attention output moves a loss averaged over 8192 tokens by well under 1e-3).
 
 Speed: tokens/s over the steps after ``--warmup`` (which hold compilation and autotuning), timed
 with the device synchronised at both ends; peak memory is ``torch.cuda.max_memory_allocated``
@@ -46,6 +49,8 @@ from designer.design import Design
 from designer.formats import load_design
 from designer.layout import Layout
 from designer.patterns import attention_sinks
+from gpu.bench import peers
+from gpu.bench.flex import FLASH
 from gpu.bench.report import environment
 from gpu.hf import register_attention, register_flex_attention
 
@@ -111,23 +116,24 @@ def train(name: str, initial: dict, data: torch.Tensor, args, device, trains: bo
     }
 
 
-def compare(ours: dict, flex: dict, flex_fp32: dict) -> dict:
-    """Max loss gap between the contenders, and the bf16 bar from the fp32-attention run."""
-    steps = min(len(ours["losses"]), len(flex["losses"]), len(flex_fp32["losses"]))
+def compare(ours: dict, flex: dict, flex_fp32: dict, flex_flash: dict | None = None) -> dict:
+    """Max loss gap between ours and each Flex run, the bf16 bar from the fp32-attention run,
+    and our tokens/s over each Flex run's (``flex_flash``: the FLASH run, if it ran)."""
+    runs = [ours, flex, flex_fp32] + ([flex_flash] if flex_flash else [])
+    steps = min(len(run["losses"]) for run in runs)
 
     def largest_gap(a: dict, b: dict) -> float:
         return max(
             abs(x - y) for x, y in zip(a["losses"][:steps], b["losses"][:steps], strict=True)
         )
 
+    def speedup(other: dict) -> float | None:
+        fast = ours["tokens_per_s"] and other["tokens_per_s"]
+        return ours["tokens_per_s"] / other["tokens_per_s"] if fast else None
+
     gap, noise = largest_gap(ours, flex), largest_gap(flex, flex_fp32)
     tolerance = 2 * noise + LOSS_FLOOR
-    speedup = (
-        ours["tokens_per_s"] / flex["tokens_per_s"]
-        if ours["tokens_per_s"] and flex["tokens_per_s"]
-        else None
-    )
-    return {
+    result = {
         "steps_compared": steps,
         "max_abs_loss_difference": gap,
         "step0_loss_difference": abs(ours["losses"][0] - flex["losses"][0]),
@@ -135,8 +141,16 @@ def compare(ours: dict, flex: dict, flex_fp32: dict) -> dict:
         "tolerance": tolerance,
         "tolerance_rule": f"2 * max|Flex bf16 - Flex fp32-attention| + {LOSS_FLOOR}",
         "agree": gap <= tolerance,
-        "speedup_tokens_per_s": speedup,
+        "speedup_tokens_per_s": speedup(flex),
     }
+    if flex_flash:
+        flash_gap = largest_gap(ours, flex_flash)
+        result |= {
+            "max_abs_loss_difference_flex_flash": flash_gap,
+            "agree": result["agree"] and flash_gap <= tolerance,
+            "speedup_tokens_per_s_flex_flash": speedup(flex_flash),
+        }
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,6 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     register_flex_attention("blocksparse-flex", design, compiled=compiled)
     register_flex_attention("blocksparse-flex-fp32", design, compiled=compiled,
                             dtype=torch.float32)  # fmt: skip
+    flash_missing = peers.missing("flex_flash") or (None if compiled else "needs a CUDA GPU")
+    if flash_missing is None:
+        register_flex_attention("blocksparse-flex-flash", design, kernel_options={"BACKEND": FLASH})
 
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -164,18 +181,25 @@ def main(argv: list[str] | None = None) -> int:
                          generator=generator)  # fmt: skip
     flex_trains = device.type == "cuda"  # Flex has no backward on the CPU
     runs = {}
-    for key, name, trains in (
+    contenders = [
         ("ours", "blocksparse", True),
         ("flex", "blocksparse-flex", flex_trains),
         ("flex_fp32_attention", "blocksparse-flex-fp32", flex_trains),
-    ):
+    ]
+    if flash_missing is None:
+        contenders.insert(2, ("flex_flash", "blocksparse-flex-flash", True))
+    for key, name, trains in contenders:
         runs[key] = {
             "attn_implementation": name,
             **train(name, initial, data, args, device, trains),
         }
         _print_run(key, runs[key])
+    if flash_missing is not None:
+        runs["flex_flash"] = {"skipped": flash_missing}
+        print(f"flex_flash: not run ({flash_missing})")
     runs["ours"]["impl"] = impl
-    comparison = compare(runs["ours"], runs["flex"], runs["flex_fp32_attention"])
+    comparison = compare(runs["ours"], runs["flex"], runs["flex_fp32_attention"],
+                         runs.get("flex_flash") if flash_missing is None else None)  # fmt: skip
     document = {
         "format": "blocksparse-train-llama",
         "version": 1,
@@ -270,6 +294,12 @@ def _print_comparison(comparison: dict) -> None:
     )
     if comparison["speedup_tokens_per_s"]:
         print(f"ours / Flex tokens/s: {comparison['speedup_tokens_per_s']:.2f}x")
+    if comparison.get("speedup_tokens_per_s_flex_flash"):
+        print(
+            f"ours / Flex FLASH tokens/s: {comparison['speedup_tokens_per_s_flex_flash']:.2f}x; "
+            f"max |loss ours - loss Flex FLASH| = "
+            f"{comparison['max_abs_loss_difference_flex_flash']:.2e}"
+        )
 
 
 if __name__ == "__main__":

@@ -9,11 +9,14 @@ status is 0 when all passed.
 
 1. ``python -m gpu.bench --case CASE`` in a subprocess (or ``--cli-json``): the reference numbers.
    Contenders: the case's, less those that autotune for minutes (``--contenders all`` keeps them).
+   The case's peers (``flex_flash``, ``cudnn_bsa``) must be installed (``pip install -e
+   ".[peers]"``); ``--allow-no-peers`` runs without those that are not, and says so.
 2. The app, opened on the case's layout (restored from an autosave, as a reload does), GPU tab,
    the case's settings, Run: no error, the table, the charts and the per-head errors are there;
    the config equals the command line's; every contender's ms is within ``--tolerance`` of the
-   command line's; the per-head errors agree with the harness's; the peak GPU memory is within
-   the estimate times its margin.
+   command line's; each peer ran, was checked against fp64 and is in the speedup chart; the
+   per-head errors agree with the harness's; the peak GPU memory is within the estimate times
+   its margin.
 3. Another browser session on the same design asks for a batch whose q, k, v cannot fit: refused
    before launch. With the memory margin at 0 the same run really runs out of memory: the
    message shows, the memory comes back, the design is untouched. Then the case's own settings
@@ -42,8 +45,10 @@ from pathlib import Path
 import torch
 
 from gpu import unavailable_reason
+from gpu.bench import peers
 from gpu.bench.cases import find_case
 from gpu.bench.report import environment
+from gpu.bench.variants import ACCURACY_LIMITS
 
 try:  # the app needs Streamlit: without it the summary says so instead of a bare traceback
     from designer.analysis import design_digest
@@ -127,9 +132,20 @@ def problems(at) -> list[str]:
     return [str(e.value) for e in at.exception] + [e.value for e in at.error]
 
 
+def chart_specs(at) -> list[dict]:
+    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
+
+
 def chart_titles(at) -> list[str]:
-    specs = (json.loads(chart.proto.spec) for chart in at.get("plotly_chart"))
-    return [spec["layout"].get("title", {}).get("text", "") for spec in specs]
+    return [spec["layout"].get("title", {}).get("text", "") for spec in chart_specs(at)]
+
+
+def charted(at, title: str) -> list[str]:
+    """The bars (contenders) of the chart called ``title``."""
+    for spec in chart_specs(at):
+        if spec["layout"].get("title", {}).get("text") == title:
+            return [x for trace in spec["data"] for x in trace.get("x", ())]
+    return []
 
 
 def compare(panel_case: dict, cli_case: dict, tolerance: float) -> tuple[list[dict], bool]:
@@ -227,6 +243,21 @@ def run_case_in_panel(summary, at, config, cli, args, label: str) -> dict | None
         titles,
     )
     harness = {r["name"]: r for r in case["results"]}
+    bars = charted(at, "Speedup over dense attention")
+    wrong = {
+        name: f"{harness[name]['status']}, rel err {harness[name].get('rel_error')}, charted "
+        f"{name in bars}: {harness[name].get('message') or ''}"
+        for name in config.contenders
+        if name in peers.PEERS and not (
+            harness[name]["status"] == "ok" and harness[name].get("rel_error") is not None
+            and harness[name]["rel_error"] <= ACCURACY_LIMITS["rel_error"] and name in bars
+        )
+    }  # fmt: skip
+    summary.check(
+        f"{label}: every peer measured, checked against fp64 and in the speedup chart",
+        not wrong,
+        wrong or [name for name in config.contenders if name in peers.PEERS],
+    )
     for name, detail in case.get("details", {}).items():
         worst = max(detail.get("head_max_abs", [float("nan")]))
         expected = harness[name]["max_abs_error"]
@@ -389,6 +420,11 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--timeout", type=float, default=420, help="seconds per app run")
     parser.add_argument("--cli-json", help="use this gpu.bench JSON instead of running it")
     parser.add_argument("--allow-no-gpu", action="store_true", help="pass without a GPU")
+    parser.add_argument(
+        "--allow-no-peers",
+        action="store_true",
+        help="run without the peers that are not installed instead of failing",
+    )
     return parser
 
 
@@ -408,6 +444,12 @@ def main(argv: list[str] | None = None) -> int:
             return 0 if summary.data["ok"] else 1
         case = find_case(args.case)
         config = replace(case.config(quick=args.quick), contenders=contenders_for(args, case))
+        summary.put("peers", {name: peers.missing(name) or "installed" for name in peers.PEERS})
+        absent = {name: why for name in config.contenders if (why := peers.missing(name))}
+        if absent:
+            summary.check("the case's peers are installed", args.allow_no_peers, absent)
+            config = replace(config, contenders=tuple(c for c in config.contenders
+                                                      if c not in absent))  # fmt: skip
         design = Design(case.layout(quick=args.quick), name=case.name)
         for session_id in SESSIONS:
             DesignStore(data_dir).autosave(session_id, design)

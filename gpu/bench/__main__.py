@@ -1,4 +1,5 @@
-"""``python -m gpu.bench``: time our kernels against SDPA and FlexAttention, print, write JSON.
+"""``python -m gpu.bench``: time our kernels against SDPA, FlexAttention and cuDNN's block-sparse
+attention, print, write JSON.
 
 Examples::
 
@@ -8,21 +9,30 @@ Examples::
     python -m gpu.bench --sweep standard --quick
     python -m gpu.bench --sweep standard --seq 4096 --out results-s4096.json
     python -m gpu.bench --sweep standard --seq 65536 --batch 4 --out results-s65536-b4.json
-    python -m gpu.bench --sweep standard --backward --out results-backward.json
+    python -m gpu.bench --sweep standard --backward --out results-backward.json \
+        --resume --time-limit 540
 
 ``--seq`` runs the standard cases at another sequence length (the JSON records S and B in each
 case's config); a case whose layout cannot be built at that length is skipped with the reason.
 ``--backward`` times one training step's attention (forward, then backward with a fixed random
 output gradient) for the contenders with a backward pass, and adds the forward and the backward
 alone and the errors of dq, dk and dv against fp64 to the table.
+
+``--resume`` keeps the cases already in ``--out`` (measured on the same GPU and software with
+the same settings) and runs the others, so one sweep can be split over several processes: the
+file lists each run under ``runs``. ``--time-limit`` starts no case that, timed like the
+longest case so far, would end past that many seconds; run the same command again to go on.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
+import shlex
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -30,35 +40,88 @@ from designer.formats import load_design
 from gpu.bench.cases import find_case, standard_cases
 from gpu.bench.config import BACKWARD_CONTENDERS, CONTENDERS, BenchConfig
 from gpu.bench.harness import BenchSession, run_benchmark
-from gpu.bench.report import format_table, write_json
+from gpu.bench.report import environment, format_table, write_json
+from gpu.bench.results import read_document
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    arguments = sys.argv[1:] if argv is None else argv
+    args = parser.parse_args(arguments)
     if args.list:
         print("\n".join(case.name for case in standard_cases()))
         return 0
     try:
         jobs, skipped = _jobs(args)
+        earlier = _earlier(args, jobs)
     except (ValueError, TypeError) as error:  # a bad case name, design file or option value
         parser.error(str(error))
     for reason in skipped:
         print(f"skipped {reason}", flush=True)
+    if earlier is not None:
+        done = {case["case"] for case in earlier["cases"]}
+        jobs = [job for job in jobs if job[0] not in done]
+        print(f"resuming {args.out}: {len(done)} cases there, {len(jobs)} to run", flush=True)
+        if not jobs:
+            return 0
+    command = "python -m gpu.bench " + " ".join(map(shlex.quote, arguments))
     session = BenchSession(torch.device("cuda" if torch.cuda.is_available() else "cpu"),
                            flush_l2=not args.no_flush)  # fmt: skip
-    results = []
+    results, longest = [], 0.0
     started = time.perf_counter()
     for i, (name, config, layout) in enumerate(jobs, 1):
-        print(f"[{i}/{len(jobs)}] {name} ({time.perf_counter() - started:.0f} s)", flush=True)
+        elapsed = time.perf_counter() - started
+        if args.time_limit and results and elapsed + longest > args.time_limit:
+            print(f"time limit: stopped after {len(results)} of {len(jobs)} cases at {elapsed:.0f} "
+                  f"s (a case took up to {longest:.0f} s); run the same command with --resume "
+                  f"for the other {len(jobs) - len(results)}", flush=True)  # fmt: skip
+            break
+        print(f"[{i}/{len(jobs)}] {name} ({elapsed:.0f} s)", flush=True)
         results.append(run_benchmark(config, layout, name=name, session=session))
+        longest = max(longest, time.perf_counter() - started - elapsed)
         if args.out:  # keep what is done if a later case takes the process down
-            write_json(results, args.out, skipped=skipped)
+            write_json(results, args.out, skipped=skipped, command=command, earlier=earlier)
     print(format_table(results))
     print(f"\n{len(results)} cases in {time.perf_counter() - started:.0f} s")
     if skipped:
         print(f"{len(skipped)} skipped: " + "; ".join(skipped))
     return 0
+
+
+#: What a resumed file and this run must share: the machine and the software.
+SAME_ENVIRONMENT = ("gpu", "torch", "cuda_runtime", "cupy", "triton", "driver")
+
+
+def _earlier(args: argparse.Namespace, jobs: list) -> dict | None:
+    """The document ``--resume`` continues (None without ``--resume`` or before the file
+    exists), after checking that its cases were measured like this run's would be."""
+    if not args.resume:
+        return None
+    if not args.out:
+        raise ValueError("--resume continues the file of --out: give --out")
+    path = Path(args.out)
+    if not path.exists():
+        return None
+    earlier = read_document(path.read_bytes(), path.name)
+    here = environment()
+    for key in SAME_ENVIRONMENT:
+        if earlier["environment"].get(key) != here.get(key):
+            raise ValueError(
+                f"--resume: {path.name} was measured with {key} "
+                f"{earlier['environment'].get(key)!r}, this machine has {here.get(key)!r}"
+            )
+    configs = {name: json.loads(json.dumps(dataclasses.asdict(config))) for name, config, _ in jobs}
+    for case in earlier["cases"]:
+        wanted, had = configs.get(case["case"]), case["config"]
+        if wanted is not None and wanted != had:
+            changed = sorted(key for key in wanted if wanted[key] != had.get(key))
+            there = ", ".join(f"{key} {had.get(key)!r}" for key in changed)
+            asked = ", ".join(f"{key} {wanted[key]!r}" for key in changed)
+            raise ValueError(
+                f"--resume: {path.name} measured {case['case']} with {there}; this run asks "
+                f"for {asked}"
+            )
+    return earlier
 
 
 def _jobs(args: argparse.Namespace) -> tuple[list, list[str]]:
@@ -111,9 +174,10 @@ def _override(config: BenchConfig, args: argparse.Namespace) -> BenchConfig:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m gpu.bench",
-        description="Time block-sparse attention (ours fused and SDD, FlexAttention in its "
-        "fastest accurate variant, dense SDPA) on one layout or the standard sweep; print a "
-        "table and write JSON.",
+        description="Time block-sparse attention (ours fused and SDD, FlexAttention on Triton "
+        "and on FlashAttention-4 in its fastest accurate variant, cuDNN's block-sparse "
+        "attention, dense SDPA) on one layout or the standard sweep; print a table and write "
+        "JSON.",
     )
     what = parser.add_mutually_exclusive_group(required=True)
     what.add_argument(
@@ -123,6 +187,17 @@ def _parser() -> argparse.ArgumentParser:
     what.add_argument("--sweep", choices=["standard"], help="every standard case")
     what.add_argument("--list", action="store_true", help="list the standard cases")
     parser.add_argument("--out", help="write the results as JSON to this path")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="keep the cases already in --out and run the others (same GPU, software, settings)",
+    )
+    parser.add_argument(
+        "--time-limit",
+        type=float,
+        metavar="SECONDS",
+        help="start no case that would end past this many seconds (judged by the longest so far)",
+    )
     parser.add_argument("--quick", action="store_true", help="S=4096 and few reps (smoke test)")
     parser.add_argument(
         "--seq",

@@ -18,17 +18,26 @@ CONTENDERS = (
     "sdd_qk_w1",
     "flex",
     "flex_tuned",
+    "flex_flash",
+    "cudnn_bsa",
+    "fa4",
     "sdpa",
     "sdpa_cudnn",
     "sdpa_flash",
     "reference",
 )
-DEFAULT_CONTENDERS = ("fused", "sdd", "flex", "flex_tuned", "sdpa", "sdpa_cudnn", "sdpa_flash")
+#: The defaults: ours, every Flex build, the peers and dense SDPA (the SDD study's variants, the
+#: public call beside the kernel, ``fa4`` and the reference run on request).
+DEFAULT_CONTENDERS = (
+    "fused", "sdd", "flex", "flex_tuned", "flex_flash", "cudnn_bsa", "sdpa", "sdpa_cudnn",
+    "sdpa_flash",
+)  # fmt: skip
 #: Contenders with a backward pass, which ``backward=True`` (a training step) can time.
 BACKWARD_CONTENDERS = (
-    "fused", "flex", "flex_tuned", "sdpa", "sdpa_cudnn", "sdpa_flash", "reference"
+    "fused", "flex", "flex_tuned", "flex_flash", "cudnn_bsa", "fa4", "sdpa", "sdpa_cudnn",
+    "sdpa_flash", "reference",
 )  # fmt: skip
-DEFAULT_BACKWARD_CONTENDERS = BACKWARD_CONTENDERS[:-1]
+DEFAULT_BACKWARD_CONTENDERS = tuple(c for c in BACKWARD_CONTENDERS if c in DEFAULT_CONTENDERS)
 #: What a case times: the forward alone, or a training step (forward then backward).
 FORWARD, FORWARD_BACKWARD = "forward", "forward+backward"
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

@@ -16,6 +16,11 @@ only launches, and whether its output is the layout's attention (then its error 
   with Inductor's default tiles or with ``max-autotune-no-cudagraphs``. Each returns
   ``Variants``, one per ``FlexVariant`` that runs the case exactly (tile size, gather or closed
   form ``mask_mod``); the harness measures each and keeps the fastest accurate one.
+- ``flex_flash``: FlexAttention on its FLASH backend (FlashAttention-4), its variants the same
+  way (the lookup ``mask_mod``, or the causal or dense form).
+- ``cudnn_bsa``: cuDNN frontend's block-sparse attention (``cudnn_bsa.py``); ``fa4``:
+  FlashAttention-4's own call (``fa4.py``, not a default). These three peers need packages of
+  their own (``peers.py``); without them they are unavailable with the ``pip install`` line.
 - ``sdpa`` / ``sdpa_cudnn`` / ``sdpa_flash``: dense PyTorch SDPA with its default backend, and
   with cuDNN or flash forced; ``is_causal=True`` in causal cases. They compute dense (or causal)
   attention, so their error is checked only when the layout is all ones.
@@ -23,7 +28,7 @@ only launches, and whether its output is the layout's attention (then its error 
 
 In a training step (``Case.grad_out`` set, q, k, v requiring grad) ``fused`` is the public
 call with a plan, ``gpu.block_sparse_attention(q, k, v, plan, impl="fused")``, differentiable
-through its registered autograd; Flex and SDPA use their own backward passes.
+through its registered autograd; Flex, the peers and SDPA use their own backward passes.
 """
 
 from __future__ import annotations
@@ -37,8 +42,11 @@ import torch
 
 from designer.units import bytes_text
 from designer.validate import MAX_LAYOUT_CELLS
+from gpu.bench import peers
 from gpu.bench.config import BACKWARD_CONTENDERS
-from gpu.bench.flex import FlexSession, FlexUnavailable, FlexVariant, flex_variants
+from gpu.bench.cudnn_bsa import bsa_call
+from gpu.bench.fa4 import fa4_call
+from gpu.bench.flex import FLASH, TRITON, FlexSession, FlexUnavailable, FlexVariant, flex_variants
 from gpu.reference import dense_masked_attention
 
 #: The ``torch.compile`` mode of the ``flex_tuned`` contender.
@@ -84,10 +92,12 @@ class Prepared:
 
 @dataclass(frozen=True)
 class Variants:
-    """Several ways one contender can run a case: ``(name, prepare)`` pairs, each ``prepare``
-    doing that way's host work when called (a failure belongs to that variant)."""
+    """Several ways one contender can run a case: ``(name, prepare, graph)`` triples, each
+    ``prepare`` doing that way's host work when called (a failure belongs to that variant), and
+    ``graph`` what, beside the name and the case's shapes, makes its compiled code (so a variant
+    that failed to compile is not compiled again for the next case of that shape)."""
 
-    options: tuple[tuple[str, Callable[[], Prepared]], ...]
+    options: tuple[tuple[str, Callable[[], Prepared], Any], ...]
 
 
 def prepare(name: str, case: Case) -> Prepared | Variants:
@@ -99,13 +109,18 @@ def prepare(name: str, case: Case) -> Prepared | Variants:
         "sdd_w1": lambda c: _sdd(c, 1),
         "sdd_qk": lambda c: _sdd_qk(c, c.start_width),
         "sdd_qk_w1": lambda c: _sdd_qk(c, 1),
-        "flex": lambda c: _flex(c, None),
-        "flex_tuned": lambda c: _flex(c, FLEX_TUNED_MODE),
+        "flex": lambda c: _flex(c, None, TRITON),
+        "flex_tuned": lambda c: _flex(c, FLEX_TUNED_MODE, TRITON),
+        "flex_flash": lambda c: _flex(c, None, FLASH),
+        "cudnn_bsa": lambda c: _peer(c, "cuDNN BSA", bsa_call),
+        "fa4": lambda c: _peer(c, "FA4", fa4_call),
         "sdpa": lambda c: _sdpa(c, None),
         "sdpa_cudnn": lambda c: _sdpa(c, "CUDNN_ATTENTION"),
         "sdpa_flash": lambda c: _sdpa(c, "FLASH_ATTENTION"),
         "reference": _reference,
     }
+    if reason := peers.missing(name):
+        raise Unavailable(reason)
     if case.q.device.type != "cuda" and name != "reference":
         raise Unavailable(f"{name} needs a CUDA device")
     if case.backward and name not in BACKWARD_CONTENDERS:
@@ -210,18 +225,21 @@ def sdd_packed_bytes(batch: int, nnz: int, block_size: int, element_bytes: int) 
     return batch * nnz * block_size * block_size * (4 + element_bytes)
 
 
-def _flex(case: Case, mode: str | None) -> Variants:
+def _flex(case: Case, mode: str | None, backend: str) -> Variants:
     try:
-        variants = flex_variants(case.blocks, case.block_size, causal=case.causal)
+        variants = flex_variants(case.blocks, case.block_size, causal=case.causal,
+                                 backend=backend)  # fmt: skip
     except FlexUnavailable as error:
         raise Unavailable(str(error)) from error
-    return Variants(tuple((v.name, partial(_flex_variant, case, mode, v)) for v in variants))
+    return Variants(tuple((v.name, partial(_flex_variant, case, mode, v), case.blocks.shape[0])
+                          for v in variants))  # fmt: skip
 
 
 def _flex_variant(case: Case, mode: str | None, variant: FlexVariant) -> Prepared:
     try:
         call = case.flex.prepare(case.blocks, case.block_size, causal=case.causal,
-                                 device=case.q.device, mode=mode, variant=variant)  # fmt: skip
+                                 device=case.q.device, mode=mode, variant=variant,
+                                 heads=case.q.shape[1])  # fmt: skip
     except FlexUnavailable as error:
         raise Unavailable(str(error)) from error
 
@@ -229,6 +247,22 @@ def _flex_variant(case: Case, mode: str | None, variant: FlexVariant) -> Prepare
         return call(case.q, case.k, case.v, scale=case.scale)
 
     run()  # compiles now, outside any timing; a failure is this variant's
+    return Prepared(run, True)
+
+
+def _peer(case: Case, label: str, make: Callable[[Case], Callable[[], torch.Tensor]]) -> Prepared:
+    """A peer's call ``make(case)``, which raises ``ValueError`` for a case the peer cannot
+    express; a first call (compiling it) proves it runs."""
+    try:
+        run = make(case)
+    except ValueError as error:
+        raise Unavailable(str(error)) from error
+    try:
+        out = run()
+        if case.backward:
+            torch.autograd.grad(out, (case.q, case.k, case.v), case.grad_out)
+    except NotImplementedError as error:  # the peer's own word on a shape it does not take
+        raise Unavailable(f"{label}: {str(error).splitlines()[0]}") from error
     return Prepared(run, True)
 
 

@@ -4,24 +4,36 @@ A ``BlockMask`` is built with ``BlockMask.from_kv_blocks`` rather than ``create_
 tile is *full* when every token pair in it is active, *partial* when some are, and absent
 otherwise, computed from the layout at block level (what ``create_block_mask`` would find by
 evaluating ``mask_mod`` on all ``Sq·Sk`` pairs, without materialising them). Flex's speed
-depends on two choices, so each case offers every ``FlexVariant`` that expresses it exactly:
+depends on three choices, so each case offers every ``FlexVariant`` that expresses it exactly:
 
+- the backend: Triton (``flex``, ``flex_tuned``) or FLASH (``flex_flash``:
+  ``kernel_options={"BACKEND": "FLASH"}``, FlashAttention-4 written in CuTe DSL);
 - the tile (``BLOCK_SIZE``): Flex's default 128 tokens, and the layout's own block size when it
-  is a power of two of at least 64 other than 128 (64-token tiles skip what 128-token tiles
-  of a 64-token staircase would compute and mask);
-- the ``mask_mod`` partial tiles run: ``gather`` reads the layout from one persistent device
-  buffer at 16-token granularity (any layout); a closed form, where the layout is one of the
-  families that have one (``closed_form``): ``causal`` (``q_idx >= kv_idx``), ``band`` (the
-  bidirectional block band of ``designer.patterns.sliding_window``,
-  ``|q_idx // block - kv_idx // block| < window_blocks``) and ``dense`` (no ``mask_mod``).
+  is a power of two of at least 64 other than 128 and those tiles compute at least
+  ``MIN_AREA_SAVING`` less area than 128-token tiles (64-token tiles skip what 128-token tiles
+  of a 64-token staircase would compute and mask; dense and causal layouts save nothing, and
+  on the H200 on 2026-11-30 their 64-token variants were never faster beyond noise);
+- the ``mask_mod`` partial tiles run (``flex_masks.py``): on Triton ``gather``, the layout read
+  from one persistent device buffer at 16-token granularity (any layout), and a closed form
+  where the layout is one of the families that have one (``closed_form``): ``causal``
+  (``q_idx >= kv_idx``), ``band`` (the bidirectional block band of
+  ``designer.patterns.sliding_window``, ``|q_idx // block - kv_idx // block| < window_blocks``)
+  and ``dense`` (no ``mask_mod``). On FLASH the ``causal`` and ``dense`` forms, else ``lookup``,
+  the layout lookup in the form FLASH compiles (see ``flex_masks.py``).
 
-FlexAttention compiles once per distinct ``mask_mod`` function, tile and shape. So each
+Two traps of FLASH in torch 2.11 shape its variants: with a no-op ``mask_mod`` it drops the
+block lists and computes dense attention (pytorch issue 188322), so ``dense`` runs only on dense
+layouts and every other layout gets the real lookup; and a ``mask_mod`` without full blocks can
+raise ``NotImplementedError``, so every fully active tile is listed as full.
+
+FlexAttention compiles once per distinct ``mask_mod`` function, tile, backend and shape. So each
 ``mask_mod`` is built once per session and reads its parameters (the layout, the causal flag,
 the band's block size and window) from small persistent tensors that a new case ``copy_``-s or
 ``fill_``-s: a new case of the same family and shape reuses the compiled kernel (one
-``torch.compile(flex_attention)`` per compile mode). Two modes are offered: Inductor's default
-tile choice, and ``max-autotune-no-cudagraphs``, which times Triton's candidate tiles once per
-graph and keeps the fastest (slower to compile, the strongest FlexAttention we can field).
+``torch.compile(flex_attention)`` per compile mode and backend). Triton is compiled two ways:
+Inductor's default tile choice, and ``max-autotune-no-cudagraphs``, which times Triton's
+candidate tiles once per graph and keeps the fastest (slower to compile, the strongest Triton
+FlexAttention we can field).
 """
 
 from __future__ import annotations
@@ -35,21 +47,43 @@ import torch
 from designer.formats.flex_tiles import FLEX_BLOCK, kv_lists
 from designer.formats.flex_tiles import tile_classes as designer_tile_classes
 from designer.validate import check_choice, check_int
+from gpu.bench.flex_masks import (
+    MASK_GRANULARITY,
+    causal_mask,
+    fill_lookup,
+    generate_band_mask,
+    generate_gather_mask,
+    generate_lookup_mask,
+    lookup_buffer,
+)
 
-#: Token granularity of the gather buffer (the smallest CUDA block size).
-MASK_GRANULARITY = 16
-#: The ``mask_mod`` forms: the layout gathered from a buffer, or a family's closed form.
-GATHER, CAUSAL, BAND, DENSE = "gather", "causal", "band", "dense"
-MASKS = (GATHER, CAUSAL, BAND, DENSE)
+#: The backends: FlexAttention's Triton templates, or FlashAttention-4 (``"FLASH"``).
+TRITON, FLASH = "TRITON", "FLASH"
+BACKENDS = (TRITON, FLASH)
+#: The ``mask_mod`` forms: the layout gathered or looked up from a buffer, or a closed form.
+GATHER, LOOKUP, CAUSAL, BAND, DENSE = "gather", "lookup", "causal", "band", "dense"
+MASKS = (GATHER, LOOKUP, CAUSAL, BAND, DENSE)
+#: The forms each backend runs (FLASH in torch 2.11 cannot load the 0-d tensors of the gather's
+#: causal flag or the band's parameters; see ``flex_masks.py``).
+BACKEND_MASKS = {TRITON: (GATHER, CAUSAL, BAND, DENSE), FLASH: (LOOKUP, CAUSAL, DENSE)}
 #: The smallest tile a variant uses (the layout's own block size, from 64 tokens up).
 MIN_TILE = 64
-#: Compiled graphs kept for ``flex_attention``: a sweep compiles one per (mode, mask form, tile,
-#: head dim, sequence length), about 32 for the standard sweep, past Dynamo's default of 8.
-#: Hitting the limit raises instead of silently running Flex eagerly.
+#: The layout's own tile is offered when it computes at least this fraction less area than
+#: 128-token tiles (the 25 % band at 64-token blocks saves 4.3 % and ran 3-7 % faster at 64 on
+#: the H200 on 2026-11-30; causal at S=16384 saves 0.4 %, dense nothing).
+MIN_AREA_SAVING = 0.01
+#: Compiled graphs kept for ``flex_attention``: a sweep compiles one per (mode, backend, mask
+#: form, tile, head dim, sequence length), about 32 for the standard sweep, past Dynamo's
+#: default of 8. Hitting the limit raises instead of silently running Flex eagerly.
 RECOMPILE_LIMIT = 256
 #: The default compile mode's forward tile (128 x 128 or 128 x 64 on Hopper) must divide the
 #: ``BLOCK_SIZE``; below 128 tokens it is set to this square.
 SMALL_TILE_KERNEL = 64
+#: Why a sparse layout never gets a ``mask_mod``-free BlockMask on FLASH.
+NO_OP_MASK_TRAP = (
+    "the FLASH backend drops the block lists of a BlockMask without a mask_mod and computes "
+    "dense attention (pytorch issue 188322): a sparse layout needs the lookup mask_mod"
+)
 
 
 class FlexUnavailable(RuntimeError):
@@ -58,7 +92,8 @@ class FlexUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class FlexVariant:
-    """One way to run a case in FlexAttention: the ``mask_mod`` form and the tile in tokens.
+    """One way to run a case in FlexAttention: the ``mask_mod`` form, the tile in tokens and the
+    backend.
 
     >>> FlexVariant(BAND, 64, window_blocks=3).name
     'band-t64'
@@ -67,9 +102,16 @@ class FlexVariant:
     mask: str
     tile_size: int
     window_blocks: int = 0  # the band's ``window_blocks`` (``band`` only)
+    backend: str = TRITON
 
     def __post_init__(self) -> None:
+        check_choice("backend", self.backend, BACKENDS)
         check_choice("mask", self.mask, MASKS)
+        if self.mask not in BACKEND_MASKS[self.backend]:
+            raise ValueError(
+                f"mask {self.mask!r} does not run on the {self.backend} backend; it takes "
+                f"{', '.join(BACKEND_MASKS[self.backend])}"
+            )
         tile = check_int("tile_size", self.tile_size, low=MASK_GRANULARITY)
         if tile & (tile - 1):
             raise ValueError(f"tile_size must be a power of two, got {tile}")
@@ -107,11 +149,31 @@ def closed_form(blocks: torch.Tensor, *, causal: bool) -> tuple[str, int] | None
 
 
 def flex_variants(
-    blocks: torch.Tensor, block_size: int, *, causal: bool
+    blocks: torch.Tensor, block_size: int, *, causal: bool, backend: str = TRITON
 ) -> tuple[FlexVariant, ...]:
-    """Every variant that runs this layout exactly: each tile (see the module doc) with the
-    gather and, where the layout has one, the closed form. Raises ``FlexUnavailable`` when
-    none fits."""
+    """Every variant of ``backend`` that runs this layout exactly: each tile (see the module
+    doc) with, on Triton, the gather and the layout's closed form if it has one; on FLASH the
+    causal or dense form if the layout is one, else the lookup. Raises ``FlexUnavailable``
+    when none fits."""
+    check_choice("backend", backend, BACKENDS)
+    tiles = _tiles(blocks, block_size, causal)
+    form = closed_form(blocks, causal=causal)
+    buffered = [(GATHER if backend == TRITON else LOOKUP, 0)]
+    if block_size % MASK_GRANULARITY:
+        buffered = []
+    if backend == TRITON:
+        masks = buffered + ([form] if form is not None else [])
+    else:
+        masks = [form] if form is not None and form[0] in BACKEND_MASKS[FLASH] else buffered
+    if not masks:
+        raise FlexUnavailable(f"block_size must be a multiple of {MASK_GRANULARITY}")
+    return tuple(FlexVariant(mask, tile, window, backend) for tile in tiles
+                 for mask, window in masks)  # fmt: skip
+
+
+def _tiles(blocks: torch.Tensor, block_size: int, causal: bool) -> list[int]:
+    """The tiles a layout's variants use: 128 tokens and the layout's own block (see the module
+    doc), those that divide both sequence lengths."""
     _, n_q, n_k = blocks.shape
     tiles = [FLEX_BLOCK] if FLEX_BLOCK % block_size == 0 else []
     if block_size >= MIN_TILE and block_size != FLEX_BLOCK and not block_size & (block_size - 1):
@@ -123,12 +185,23 @@ def flex_variants(
             f"{MIN_TILE}) and Sq, Sk multiples of its tile, got block_size {block_size}, "
             f"Sq {n_q * block_size}, Sk {n_k * block_size}"
         )
-    masks = [(GATHER, 0)] if block_size % MASK_GRANULARITY == 0 else []
-    if (form := closed_form(blocks, causal=causal)) is not None:
-        masks.append(form)
-    if not masks:
-        raise FlexUnavailable(f"block_size must be a multiple of {MASK_GRANULARITY}")
-    return tuple(FlexVariant(mask, tile, window) for tile in tiles for mask, window in masks)
+    if len(tiles) == 2:  # the layout's own tile only where it skips work
+        default, own = (computed_area(blocks, block_size, causal=causal, tile_size=t)
+                        for t in tiles)  # fmt: skip
+        if own > (1 - MIN_AREA_SAVING) * default:
+            tiles = tiles[:1]
+    return tiles
+
+
+def computed_area(blocks: torch.Tensor, block_size: int, *, causal: bool, tile_size: int) -> int:
+    """Token pairs a BlockMask of ``tile_size``-token tiles computes: its full and partial tiles.
+
+    >>> causal = torch.ones(1, 4, 4, dtype=torch.bool).tril()
+    >>> computed_area(causal, 64, causal=True, tile_size=128), 128 * 128 * 3
+    (49152, 49152)
+    """
+    full, partial = tile_classes(blocks, block_size, causal=causal, tile_size=tile_size)
+    return int((full | partial).sum()) * tile_size * tile_size
 
 
 def tile_classes(
@@ -152,29 +225,13 @@ def tile_classes(
     return designer_tile_classes(blocks, block_size, causal=causal, tile_size=tile_size)
 
 
-def causal_mask(b, h, q_idx, kv_idx):
-    """Keys at or before the query: ``q_idx >= kv_idx``."""
-    return q_idx >= kv_idx
-
-
-def generate_band_mask(block: torch.Tensor, window: torch.Tensor) -> Callable:
-    """The block band of ``sliding_window(..., causal=False)`` at token level:
-    ``|q_idx // block - kv_idx // block| < window``, both 0-d int32 tensors (a new value needs
-    no recompile)."""
-
-    def band_mask(b, h, q_idx, kv_idx):
-        return (q_idx // block - kv_idx // block).abs() < window
-
-    return band_mask
-
-
 @dataclass(frozen=True)
 class FlexCall:
     """A compiled ``flex_attention`` bound to one case's ``BlockMask`` and kernel options."""
 
     compiled: Any
     block_mask: Any
-    kernel_options: dict[str, int] | None
+    kernel_options: dict[str, Any] | None
 
     def __call__(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, scale: float
@@ -192,8 +249,9 @@ class FlexSession:
     """The compiled ``flex_attention`` and the persistent mask state, reused across cases."""
 
     def __init__(self) -> None:
-        self._compiled: dict[str | None, Any] = {}
+        self._compiled: dict[tuple[str | None, str], Any] = {}
         self._gathers: dict[tuple, tuple[torch.Tensor, torch.Tensor, Callable]] = {}
+        self._lookups: dict[tuple, tuple[torch.Tensor, Callable]] = {}
         self._bands: dict[str, tuple[torch.Tensor, torch.Tensor, Callable]] = {}
 
     def prepare(
@@ -205,14 +263,19 @@ class FlexSession:
         device: torch.device,
         mode: str | None = None,
         variant: FlexVariant | None = None,
+        heads: int | None = None,
     ) -> FlexCall:
         """The call of ``variant`` (default: gather at 128-token tiles) on this layout, host work
-        only; ``mode`` is the ``torch.compile`` mode (None: the default)."""
+        only; ``mode`` is the ``torch.compile`` mode (None: the default), ``heads`` the query
+        heads (default: the layout's; the lookup keeps one entry per query head)."""
         from torch.nn.attention.flex_attention import BlockMask, flex_attention
 
         variant = variant or FlexVariant(GATHER, FLEX_BLOCK)
+        if variant.backend == FLASH and variant.mask == DENSE and not bool(blocks.all()):
+            raise FlexUnavailable(NO_OP_MASK_TRAP)
         full, partial = tile_classes(blocks, block_size, causal=causal, tile_size=variant.tile_size)
-        mask_mod = self._mask_mod(variant, blocks, block_size, causal, device)
+        mask_mod = self._mask_mod(variant, blocks, block_size, causal, device,
+                                  heads or blocks.shape[0])  # fmt: skip
         kv_num, kv_indices = kv_lists(partial)
         full_num, full_indices = kv_lists(full)
         block_mask = BlockMask.from_kv_blocks(
@@ -224,14 +287,17 @@ class FlexSession:
             mask_mod=mask_mod,
             seq_lengths=(blocks.shape[1] * block_size, blocks.shape[2] * block_size),
         )
-        if mode not in self._compiled:
-            self._compiled[mode] = torch.compile(flex_attention, dynamic=False, mode=mode)
-        options = None
-        if mode is None and variant.tile_size < FLEX_BLOCK:
+        key = (mode, variant.backend)
+        if key not in self._compiled:
+            self._compiled[key] = torch.compile(flex_attention, dynamic=False, mode=mode)
+        options: dict[str, Any] | None = None
+        if variant.backend == FLASH:
+            options = {"BACKEND": FLASH}
+        elif mode is None and variant.tile_size < FLEX_BLOCK:
             options = {"BLOCK_M": SMALL_TILE_KERNEL, "BLOCK_N": SMALL_TILE_KERNEL}
-        return FlexCall(self._compiled[mode], block_mask, options)
+        return FlexCall(self._compiled[key], block_mask, options)
 
-    def _mask_mod(self, variant, blocks, block_size, causal, device) -> Callable | None:
+    def _mask_mod(self, variant, blocks, block_size, causal, device, heads) -> Callable | None:
         """The session's ``mask_mod`` of ``variant``'s form, its state set for this case."""
         if variant.mask == DENSE:
             return None
@@ -244,9 +310,12 @@ class FlexSession:
             return mask_mod
         if block_size % MASK_GRANULARITY:
             raise FlexUnavailable(f"block_size must be a multiple of {MASK_GRANULARITY}")
-        heads, n_q, n_k = blocks.shape
-        buffer, causal_flag, mask_mod = self._gather(heads, n_q * block_size, n_k * block_size,
-                                                     device)  # fmt: skip
+        seq_q, seq_k = blocks.shape[1] * block_size, blocks.shape[2] * block_size
+        if variant.mask == LOOKUP:
+            buffer, mask_mod = self._lookup(heads, seq_q, seq_k, causal, device)
+            fill_lookup(buffer, blocks, block_size)
+            return mask_mod
+        buffer, causal_flag, mask_mod = self._gather(blocks.shape[0], seq_q, seq_k, device)
         ratio = block_size // MASK_GRANULARITY
         buffer.copy_(blocks.repeat_interleave(ratio, 1).repeat_interleave(ratio, 2))
         causal_flag.fill_(causal)
@@ -268,12 +337,12 @@ class FlexSession:
                 dtype=torch.bool, device=device,
             )  # fmt: skip
             causal_flag = torch.zeros((), dtype=torch.bool, device=device)
-            one_head = heads == 1  # a one-head layout serves every head
-
-            def gather_mask(b, h, q_idx, kv_idx):
-                head = 0 if one_head else h
-                allowed = buffer[head, q_idx // MASK_GRANULARITY, kv_idx // MASK_GRANULARITY]
-                return allowed & ((q_idx >= kv_idx) | ~causal_flag)
-
-            self._gathers[key] = (buffer, causal_flag, gather_mask)
+            self._gathers[key] = (buffer, causal_flag, generate_gather_mask(buffer, causal_flag))
         return self._gathers[key]
+
+    def _lookup(self, heads: int, seq_q: int, seq_k: int, causal: bool, device: torch.device):
+        key = (heads, seq_q, seq_k, causal, str(device))
+        if key not in self._lookups:
+            buffer = lookup_buffer(heads, seq_q, seq_k, device)
+            self._lookups[key] = (buffer, generate_lookup_mask(buffer, causal=causal))
+        return self._lookups[key]

@@ -2,15 +2,20 @@
 
 For one layout and ``BenchConfig`` it draws fresh ``randn`` inputs (seeded), computes the fp64
 reference once (on a sample of query rows when the case is large, see ``checks.py``), then for
-each contender: prepares it (plans, compiles, a first call), warms it up, times ``reps`` calls
-with the L2 flushed before each, and checks one more output against the reference. A contender
-that is unavailable or fails gets a status and a message; the others still run.
-``progress(stage, fraction)`` is called as it goes ("reference", "compile fused",
-"warm-up fused", "timing fused", ..., "done").
+each contender: prepares it (plans, compiles, a first call), checks its output against the
+reference, and only if it is accurate (``variants.ACCURACY_LIMITS``) warms it up and times
+``reps`` calls with the L2 flushed before each: a wrong result is never timed, it "failed" with
+its errors in the message. A contender that is unavailable or fails gets a status and a
+message; the others still run. ``progress(stage, fraction)`` is called as it goes
+("reference", "compile fused", "warm-up fused", "timing fused", ..., "done"). Each result
+records the wall ``seconds`` its contender took (compiling, checking and timing).
 
-A contender with variants (FlexAttention: tile size and ``mask_mod`` form, see ``flex.py``) has
-each variant measured that way; its result is the fastest accurate variant's (``variants.py``),
-with ``variant`` naming it and ``variants`` holding every variant's time and errors.
+A contender with variants (FlexAttention: backend, tile size and ``mask_mod`` form, see
+``flex.py``) has each variant measured that way; its result is the fastest accurate variant's
+(``variants.py``), with ``variant`` naming it and ``variants`` holding every variant's time and
+errors. A variant whose compiled code failed to build (not out of memory, not a launch error)
+is not built again in the session for a case of the same shapes: it fails with the same
+message, marked as not retried (``BenchSession.failed_builds``).
 
 With ``config.backward`` each contender is timed as a training step instead (``training.py``):
 forward then backward with a fixed random output gradient. ``ms`` is then the step's median,
@@ -20,8 +25,10 @@ the forward's FLOPs, and dq, dk, dv are checked against the fp64 reference gradi
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 
 import torch
 
@@ -40,15 +47,28 @@ from gpu.bench.metrics import (
     tflops,
     token_density,
 )
+from gpu.bench.results import failure_kind
 from gpu.bench.timing import CudaEventTimer, Timer, host_timer
 from gpu.bench.training import grads_of, time_step
-from gpu.bench.variants import VariantResult, fastest_accurate, no_variant, variant_result
+from gpu.bench.variants import (
+    ACCURACY_LIMITS,
+    VariantResult,
+    accurate,
+    fastest_accurate,
+    no_variant,
+    variant_result,
+)
 
 Progress = Callable[[str, float], None]
 #: Contenders whose timing does not depend on the layout (reused across cases of one session).
 DENSE_BASELINES = ("sdpa", "sdpa_cudnn", "sdpa_flash")
 #: FlexAttention contenders; speedups "vs Flex" divide by the fastest of them in the run.
-FLEX_CONTENDERS = ("flex", "flex_tuned")
+FLEX_CONTENDERS = ("flex", "flex_tuned", "flex_flash")
+#: cuDNN's block-sparse attention, reported beside Flex ("vs BSA").
+BSA_CONTENDER = "cudnn_bsa"
+#: Failures of a build that say nothing about the next case (``results.failure_kind``).
+TRANSIENT_FAILURES = ("out of memory", "kernel launch failure")
+NOT_RETRIED = " (not retried: the same build failed on an earlier case of this run)"
 
 
 @dataclass(frozen=True)
@@ -61,7 +81,8 @@ class ContenderResult:
     tflops: float | None = None  # effective: the layout's FLOPs (3.5x in a step) over ms
     own_tflops: float | None = None  # dense baselines: their own (dense or causal) FLOPs
     speedup_vs_cudnn: float | None = None
-    speedup_vs_flex: float | None = None
+    speedup_vs_flex: float | None = None  # over the fastest of flex, flex_tuned, flex_flash
+    speedup_vs_bsa: float | None = None  # over cuDNN's block-sparse attention
     max_abs_error: float | None = None
     rel_error: float | None = None
     # training steps only: the forward and the backward alone (see training.py), gradient errors
@@ -77,6 +98,7 @@ class ContenderResult:
     # contenders with variants: the one this result is, and what each variant gave
     variant: str | None = None
     variants: tuple[VariantResult, ...] = ()
+    seconds: float | None = None  # wall time of this contender: compile, check and timing
 
 
 @dataclass(frozen=True)
@@ -107,7 +129,8 @@ class BenchResult:
 
 
 class BenchSession:
-    """What cases of one process share: the timer, Flex's compiled kernel, dense timings."""
+    """What cases of one process share: the timer, Flex's compiled kernels, dense timings, and
+    the builds that failed (by contender, variant and shapes: their message)."""
 
     def __init__(self, device: torch.device, *, flush_l2: bool = True, timer: Timer | None = None):
         self.device = device
@@ -116,6 +139,7 @@ class BenchSession:
         self.timer: Timer = timer or host_timer
         self.flex = FlexSession()
         self.dense_times: dict[tuple, ContenderResult] = {}
+        self.failed_builds: dict[tuple, str] = {}
 
 
 def seeded_inputs(config: BenchConfig) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -219,33 +243,38 @@ def _run_one(name, case, config, session, reference, report) -> ContenderResult:
 
 
 def _attempt(name: str, run: Callable[[], ContenderResult]) -> ContenderResult:
-    """``run()``, or the result saying why it could not run or failed."""
+    """``run()``, or the result saying why it could not run or failed; with its wall time."""
+    started = time.perf_counter()
     try:
-        return run()
+        result = run()
     except Unavailable as error:
-        return ContenderResult(name, "unavailable", str(error))
+        result = ContenderResult(name, "unavailable", str(error))
     except Exception as error:  # one failure must not end the run
-        return ContenderResult(name, "failed", f"{type(error).__name__}: {error}"[:500])
+        result = ContenderResult(name, "failed", f"{type(error).__name__}: {error}"[:500])
+    return replace(result, seconds=round(time.perf_counter() - started, 3))
 
 
 def _measured(
     name, prepared: Prepared, case, config, session, reference: References | None, report
 ) -> ContenderResult:
-    """Time ``prepared`` (a dense baseline once per shape) and check its errors."""
+    """Check ``prepared``'s errors, then time it if it is accurate (a dense baseline once per
+    shape)."""
     dense_key = (name, config.shape_q, config.shape_k, config.dtype, config.causal, config.reps,
                  config.backward)  # fmt: skip
-    result = session.dense_times.get(dense_key) if name in DENSE_BASELINES else None
-    if result is None:
-        if case.backward:
-            grads_of(prepared, case)  # Flex compiles its backward on the first one
-        result = _timed(name, prepared, case, config, session, report)
-        if name in DENSE_BASELINES:
-            session.dense_times[dense_key] = result
+    cached = session.dense_times.get(dense_key) if name in DENSE_BASELINES else None
+    if case.backward and cached is None:
+        grads_of(prepared, case)  # Flex compiles its backward on the first one
+    errors = {}
     if reference is not None and prepared.computes_layout:
-        result = replace(result, **reference.output_errors(prepared.run().detach()))
+        errors = reference.output_errors(prepared.run().detach())
         if reference.grads is not None:
-            result = replace(result, **reference.grad_errors(grads_of(prepared, case)))
-    return result
+            errors |= reference.grad_errors(grads_of(prepared, case))
+    if accurate(SimpleNamespace(**errors)) is False:
+        return ContenderResult(name, "failed", wrong_result(errors), **errors)
+    result = cached or _timed(name, prepared, case, config, session, report)
+    if name in DENSE_BASELINES:
+        session.dense_times[dense_key] = result
+    return replace(result, **errors)
 
 
 def _fastest_variant(
@@ -253,7 +282,7 @@ def _fastest_variant(
 ) -> ContenderResult:
     """Measure every variant; the fastest accurate one stands for the contender."""
     measured = []
-    for i, (label, make) in enumerate(variants.options):
+    for i, (label, make, graph) in enumerate(variants.options):
 
         def part(stage: str, fraction: float, i: int = i, label: str = label) -> None:
             report(f"{stage} ({label})", (i + fraction) / len(variants.options))
@@ -262,13 +291,42 @@ def _fastest_variant(
             part(f"compile {name}", 0.0)
             return _measured(name, make(), case, config, session, reference, part)
 
-        measured.append(_attempt(name, run))
-    summary = tuple(map(variant_result, [label for label, _ in variants.options], measured))
+        build = (name, label, graph, config.shape_q, config.shape_k, config.dtype,
+                 config.backward)  # fmt: skip
+        if build in session.failed_builds:
+            measured.append(ContenderResult(name, "failed", session.failed_builds[build]))
+            continue
+        result = _attempt(name, run)
+        if _build_failed(result):
+            session.failed_builds[build] = result.message[: 500 - len(NOT_RETRIED)] + NOT_RETRIED
+        measured.append(result)
+    summary = tuple(map(variant_result, [option[0] for option in variants.options], measured))
     chosen = fastest_accurate(measured)
     if chosen is None:
         status, message = no_variant(summary)
         return ContenderResult(name, status, message[:2000], variants=summary)
     return replace(measured[chosen], variant=summary[chosen].name, variants=summary)
+
+
+def _build_failed(result: ContenderResult) -> bool:
+    """Whether ``result`` is a build's own failure: an exception (not a wrong result), neither
+    out of memory nor a launch error, which depend on the moment rather than the build."""
+    return (
+        result.status == "failed"
+        and result.rel_error is None
+        and failure_kind(result.message) not in TRANSIENT_FAILURES
+    )
+
+
+def wrong_result(errors: dict[str, float]) -> str:
+    """The message of a result outside ``ACCURACY_LIMITS``: each error beside its limit.
+
+    >>> wrong_result({"rel_error": 0.5, "max_abs_error": 0.01})
+    'wrong result, not timed: rel_error 5.0e-01 > 1.0e-02'
+    """
+    over = [f"{key} {errors[key]:.1e} > {limit:.1e}" for key, limit in ACCURACY_LIMITS.items()
+            if errors.get(key) is not None and not errors[key] <= limit]  # fmt: skip
+    return "wrong result, not timed: " + ", ".join(over)
 
 
 def _timed(name, prepared, case, config, session, report) -> ContenderResult:
@@ -301,6 +359,8 @@ def _derive(timed, config, flops, block_size) -> list[ContenderResult]:
     """Add TFLOP/s and speedups now that every contender's time is known."""
     by_name = {r.name: r for r in timed}
     cudnn = by_name.get("sdpa_cudnn")
+    bsa = by_name.get(BSA_CONTENDER)
+    bsa_ms = bsa.ms if bsa is not None and bsa.status == "ok" else None
     flex_times = [r.ms for r in timed if r.name in FLEX_CONTENDERS and r.status == "ok"]
     best_flex_ms = min(flex_times) if flex_times else None
     ones = torch.ones(1, config.seq_q // block_size, config.seq_len_k // block_size,
@@ -323,6 +383,7 @@ def _derive(timed, config, flops, block_size) -> list[ContenderResult]:
                 own_tflops=tflops(timed_dense_flops, r.ms) if dense else None,
                 speedup_vs_cudnn=speedup(cudnn.ms if cudnn else None, r.ms),
                 speedup_vs_flex=speedup(best_flex_ms, r.ms),
+                speedup_vs_bsa=speedup(bsa_ms, r.ms),
                 bwd_tflops=tflops(backward_flops(flops), r.bwd_ms) if config.backward else None,
             )
         )

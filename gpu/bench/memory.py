@@ -5,8 +5,9 @@ whole case (its sampled rows in a large case, see ``checks.py``), and runs the c
 after another. So the peak is those, plus the largest of: the fp64 reference while it is
 computed (one chunk of scores with its temporaries), or one contender's output and workspace
 together with the error check (fp64 copies of the checked rows). Workspaces counted: the SDD
-pipeline's packed fp32 scores and 16-bit probabilities, and FlexAttention's token mask, block
-tables (at its smallest tile) and log-sum-exp. The estimate is compared with the free memory
+pipeline's packed fp32 scores and 16-bit probabilities, FlexAttention's token mask, block
+tables (at its smallest tile) and log-sum-exp, and the peers' (cuDNN BSA, FA4) block lists at
+64-token blocks with their log-sum-exp. The estimate is compared with the free memory
 times a safety margin; ``margin=0`` turns the check off.
 
 A training step (``config.backward``) adds the output gradient and a contender's dq, dk, dv (with
@@ -31,7 +32,8 @@ from designer.validate import check_float, check_int
 from gpu.bench.checks import row_sample
 from gpu.bench.config import BenchConfig
 from gpu.bench.contenders import sdd_packed_bytes
-from gpu.bench.flex import MASK_GRANULARITY, MIN_TILE
+from gpu.bench.flex import MIN_TILE
+from gpu.bench.flex_masks import MASK_GRANULARITY
 from gpu.bench.timing import FLUSH_BYTES
 from gpu.reference import DEFAULT_CHUNK_BYTES
 
@@ -50,6 +52,8 @@ ERROR_CHECK_COPIES = 3
 DEFAULT_MARGIN = 1.25
 MAX_MARGIN = 10.0
 SDD_CONTENDERS = ("sdd", "sdd_w1", "sdd_qk", "sdd_qk_w1")
+#: Contenders that hold block lists of their own (a row of key blocks per query block).
+LIST_CONTENDERS = ("cudnn_bsa", "fa4")
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,7 @@ class MemoryEstimate:
     error_check: int  # fp64 copies while a contender's output is compared
     sdd_scores: int  # the SDD pipeline's packed scores and probabilities
     flex_workspace: int  # FlexAttention's mask buffer, block tables, output and log-sum-exp
+    peer_workspace: int = 0  # cuDNN BSA's or FA4's block lists, output and log-sum-exp
     grads: int = 0  # a step's output gradient, dq, dk, dv and the kept output, 16-bit
     reference_grads: int = 0  # the fp64 reference dq, dk, dv, kept for the whole case
     backward_workspace: int = 0  # fp32 dq accumulator, saved LSE and rowsum(dO∘O)
@@ -71,7 +76,8 @@ class MemoryEstimate:
     @property
     def total(self) -> int:
         """The peak: what lives all along, plus the largest stage."""
-        workspace = max(self.sdd_scores, self.flex_workspace, self.reference_graph)
+        workspace = max(self.sdd_scores, self.flex_workspace, self.peer_workspace,
+                        self.reference_graph)  # fmt: skip
         contender = workspace + self.backward_workspace + self.error_check
         kept = self.inputs + self.flush + self.reference + self.reference_grads + self.grads
         return kept + max(self.reference_chunk, contender)
@@ -86,6 +92,7 @@ class MemoryEstimate:
             ("error check (fp64 copies)", self.error_check),
             ("SDD packed scores", self.sdd_scores),
             ("FlexAttention workspace", self.flex_workspace),
+            ("cuDNN BSA / FA4 block lists", self.peer_workspace),
             ("output gradient and gradients", self.grads),
             ("fp64 reference gradients", self.reference_grads),
             ("backward workspace", self.backward_workspace),
@@ -136,6 +143,10 @@ def estimate_memory(config: BenchConfig, nnz: int, block_size: int) -> MemoryEst
         mask = heads * (seq_q // MASK_GRANULARITY) * (seq_k // MASK_GRANULARITY)
         tiles = heads * -(-seq_q // MIN_TILE) * -(-seq_k // MIN_TILE)
         flex = mask + 4 * 4 * tiles + output + 4 * batch * heads * seq_q
+    peer = 0
+    if any(name in config.contenders for name in LIST_CONTENDERS):  # lists and their transpose
+        lists = 2 * 4 * batch * heads * -(-seq_q // MIN_TILE) * -(-seq_k // MIN_TILE)
+        peer = lists + output + 4 * batch * heads * seq_q
     return MemoryEstimate(
         inputs=element * batch * heads * dim * (seq_q + 2 * seq_k) + output,
         flush=FLUSH_BYTES if config.flush_l2 else 0,
@@ -144,6 +155,7 @@ def estimate_memory(config: BenchConfig, nnz: int, block_size: int) -> MemoryEst
         error_check=error_check,
         sdd_scores=sdd,
         flex_workspace=flex,
+        peer_workspace=peer,
         grads=grads,
         reference_grads=reference_grads,
         backward_workspace=backward_workspace,

@@ -15,21 +15,23 @@ import torch
 
 from gpu.bench.config import FORWARD, FORWARD_BACKWARD
 from gpu.bench.harness import BenchResult
+from gpu.bench.results import FORMAT, VERSION
 
-FORMAT = "blocksparse-bench"
-VERSION = 1
-TABLE_COLUMNS = ("case", "contender", "status", "ms", "TFLOP/s", "x cuDNN", "x Flex", "rel err")
+TABLE_COLUMNS = (
+    "case", "contender", "status", "ms", "TFLOP/s", "x cuDNN", "x Flex", "x BSA", "rel err",
+)  # fmt: skip
 #: The table of training steps: the step, its forward and backward alone, the gradients' errors.
 BACKWARD_COLUMNS = (
     "case", "contender", "status", "fwd+bwd ms", "fwd ms", "bwd ms", "TFLOP/s", "bwd TFLOP/s",
-    "x cuDNN", "x Flex", "dq err", "dk err", "dv err",
+    "x cuDNN", "x Flex", "x BSA", "dq err", "dk err", "dv err",
 )  # fmt: skip
 #: Each numeric column's ``ContenderResult`` field and format.
 _FIELDS = {
     "ms": ("ms", "{:.3f}"), "fwd+bwd ms": ("ms", "{:.3f}"), "fwd ms": ("fwd_ms", "{:.3f}"),
     "bwd ms": ("bwd_ms", "{:.3f}"), "TFLOP/s": ("tflops", "{:.1f}"),
     "bwd TFLOP/s": ("bwd_tflops", "{:.1f}"), "x cuDNN": ("speedup_vs_cudnn", "{:.2f}"),
-    "x Flex": ("speedup_vs_flex", "{:.2f}"), "rel err": ("rel_error", "{:.1e}"),
+    "x Flex": ("speedup_vs_flex", "{:.2f}"), "x BSA": ("speedup_vs_bsa", "{:.2f}"),
+    "rel err": ("rel_error", "{:.1e}"),
     "dq err": ("dq_rel_error", "{:.1e}"), "dk err": ("dk_rel_error", "{:.1e}"),
     "dv err": ("dv_rel_error", "{:.1e}"),
 }  # fmt: skip
@@ -49,7 +51,12 @@ BACKWARD_FLOPS_FORMULA = (
 METHOD = (
     "CUDA events per rep, warm-up first, median of reps, 256 MiB written before each rep to "
     "flush L2, a ~1 ms spin kernel (torch.cuda._sleep, where it runs) before the start event so "
-    "host launch overhead is not timed; plans and compilation outside the timed region"
+    "host launch overhead is not timed; plans and compilation outside the timed region; each "
+    "contender's output checked against fp64 before it is timed, a wrong result not timed"
+)
+SPEEDUP_NOTE = (
+    "x Flex: over the fastest accurate FlexAttention build (flex, flex_tuned, flex_flash); "
+    "x BSA: over cuDNN's block-sparse attention (cudnn_bsa)"
 )
 BACKWARD_METHOD = (
     f"{METHOD}. A step is torch.autograd.grad of the attention's output with a fixed random "
@@ -133,15 +140,38 @@ def document(
 
 
 def write_json(
-    results: Sequence[BenchResult], path: str | Path, *, skipped: Sequence[str] = ()
+    results: Sequence[BenchResult],
+    path: str | Path,
+    *,
+    skipped: Sequence[str] = (),
+    command: str | None = None,
+    earlier: dict[str, Any] | None = None,
 ) -> dict:
-    """Write ``document(results)`` to ``path`` and return it; ``skipped`` (why each case that
-    could not be built was left out) goes in as ``skipped`` when there are any."""
+    """Write ``document(results)`` to ``path`` and return it.
+
+    ``skipped`` (why each case that could not be built was left out) goes in as ``skipped``
+    when there are any. ``runs`` lists each run that measured the file's cases: its date,
+    ``command`` and case names. With ``earlier`` (the document already in the file, when a
+    sweep resumes) its cases, runs, date, environment and skipped cases come first, so a sweep
+    split over several processes is one file."""
     doc = document(results)
+    run = _run(doc["date"], command, doc["cases"])
+    runs = []
+    if earlier is not None:
+        doc |= {key: earlier[key] for key in ("date", "environment")}
+        doc["cases"] = [*earlier["cases"], *doc["cases"]]
+        runs = earlier.get("runs") or [_run(earlier["date"], None, earlier["cases"])]
+        before = earlier.get("skipped", [])
+        skipped = [*before, *(reason for reason in skipped if reason not in before)]
+    doc["runs"] = [*runs, run]
     if skipped:
         doc["skipped"] = list(skipped)
     Path(path).write_text(json.dumps(doc, indent=1, allow_nan=True) + "\n")
     return doc
+
+
+def _run(date: str, command: str | None, cases: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    return {"date": date, "command": command or "not recorded", "cases": [c["case"] for c in cases]}
 
 
 def table_rows(results: Sequence[BenchResult], *, backward: bool = False) -> list[tuple[str, ...]]:
@@ -173,6 +203,7 @@ def format_table(results: Sequence[BenchResult]) -> str:
     ]
     if notes:
         lines += ["", "not measured:", *notes]
+    lines += ["", SPEEDUP_NOTE]
     if any(r.variant for result in results for r in result.results):
         lines += ["", VARIANT_NOTE]
     sampled = [r for r in results if r.checked_rows is not None and r.checked_rows < r.config.seq_q]

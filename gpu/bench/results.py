@@ -14,16 +14,19 @@ import math
 from typing import Any
 
 from gpu.bench.config import FORWARD_BACKWARD
-from gpu.bench.report import FORMAT, VERSION
+
+#: The benchmark document's format name and version (``gpu.bench.report.document`` writes it).
+FORMAT = "blocksparse-bench"
+VERSION = 1
 
 #: Dense baselines in order of preference for "speedup vs dense".
 DENSE_BASELINES = ("sdpa_cudnn", "sdpa", "sdpa_flash")
 #: Contenders that compute the layout's attention with our kernels (per-head errors shown).
 OUR_IMPLS = ("fused", "sdd")
 _RESULT_NUMBERS = (
-    "ms", "tflops", "own_tflops", "speedup_vs_cudnn", "speedup_vs_flex", "max_abs_error",
-    "rel_error", "fwd_ms", "bwd_ms", "bwd_tflops", "dq_rel_error", "dk_rel_error",
-    "dv_rel_error", "grad_max_abs_error",
+    "ms", "tflops", "own_tflops", "speedup_vs_cudnn", "speedup_vs_flex", "speedup_vs_bsa",
+    "max_abs_error", "rel_error", "fwd_ms", "bwd_ms", "bwd_tflops", "dq_rel_error",
+    "dk_rel_error", "dv_rel_error", "grad_max_abs_error", "seconds",
 )  # fmt: skip
 
 
@@ -167,6 +170,7 @@ def table_rows(case: dict[str, Any]) -> list[dict[str, Any]]:
             "x dense": speedup_vs_dense(case, r),
             "x cuDNN": r.get("speedup_vs_cudnn"),
             "x Flex": r.get("speedup_vs_flex"),
+            "x BSA": r.get("speedup_vs_bsa"),
             "max abs err": r.get("max_abs_error"),
             "rel err": r.get("rel_error"),
         }

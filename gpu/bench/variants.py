@@ -1,12 +1,13 @@
 """One contender run several ways (``contenders.Variants``): which way stands for it.
 
-The harness measures every variant like a contender (same timer, same error check against the
-fp64 reference). The contender's result is the fastest variant (lowest median) among those that
-ran and are accurate: a variant that failed, could not run, or whose errors exceed bf16/fp16
-noise by a wide margin (``ACCURACY_LIMITS``; measured noise is about 2.3e-3 relative, 8e-3
-max-abs for the output and 2.5e-3 relative for the gradients) is never picked. Without a
-reference (``check_error=False``) accuracy is unknown and every variant that ran is eligible.
-Each variant's time and errors are kept (``VariantResult``), so the JSON shows the choice.
+The harness measures every variant like a contender (same error check against the fp64
+reference, then the same timer). The contender's result is the fastest variant (lowest median)
+among those that ran and are accurate: a variant that failed, could not run, or whose errors
+exceed bf16/fp16 noise by a wide margin (``ACCURACY_LIMITS``; measured noise is about 2.3e-3
+relative, 8e-3 max-abs for the output and 2.5e-3 relative for the gradients; such a result is
+never timed and "failed") is never picked. Without a reference (``check_error=False``)
+accuracy is unknown and every variant that ran is eligible. Each variant's time and errors are
+kept (``VariantResult``), so the JSON shows the choice.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ class VariantResult:
     rel_error: float | None = None
     max_abs_error: float | None = None
     grad_rel_error: float | None = None  # the largest of dq, dk, dv's
-    accurate: bool | None = None  # None: no reference to check against
+    accurate: bool | None = None  # None: nothing checked (no reference, or it did not run)
+    seconds: float | None = None  # wall time: compile, check and timing
 
 
 def accurate(result: Any) -> bool | None:
@@ -72,8 +74,8 @@ def variant_result(name: str, result: Any) -> VariantResult:
     grads = [g for g in grads if g is not None]
     return VariantResult(
         name, result.status, result.message, result.ms, result.fwd_ms, result.bwd_ms,
-        result.rel_error, result.max_abs_error, max(grads) if grads else None,
-        accurate(result) if result.status == "ok" else None,
+        result.rel_error, result.max_abs_error, max(grads) if grads else None, accurate(result),
+        result.seconds,
     )  # fmt: skip
 
 
@@ -81,13 +83,5 @@ def no_variant(variants: Sequence[VariantResult]) -> tuple[str, str]:
     """``(status, message)`` of a contender none of whose variants can stand for it: "failed"
     when one ran or failed, "unavailable" when none could run."""
     status = "unavailable" if all(v.status == "unavailable" for v in variants) else "failed"
-    return status, "no accurate variant ran; " + "; ".join(f"{v.name}: {_why(v)}" for v in variants)
-
-
-def _why(variant: VariantResult) -> str:
-    if variant.message:
-        return variant.message
-    numbers = {"rel err": variant.rel_error, "max abs err": variant.max_abs_error,
-               "grad rel err": variant.grad_rel_error}  # fmt: skip
-    measured = ", ".join(f"{k} {x:.1e}" for k, x in numbers.items() if x is not None)
-    return f"inaccurate ({measured})"
+    return status, "no accurate variant ran; " + "; ".join(f"{v.name}: {v.message}"
+                                                          for v in variants)  # fmt: skip

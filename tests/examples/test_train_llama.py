@@ -31,6 +31,7 @@ def test_tiny_run_trains_compares_and_writes_its_result(tmp_path):
     assert comparison["agree"] and comparison["steps_compared"] == 1
     assert comparison["max_abs_loss_difference"] <= comparison["tolerance"]
     assert document["design"]["causal"] and document["environment"]["transformers"]
+    assert set(document["runs"]["flex_flash"]) == {"skipped"}  # FLASH needs FA4 and a GPU
 
 
 def test_bad_arguments_are_refused():

@@ -25,8 +25,9 @@ from gpu.bench.results import (
 _FONT = {"family": "Inter, system-ui, sans-serif", "size": 12}
 COLOURS = {
     "fused": "#e15759", "sdd": "#f28e2b", "sdd_w1": "#ffbe7d", "sdd_qk": "#b07aa1",
-    "sdd_qk_w1": "#d4a6c8", "flex": "#4e79a7", "flex_tuned": "#76b7b2", "sdpa": "#9c9c9c",
-    "sdpa_cudnn": "#59a14f", "sdpa_flash": "#8cd17d", "reference": "#bab0ac",
+    "sdd_qk_w1": "#d4a6c8", "flex": "#4e79a7", "flex_tuned": "#76b7b2", "flex_flash": "#2f4b7c",
+    "cudnn_bsa": "#edc948", "fa4": "#9d7660", "sdpa": "#9c9c9c", "sdpa_cudnn": "#59a14f",
+    "sdpa_flash": "#8cd17d", "reference": "#bab0ac",
 }  # fmt: skip
 #: Marker of each sweep kind; the current design gets a large star.
 SYMBOLS = {"scaled": "circle", "length": "circle", "random": "x", "current": "star"}

@@ -115,8 +115,11 @@ def _settings_ui(current: Design) -> BenchConfig | None:
         "Contenders",
         offered_contenders(backward),
         key=contender_key(backward),
-        help="fused / sdd: ours; sdd_w1: SDD at start width 1; flex: "
-        "FlexAttention; sdpa*: dense PyTorch attention"
+        help="fused / sdd: ours; sdd_w1: SDD at start width 1; flex / flex_tuned: "
+        "FlexAttention on Triton; flex_flash: FlexAttention on FlashAttention-4; cudnn_bsa: "
+        "cuDNN's block-sparse attention; fa4: FlashAttention-4's own call; sdpa*: dense PyTorch "
+        'attention. flex_flash, cudnn_bsa and fa4 need `pip install -e ".[peers]"` (Hopper). '
+        "Each contender is checked against fp64 before it is timed"
         + ("; forward + backward offers those with a backward pass" if backward else ""),
     )
     with st.expander("Method and safety"):

@@ -21,6 +21,7 @@ from gpu.bench import (
     DEFAULT_BACKWARD_CONTENDERS,
     DEFAULT_CONTENDERS,
     BenchConfig,
+    peers,
 )
 from gpu.bench.memory import DEFAULT_MARGIN, MAX_MARGIN
 from gpu.bench.runner import DEFAULT_WAIT_S
@@ -41,7 +42,8 @@ def flex_installed() -> bool:
 
 def offered_contenders(backward: bool = False) -> tuple[str, ...]:
     """Contenders a user can pick here, in the harness's order (those with a backward pass in
-    forward + backward mode)."""
+    forward + backward mode). The peers are offered without their packages too: picked, they
+    say which ``pip install`` brings them."""
     names = BACKWARD_CONTENDERS if backward else CONTENDERS
     return tuple(c for c in names if not c.startswith("flex") or flex_installed())
 
@@ -52,17 +54,22 @@ def contender_key(backward: bool) -> str:
 
 
 def default_contenders(design: Design) -> list[str]:
-    """The harness's defaults but those slow to compile, plus SDD at start width 1 when the
-    design's start width is larger (to show what the segmentation buys)."""
-    offered = offered_contenders()
-    chosen = [c for c in DEFAULT_CONTENDERS if c in offered and c not in SLOW_TO_COMPILE]
+    """The harness's defaults but those slow to compile and the peers not installed, plus SDD
+    at start width 1 when the design's start width is larger (to show what the segmentation
+    buys)."""
+    chosen = _defaults(DEFAULT_CONTENDERS, offered_contenders())
     return chosen + (["sdd_w1"] if design.effective_start_width > 1 else [])
 
 
 def default_backward_contenders() -> list[str]:
-    """The harness's training-step defaults but those slow to compile."""
-    offered = offered_contenders(backward=True)
-    return [c for c in DEFAULT_BACKWARD_CONTENDERS if c in offered and c not in SLOW_TO_COMPILE]
+    """The harness's training-step defaults but those slow to compile and the peers not
+    installed."""
+    return _defaults(DEFAULT_BACKWARD_CONTENDERS, offered_contenders(backward=True))
+
+
+def _defaults(defaults: tuple[str, ...], offered: tuple[str, ...]) -> list[str]:
+    return [c for c in defaults
+            if c in offered and c not in SLOW_TO_COMPILE and peers.installed(c)]  # fmt: skip
 
 
 def panel_defaults(design: Design) -> dict[str, Any]:

@@ -44,9 +44,9 @@ from ui.bench.figures import (
 
 _NUMBER_FORMATS = {
     "ms": "%.3f", "TFLOP/s": "%.4g", "x dense": "%.2f", "x cuDNN": "%.2f", "x Flex": "%.2f",
-    "max abs err": "%.2e", "rel err": "%.2e", "fwd+bwd ms": "%.3f", "fwd ms": "%.3f",
-    "bwd ms": "%.3f", "bwd TFLOP/s": "%.4g", "dq rel err": "%.2e", "dk rel err": "%.2e",
-    "dv rel err": "%.2e", "grad max abs err": "%.2e",
+    "x BSA": "%.2f", "max abs err": "%.2e", "rel err": "%.2e", "fwd+bwd ms": "%.3f",
+    "fwd ms": "%.3f", "bwd ms": "%.3f", "bwd TFLOP/s": "%.4g", "dq rel err": "%.2e",
+    "dk rel err": "%.2e", "dv rel err": "%.2e", "grad max abs err": "%.2e",
 }  # fmt: skip
 _CONFIG = {"displaylogo": False}
 

@@ -28,6 +28,7 @@ from gpu.bench.cases import FAMILIES, find_case, standard_cases
 from gpu.bench.contenders import Prepared
 from gpu.bench.flex import FlexSession, tile_classes
 from gpu.bench.metrics import active_pairs, median, token_density
+from gpu.reference import dense_masked_attention
 from tests.gpu.oracle import naive_attention
 
 SMALL = dict(heads=2, seq_q=64, head_dim=16, warmup=1, reps=3, device="cpu")
@@ -116,22 +117,28 @@ def test_reference_end_to_end_on_the_cpu_with_progress():
 
 def test_derived_numbers_with_a_fake_timer(monkeypatch):
     times = {"fused": 1.0, "flex": 2.0, "sdpa_cudnn": 4.0, "sdd": 8.0}
+    runs = {}
 
     def fake_prepare(name, case):
         if name == "sdd":
             raise RuntimeError("kernel exploded")
-        return Prepared(
-            lambda: torch.zeros_like(case.q).add_(float(len(name))), name != "sdpa_cudnn"
-        )
+
+        def run():  # the layout's attention: accurate, so it is timed
+            return dense_masked_attention(
+                case.q, case.k, case.v, case.blocks, case.block_size, causal=case.causal,
+                scale=case.scale, compute_dtype=torch.float32,
+            ).to(case.q.dtype)  # fmt: skip
+
+        runs[run] = name
+        return Prepared(run, name != "sdpa_cudnn")
 
     monkeypatch.setattr(harness_module, "prepare", fake_prepare)
     config = BenchConfig(**SMALL, contenders=("fused", "sdd", "flex", "sdpa_cudnn"))
     calls = []
 
     def timer(run, *, reps):
-        name = next(n for n in times if float(len(n)) == float(run()[0, 0, 0, 0]))
-        calls.append(name)
-        return [times[name]] * reps
+        calls.append(runs[run])
+        return [times[runs[run]]] * reps
 
     session = BenchSession(torch.device("cpu"), timer=timer)
     layout = _layout()
@@ -157,7 +164,8 @@ def test_derived_numbers_with_a_fake_timer(monkeypatch):
     assert [r["status"] for r in case["results"]] == ["ok", "failed", "ok", "ok"]
     table = format_table([result])
     assert table.splitlines()[0].split() == [
-        "case", "contender", "status", "ms", "TFLOP/s", "x", "cuDNN", "x", "Flex", "rel", "err",
+        "case", "contender", "status", "ms", "TFLOP/s", "x", "cuDNN", "x", "Flex", "x", "BSA",
+        "rel", "err",
     ]  # fmt: skip
     assert "layout  fused" in table and "4.00" in table
     assert "not measured:" in table and "kernel exploded" in table
@@ -267,3 +275,38 @@ def test_seeded_inputs_are_the_harness_inputs(monkeypatch):
     run_benchmark(config, Layout(torch.ones(1, 4, 2, dtype=torch.bool), 16))
     q, k, v = seeded_inputs(config)
     assert torch.equal(q, seen["q"]) and torch.equal(k, seen["k"]) and torch.equal(v, seen["v"])
+
+
+def test_a_sweep_split_over_several_runs_is_one_file(tmp_path, capsys, monkeypatch):
+    """``--time-limit`` stops before a case that would end past it (the first always runs);
+    ``--resume`` runs only what the file lacks, refuses other settings or another machine, and
+    the file lists every run."""
+    import gpu.bench.__main__ as cli
+
+    fake = BenchSession(torch.device("cpu"), timer=lambda run, *, reps, setup=None: [1.0] * reps)
+    monkeypatch.setattr(cli, "BenchSession", lambda device, flush_l2: fake)
+    monkeypatch.setattr(harness_module, "references", lambda case, sample: None)  # fast
+    out = tmp_path / "sweep.json"
+    args = ["--case", "dense-b128-d64,causal-b64-d64", "--seq", "256", "--contenders",
+            "reference", "--warmup", "0", "--reps", "1", "--out", str(out), "--resume"]  # fmt: skip
+    assert main([*args, "--time-limit", "1e-6"]) == 0
+    assert "time limit: stopped after 1 of 2 cases" in capsys.readouterr().out
+    first = json.loads(out.read_text())
+    assert [c["case"] for c in first["cases"]] == ["dense-b128-d64"]
+    assert main(args) == 0
+    assert "resuming" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert [c["case"] for c in doc["cases"]] == ["dense-b128-d64", "causal-b64-d64"]
+    assert [run["cases"] for run in doc["runs"]] == [["dense-b128-d64"], ["causal-b64-d64"]]
+    assert doc["runs"][0]["command"].startswith("python -m gpu.bench --case dense-b128-d64")
+    assert doc["date"] == first["date"] and doc["cases"][0] == first["cases"][0]
+    assert main(args) == 0 and json.loads(out.read_text()) == doc  # nothing left to run
+    with pytest.raises(SystemExit):
+        main([*args, "--reps", "2"])
+    assert "measured dense-b128-d64 with reps 1; this run asks for reps 2" in (
+        capsys.readouterr().err
+    )
+    monkeypatch.setattr(cli, "environment", lambda: {**doc["environment"], "gpu": "other"})
+    with pytest.raises(SystemExit):
+        main(args)
+    assert "was measured with gpu 'n/a', this machine has 'other'" in capsys.readouterr().err

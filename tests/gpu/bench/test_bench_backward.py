@@ -60,7 +60,8 @@ def test_the_mode_picks_its_default_contenders_and_refuses_those_without_a_backw
     config = BenchConfig(backward=True)
     assert config.contenders == DEFAULT_BACKWARD_CONTENDERS and config.mode == "forward+backward"
     assert DEFAULT_BACKWARD_CONTENDERS == (
-        "fused", "flex", "flex_tuned", "sdpa", "sdpa_cudnn", "sdpa_flash"
+        "fused", "flex", "flex_tuned", "flex_flash", "cudnn_bsa", "sdpa", "sdpa_cudnn",
+        "sdpa_flash",
     )  # fmt: skip
     with pytest.raises(ValueError, match="contenders item 'sdd' has no backward pass; with "
                                          "backward=True pick from fused, flex"):  # fmt: skip

@@ -1,6 +1,7 @@
 """A contender with variants, through the real harness with fake variants and a fake timer: the
-fastest accurate variant stands for it, never an inaccurate or failed one, and every variant's
-time and errors are in the result and the JSON."""
+fastest accurate variant stands for it, never an inaccurate (and so untimed) or failed one,
+every variant's time and errors are in the result and the JSON, and a build that failed is not
+built again for the next case of the same shapes."""
 
 from __future__ import annotations
 
@@ -41,27 +42,28 @@ def _variant(name, ms, *, factor=1.0, error=None):
     return name, make
 
 
-def _run(monkeypatch, variants, **changes):
+def _run(monkeypatch, variants, session=None, **changes):
     timings = {}
 
     def prepare(name, case):
         if name != "flex":
             timings["current"] = 10.0
             return Prepared(lambda: _attention(case), name != "sdpa_cudnn")
-        return Variants(tuple((label, lambda make=make: make(case, timings))
+        return Variants(tuple((label, lambda make=make: make(case, timings), None)
                               for label, make in variants))  # fmt: skip
 
     monkeypatch.setattr(harness_module, "prepare", prepare)
     timer = lambda run, *, reps, setup=None: [timings["current"]] * reps  # noqa: E731
     config = BenchConfig(**{**SMALL, "contenders": ("fused", "flex", "sdpa_cudnn"), **changes})
     layout = Layout(torch.ones(1, 4, 4, dtype=torch.bool).tril(), 16)
-    return run_benchmark(config, layout, session=BenchSession(torch.device("cpu"), timer=timer))
+    session = session or BenchSession(torch.device("cpu"), timer=timer)
+    return run_benchmark(config, layout, session=session)
 
 
 def test_the_fastest_accurate_variant_stands_for_the_contender(monkeypatch):
     result = _run(monkeypatch, [
         _variant("gather-t128", 4.0),
-        _variant("band-t128", 1.0, factor=1.1),  # fastest, but 10 % off: never picked
+        _variant("band-t128", 1.0, factor=1.1),  # fastest, but 10 % off: never timed
         _variant("gather-t64", 0.5, error=RuntimeError("no kernel tile divides 64")),
         _variant("band-t64", 0.2, error=Unavailable("not here")),
         _variant("dense-t128", 2.0),
@@ -74,7 +76,10 @@ def test_the_fastest_accurate_variant_stands_for_the_contender(monkeypatch):
         "gather-t128", "band-t128", "gather-t64", "band-t64", "dense-t128"
     ]  # fmt: skip
     assert by_name["gather-t128"].ms == 4.0 and by_name["gather-t128"].accurate is True
-    assert by_name["band-t128"].accurate is False and by_name["band-t128"].rel_error > 0.09
+    wrong = by_name["band-t128"]
+    assert wrong.accurate is False and wrong.rel_error > 0.09 and wrong.ms is None
+    assert wrong.status == "failed" and wrong.message.startswith("wrong result, not timed: rel")
+    assert all(v.seconds is not None and v.seconds >= 0 for v in flex.variants)
     failed = by_name["gather-t64"]
     assert failed.status == "failed" and "divides 64" in failed.message
     assert by_name["band-t64"].status == "unavailable" and by_name["band-t64"].ms is None
@@ -83,7 +88,7 @@ def test_the_fastest_accurate_variant_stands_for_the_contender(monkeypatch):
     doc = json.loads(json.dumps(document([result], env={"gpu": "test"})))
     flex_json = doc["cases"][0]["results"][1]
     assert flex_json["variant"] == "dense-t128"
-    assert [v["ms"] for v in flex_json["variants"]] == [4.0, 1.0, None, None, 2.0]
+    assert [v["ms"] for v in flex_json["variants"]] == [4.0, None, None, None, 2.0]
     assert flex_json["variants"][1]["accurate"] is False
     table = format_table([result])
     assert "flex (dense-t128)" in table and "mask_mod form and BlockMask tile" in table
@@ -97,7 +102,7 @@ def test_a_contender_with_no_accurate_variant_fails_with_every_reason(monkeypatc
     ])  # fmt: skip
     flex = result.result("flex")
     assert flex.status == "failed" and flex.ms is None and flex.variant is None
-    assert "gather-t128: inaccurate (rel err 5.0e-01" in flex.message
+    assert "gather-t128: wrong result, not timed: rel_error 5.0e-01 > 1.0e-02" in flex.message
     assert "band-t128: RuntimeError: exploded" in flex.message
     assert len(flex.variants) == 2 and result.result("fused").speedup_vs_flex is None
 
@@ -127,7 +132,35 @@ def test_a_training_step_picks_by_the_step_and_checks_the_gradients(monkeypatch)
     assert flex.variant == "gather-t128" and flex.ms == 2.0 and flex.dq_rel_error < 1e-2
     band = flex.variants[1]
     assert band.rel_error < 1e-2 and band.grad_rel_error == pytest.approx(0.1, abs=5e-3)
-    assert band.accurate is False and band.fwd_ms == band.bwd_ms == 1.0
+    assert band.accurate is False and band.ms is band.fwd_ms is band.bwd_ms is None
+    assert "dq_rel_error 1.0e-01 > 2.0e-02" in band.message
+
+
+def test_a_build_that_failed_is_not_built_again_for_the_same_shapes(monkeypatch):
+    built = []
+
+    def broken(case, timings):
+        built.append(case)
+        raise RuntimeError("no kernel tile divides 64")
+
+    def out_of_memory(case, timings):
+        built.append(case)
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    variants = [_variant("gather-t128", 2.0), ("gather-t64", broken), ("band-t64", out_of_memory)]
+    session = BenchSession(torch.device("cpu"), timer=lambda run, *, reps, setup=None: [1.0] * reps)
+    first = _run(monkeypatch, variants, session=session).result("flex")
+    again = _run(monkeypatch, variants, session=session).result("flex")
+    assert len(built) == 3  # the broken build once, out of memory (a moment, not a build) twice
+    assert first.variants[1].message == "RuntimeError: no kernel tile divides 64"
+    assert again.variants[1].status == "failed"
+    assert again.variants[1].message == (
+        "RuntimeError: no kernel tile divides 64 (not retried: the same build failed on an "
+        "earlier case of this run)"
+    )
+    assert again.status == "ok" and again.variant == "gather-t128"
+    other = _run(monkeypatch, variants, session=session, head_dim=32).result("flex")
+    assert len(built) == 5 and "not retried" not in other.variants[1].message  # new shapes
 
 
 def test_accuracy_limits_and_the_choice():

@@ -29,6 +29,7 @@ from gpu.bench import (
     DEFAULT_CONTENDERS,
     BenchSession,
     details,
+    peers,
     runner,
 )
 from gpu.bench import store as store_module
@@ -156,7 +157,9 @@ def test_a_broken_stored_run_is_reported_not_fatal(data_dir, no_gpu):
 def test_a_run_shows_its_numbers_and_charts_and_is_stored(data_dir, fake_gpu):
     at = open_panel()
     # start width 2 at blocks of 64: SDD at width 1 is added to show what the tiles buy
-    defaults = [c for c in DEFAULT_CONTENDERS if c not in settings.SLOW_TO_COMPILE] + ["sdd_w1"]
+    defaults = settings.default_contenders(DESIGN)
+    assert defaults == [c for c in DEFAULT_CONTENDERS if c not in settings.SLOW_TO_COMPILE
+                        and peers.installed(c)] + ["sdd_w1"]  # fmt: skip
     assert at.multiselect(key=keys.GPU_CONTENDER_PICK).value == defaults
     at.multiselect(key=keys.GPU_CONTENDER_PICK).select("reference").run()
     at.button(key=keys.GPU_RUN_BUTTON).click().run()
@@ -309,6 +312,7 @@ def test_the_h200_check_script_passes_against_a_stand_in_gpu(data_dir, fake_gpu,
     monkeypatch.setattr(cases, "QUICK_SEQ_LEN", 512)
     monkeypatch.setattr(common, "load_default_design", lambda: DESIGN)
     monkeypatch.setattr(app_check, "unavailable_reason", lambda: None)
+    monkeypatch.setattr(peers, "missing", lambda name: None)  # the stand-in has every peer
     monkeypatch.setattr(app_check, "gpu_memory", lambda: (GiB, GiB))
     for module in (panel, runner):
         monkeypatch.setattr(module, "free_gpu_bytes", lambda: GiB)
@@ -337,6 +341,8 @@ def test_the_h200_check_script_passes_against_a_stand_in_gpu(data_dir, fake_gpu,
     assert "margin 0: really out of memory, message shown" in names
     assert "after out of memory: ms within ±15% of the command line" in names
     assert "two runs overlaid" in names and len(names) >= 20
+    assert "panel run: every peer measured, checked against fp64 and in the speedup chart" in names
+    assert {"flex_flash", "cudnn_bsa"} <= set(summary["config"]["contenders"])
     assert [row["ratio"] for row in summary["panel run table"]] == [1.0] * len(config.contenders)
 
 

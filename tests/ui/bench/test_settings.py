@@ -14,6 +14,7 @@ from gpu.bench import (
     CONTENDERS,
     DEFAULT_BACKWARD_CONTENDERS,
     DEFAULT_CONTENDERS,
+    peers,
 )
 from ui import keys
 from ui.bench import settings
@@ -44,10 +45,20 @@ def test_bench_config_refuses_what_the_harness_refuses():
         settings.bench_config(design(), values)
 
 
-def test_default_contenders_leave_out_slow_compiles_and_add_the_segmentation_baseline():
+@pytest.mark.parametrize("installed", [False, True])
+def test_default_contenders_leave_out_slow_compiles_and_add_the_segmentation_baseline(
+    installed, monkeypatch
+):
+    absent = lambda name: None if installed or name not in peers.PEERS else "absent"  # noqa: E731
+    monkeypatch.setattr(peers, "missing", absent)
+    peer = {"flex_flash", "cudnn_bsa"}
     wide = settings.default_contenders(design(block=16))  # start width 8
-    assert wide == [c for c in DEFAULT_CONTENDERS if c not in settings.SLOW_TO_COMPILE] + ["sdd_w1"]
+    assert wide == [
+        c for c in DEFAULT_CONTENDERS
+        if c not in settings.SLOW_TO_COMPILE and (installed or c not in peer)
+    ] + ["sdd_w1"]  # fmt: skip
     assert "sdd_w1" not in settings.default_contenders(design(block=128))  # start width 1
+    assert set(settings.offered_contenders()) >= peer  # offered either way: picked, they say why
 
 
 def test_flex_is_offered_only_when_torch_has_it(monkeypatch):
@@ -62,8 +73,9 @@ def test_forward_backward_mode_has_its_own_contender_pick():
     values = settings.panel_defaults(current)
     assert values[keys.GPU_BACKWARD] is False
     assert values[keys.GPU_BACKWARD_CONTENDER_PICK] == [
-        c for c in DEFAULT_BACKWARD_CONTENDERS if c not in settings.SLOW_TO_COMPILE
-    ]
+        c for c in DEFAULT_BACKWARD_CONTENDERS
+        if c not in settings.SLOW_TO_COMPILE and peers.installed(c)
+    ]  # fmt: skip
     assert settings.offered_contenders(backward=True) == BACKWARD_CONTENDERS
     config = settings.bench_config(
         current, {**values, keys.GPU_BACKWARD: True, keys.GPU_BACKWARD_CONTENDER_PICK: ["flex"]}
