@@ -3,9 +3,11 @@
 Nothing here imports CuPy at module import time: the designer must work on machines without a GPU,
 and ``unavailable_reason()`` tells such a user why the GPU path is off and what to install.
 
-Kernels live in ``gpu/kernels/*.cu``. ``compile_kernel`` builds one with NVRTC for the exact
-architecture of the current device (``sm_90a`` on Hopper, so ``wgmma`` is allowed) with the
-compile-time choices passed as ``-D`` defines. We drive NVRTC ourselves instead of
+Each kernel source lives beside its launcher under the same stem (``gpu/forward/sm80.cu`` beside
+``gpu/forward/sm80.py``), named from the package folder (``"forward/sm80.cu"``); the headers it
+includes are those of ``gpu/include/`` and of its own folder. ``compile_kernel`` builds one with
+NVRTC for the exact architecture of the current device (``sm_90a`` on Hopper, so ``wgmma`` is
+allowed) with the compile-time choices passed as ``-D`` defines. We drive NVRTC ourselves instead of
 ``cupy.RawModule(code=...)`` because CuPy appends its own ``-arch=sm_XX`` option, which would clash
 with ``sm_90a``; the cubin is then loaded through ``cupy.RawModule(path=...)`` so callers get a
 regular ``cupy.RawKernel``. Modules are cached in-process per (source hash, arch, options) and on
@@ -29,11 +31,15 @@ from typing import Any
 
 import torch
 
-#: Where the ``.cu`` sources live.
-KERNEL_DIR = Path(__file__).parent / "kernels"
+#: The package folder: kernel sources are named from it (``"forward/sm80.cu"``).
+PACKAGE_DIR = Path(__file__).resolve().parent
+#: The headers every kernel source may include.
+INCLUDE_DIR = PACKAGE_DIR / "include"
 
 #: Our kernels use ``mma.sync`` m16n8k16 with bf16 operands: Ampere (8.0) or newer.
 MIN_COMPUTE_CAPABILITY = (8, 0)
+#: Hopper, whose ``wgmma`` and TMA builds need ``sm_90a`` (not the 9.x family after it).
+HOPPER = (9, 0)
 
 _INSTALL_HINT = (
     'install CuPy for your CUDA version with pip install -e ".[cuda13]" (CUDA 13) '
@@ -77,7 +83,17 @@ def arch_for(compute_capability: tuple[int, int]) -> str:
     ('sm_90a', 'sm_86')
     """
     major, minor = compute_capability
-    return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+    return "sm_90a" if (major, minor) == HOPPER else f"sm_{major}{minor}"
+
+
+def is_hopper(device: torch.device) -> bool:
+    """Whether ``device`` (a CUDA device) is a Hopper GPU: the ``wgmma`` builds run there."""
+    return torch.cuda.get_device_capability(device) == HOPPER
+
+
+def is_cupy(array: Any) -> bool:
+    """Whether ``array`` is a CuPy array, told without importing CuPy."""
+    return type(array).__module__.split(".")[0] == "cupy"
 
 
 def define_options(defines: Mapping[str, int | str]) -> tuple[str, ...]:
@@ -107,7 +123,7 @@ def compile_options(arch: str, defines: Mapping[str, int | str]) -> tuple[str, .
 def compile_kernel(
     source: str, function: str, defines: Mapping[str, int | str], *, device: int | None = None
 ) -> Any:
-    """Compile ``gpu/kernels/<source>`` for ``device`` (default: current) and return ``function``.
+    """Compile ``gpu/<source>`` for ``device`` (default: current) and return ``function``.
 
     Returns a ``cupy.RawKernel``. Compile errors raise ``RuntimeError`` naming the source, the
     defines and the compiler log.
@@ -121,18 +137,40 @@ def compile_kernel(
     return module.get_function(function)
 
 
-def kernel_headers() -> tuple[tuple[str, str], ...]:
-    """``(name, text)`` of every shared header ``gpu/kernels/*.cuh`` (sources include them)."""
-    return tuple((path.name, path.read_text()) for path in sorted(KERNEL_DIR.glob("*.cuh")))
+def source_beside(launcher: str) -> str:
+    """The name of the kernel source beside a launcher module (its ``__file__``): same stem,
+    ``.cu``, named from the package folder.
+
+    >>> source_beside(str(PACKAGE_DIR / "sdd" / "pipeline.py"))
+    'sdd/pipeline.cu'
+    """
+    return Path(launcher).resolve().with_suffix(".cu").relative_to(PACKAGE_DIR).as_posix()
+
+
+def kernel_sources() -> tuple[str, ...]:
+    """The name of every kernel source of the package, sorted."""
+    return tuple(sorted(p.relative_to(PACKAGE_DIR).as_posix() for p in PACKAGE_DIR.rglob("*.cu")))
 
 
 def kernel_source(source: str) -> str:
-    """The text of ``gpu/kernels/<source>``, refusing names outside that folder."""
-    path = (KERNEL_DIR / source).resolve()
-    if path.parent != KERNEL_DIR.resolve() or path.suffix != ".cu" or not path.is_file():
-        known = ", ".join(sorted(p.name for p in KERNEL_DIR.glob("*.cu")))
-        raise ValueError(f"source must be a .cu file in gpu/kernels ({known}), got {source!r}")
-    return path.read_text()
+    """The text of ``gpu/<source>``, refusing names of anything but a kernel source."""
+    if source not in kernel_sources():
+        raise ValueError(
+            f"source must be a .cu file of the gpu package ({', '.join(kernel_sources())}), "
+            f"got {source!r}"
+        )
+    return (PACKAGE_DIR / source).read_text()
+
+
+def kernel_headers(source: str) -> tuple[tuple[str, str], ...]:
+    """``(name, text)`` of every header ``source`` may include: ``gpu/include/*.cuh`` and those
+    beside it (NVRTC takes them by name, as nvcc finds them in those folders)."""
+    folders = dict.fromkeys([INCLUDE_DIR, (PACKAGE_DIR / source).parent])
+    paths = sorted((p for folder in folders for p in folder.glob("*.cuh")), key=lambda p: p.name)
+    names = [path.name for path in paths]
+    if len(set(names)) != len(names):
+        raise ValueError(f"headers of {source} must have distinct names, got {names}")
+    return tuple((path.name, path.read_text()) for path in paths)
 
 
 def cupy_stream_for(tensor: torch.Tensor) -> Any:
@@ -300,7 +338,7 @@ _MODULES_LOCK = threading.Lock()
 
 
 def _load_module(code: str, source: str, options: tuple[str, ...], device_id: int) -> Any:
-    headers = kernel_headers()
+    headers = kernel_headers(source)
     code_hash = hashlib.sha256(
         "\0".join([code, *(f"{name}\0{text}" for name, text in headers)]).encode()
     ).hexdigest()
@@ -329,7 +367,7 @@ def _cached_cubin(
     version = ".".join(str(v) for v in nvrtc.getVersion())
     key = hashlib.sha256(f"{code_hash}|{options}|{version}".encode()).hexdigest()[:32]
     cache_dir = _cache_dir()
-    path = cache_dir / f"{Path(source).stem}-{key}.cubin"
+    path = cache_dir / f"{source.removesuffix('.cu').replace('/', '-')}-{key}.cubin"
     if path.is_file() and path.stat().st_size > 0:
         return path
     cubin = _nvrtc_compile(nvrtc, code, headers, source, options)
@@ -356,8 +394,7 @@ def _nvrtc_compile(
         except nvrtc.NVRTCError as error:
             log = nvrtc.getProgramLog(program)
             raise RuntimeError(
-                f"compiling gpu/kernels/{source} with options {' '.join(options)} failed "
-                f"({error}):\n{log}"
+                f"compiling gpu/{source} with options {' '.join(options)} failed ({error}):\n{log}"
             ) from error
         return nvrtc.getCUBIN(program)
     finally:

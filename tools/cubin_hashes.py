@@ -32,26 +32,21 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 
-from gpu.backward import KERNEL_SOURCE as BACKWARD_SOURCE
-from gpu.backward import choose_backward_config
-from gpu.fused import DTYPE_NAMES, HEAD_DIMS, HOPPER_BUILDS, choose_config
-from gpu.fused_hopper import HopperConfig
-from gpu.fused_lut import BLOCK_SIZES
-from gpu.runtime import KERNEL_DIR, compile_options
-from gpu.sdd import DTYPES as SDD_DTYPES
-from gpu.sdd import SOURCE as SDD_SOURCE
-from gpu.sdd import KernelConfig as SddConfig
+from gpu.backward.builds import choose_backward_config
+from gpu.backward.fused import SOURCE as BACKWARD_SOURCE
+from gpu.forward.builds import HOPPER_BUILDS, choose_config
+from gpu.forward.sm90 import HopperConfig
+from gpu.runtime import INCLUDE_DIR, PACKAGE_DIR, compile_options
+from gpu.sdd.pipeline import SOURCE as SDD_SOURCE
+from gpu.sdd.pipeline import KernelConfig as SddConfig
+from gpu.support import BLOCK_SIZES, DTYPE_NAMES, HEAD_DIMS
 
 TARGETS = {"sm_80": "-gencode=arch=compute_80,code=sm_80",
            "sm_90a": "-gencode=arch=compute_90a,code=sm_90a"}  # fmt: skip
 #: Heads of the [B, S, H, D] memory whose strided K/V rows stand for the mma.sync builds of views.
 BSHD_HEADS = 16
-#: The dtypes' names in build names.
-NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16"}
 _ENTRY = re.compile(r"Compiling entry function '(\w+)' for")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGISTERS = re.compile(r"Used (\d+) registers")
@@ -78,14 +73,14 @@ def builds() -> list[Build]:
     ``[B, S, H, D]`` memory), the backward's (both paths) and the SDD pipeline's."""
     found = []
     for dtype, head_dim in ((t, d) for t in DTYPE_NAMES for d in HEAD_DIMS):
-        name = NAMES[dtype]
+        name = DTYPE_NAMES[dtype]
         for rows in (None, BSHD_HEADS * head_dim):  # contiguous K/V rows, and [B, S, H, D] memory
             c = choose_config(head_dim=head_dim, dtype=dtype, wgmma=False, k_row_stride=rows,
                               v_row_stride=rows)  # fmt: skip
             label = f"forward-sm80-{name}-d{head_dim}" + (f"-rows{rows}" if rows else "")
             found.append(_build(label, c.source, c, False))
         for settings, _ in HOPPER_BUILDS[head_dim]:
-            c = HopperConfig(DTYPE_NAMES[dtype], head_dim, **settings)
+            c = HopperConfig(name, head_dim, **settings)
             tiles = f"{c.block_m}x{c.block_n}-s{c.stages}-c{c.consumers}-b{c.min_blocks}"
             label = f"forward-sm90-{name}-d{head_dim}-{tiles}" + ("-pingpong" * c.pingpong)
             found.append(_build(label, c.source, c, True))
@@ -95,19 +90,19 @@ def builds() -> list[Build]:
             label += f"-w{c.n_warps}-b{c.min_blocks}"
             found.append(_build(label, BACKWARD_SOURCE, c, wgmma))
         for block in BLOCK_SIZES:
-            c = SddConfig(SDD_DTYPES[dtype], block, head_dim)
+            c = SddConfig(name, block, head_dim)
             found.append(_build(f"sdd-{name}-b{block}-d{head_dim}", SDD_SOURCE, c, False))
     return found
 
 
 def _build(name: str, source: str, config, hopper_only: bool) -> Build:
-    return Build(name, KERNEL_DIR / source, tuple(sorted(config.defines().items())), hopper_only)
+    return Build(name, PACKAGE_DIR / source, tuple(sorted(config.defines().items())), hopper_only)
 
 
 def nvcc_command(nvcc: str, build: Build, target: str, out: Path, *, verbose: bool) -> list[str]:
     """nvcc with the runtime's NVRTC options (its ``-arch`` as a ``-gencode``) for ``target``."""
     options = [o for o in compile_options(target, dict(build.defines)) if not o.startswith("-arch")]
-    return [nvcc, "-cubin", TARGETS[target], *options, f"-I{KERNEL_DIR}",
+    return [nvcc, "-cubin", TARGETS[target], *options, f"-I{INCLUDE_DIR}",
             *(["-Xptxas", "-v"] if verbose else []), str(build.source), "-o", str(out)]  # fmt: skip
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from designer.validate import check_bool, check_choice, check_int
+from gpu.support import DTYPES
 
 #: Every contender the harness knows, in table order (see ``contenders.py``).
 CONTENDERS = (
@@ -31,7 +32,6 @@ BACKWARD_CONTENDERS = (
 DEFAULT_BACKWARD_CONTENDERS = BACKWARD_CONTENDERS[:-1]
 #: What a case times: the forward alone, or a training step (forward then backward).
 FORWARD, FORWARD_BACKWARD = "forward", "forward+backward"
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)
