@@ -114,7 +114,8 @@ def host_costs() -> dict[str, float]:
 
 
 def _generic_cupy_call(fused_plan, q, k, v, out, scale):
-    """The same launch through ``cupy.RawKernel.__call__`` with numpy scalars (the alternative)."""
+    """The same launch through ``cupy.RawKernel.__call__`` (the alternative): its parameter
+    struct as a numpy structured scalar, built from the same values on each call."""
     import cupy
     import numpy as np
 
@@ -122,21 +123,14 @@ def _generic_cupy_call(fused_plan, q, k, v, out, scale):
 
     config = fused_plan.config
     kernel = compile_kernel(config.source, config.function, config.defines(), device=0)
-    items, entries = fused_plan.items, fused_plan.entries
-    pointers = [np.uint64(t.data_ptr()) for t in (q, k, v, out)]
-    grid = len(items) * q.shape[0]
+    layout = np.dtype(config.params)  # numpy reads the ctypes mirror's fields and offsets
+    grid = len(fused_plan.items) * q.shape[0]
 
     def call():
-        args = (
-            *pointers, np.uint64(0), np.uint64(items.data_ptr()), np.uint64(entries.data_ptr()),
-            *(np.int64(s) for s in (*q.stride()[:3], *k.stride()[:2], *v.stride()[:2])),
-            *(np.int64(s) for s in out.stride()[:3]),
-            *(np.int32(x) for x in (1, 1, 1, 1, q.shape[2], k.shape[2], 0,
-                                    fused_plan.sub_rows_log2, fused_plan.sub_cols_log2)),
-            np.float32(scale * 1.4426950408889634),
-        )  # fmt: skip
+        values = config.param_values(fused_plan, q, k, v, out, None, scale, grid, 1)
+        params = np.array([values], dtype=layout)[0]
         with cupy.cuda.Device(0), cupy_stream_for(q):
-            kernel((grid,), (config.threads,), args, shared_mem=config.shared_bytes)
+            kernel((grid,), (config.threads,), (params,), shared_mem=config.shared_bytes)
 
     return call
 

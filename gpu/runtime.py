@@ -17,12 +17,10 @@ disk per the same key plus the NVRTC version, so a second process skips compilat
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import hashlib
 import os
 import re
-import struct
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
@@ -242,94 +240,6 @@ def prefer_shared_memory(kernel: Any, device_id: int) -> None:
     several of its large-shared-memory CTAs can be resident at once (L1 keeps the rest)."""
     with require_cupy().cuda.Device(device_id):
         kernel.preferred_shared_memory_carveout = 100
-
-
-#: ``struct`` codes and sizes of the kernel parameter kinds (natural alignment = size).
-_PARAM_CODES = {"p": ("Q", 8), "q": ("q", 8), "i": ("i", 4), "f": ("f", 4), "m": ("128s", 64)}
-
-
-class KernelLauncher:
-    """Launches one compiled kernel through the driver's ``cuLaunchKernel``, its parameters
-    packed by ``struct.pack_into`` into a per-thread buffer: a few microseconds of host time,
-    where CuPy's generic call converts every argument on each call (``benchmarks/
-    api_overhead.py`` measures both).
-
-    ``signature`` has one letter per kernel parameter: ``p`` pointer, ``q`` int64, ``i`` int32,
-    ``f`` float32, ``m`` a 128-byte TMA tensor map (``bytes``, ``gpu.tensor_maps``). The launch
-    runs in the context the kernel was loaded in, whatever context
-    (or none) the calling thread has, so it goes to the kernel's device on the given stream.
-    """
-
-    def __init__(self, kernel: Any, signature: str, device_id: int, shared_bytes: int) -> None:
-        cupy = require_cupy()
-        fmt, offsets, size = "<", [], 0
-        for letter in signature:
-            code, alignment = _PARAM_CODES[letter]
-            padding = -size % alignment
-            fmt += "x" * padding + code
-            offsets.append(size + padding)
-            size += padding + struct.calcsize(code)
-        self._struct = struct.Struct(fmt)
-        self._offsets = offsets
-        self._local = threading.local()
-        allow_shared_memory(kernel, shared_bytes, device_id)
-        with cupy.cuda.Device(device_id):  # this device's copy of the kernel, and its context
-            self._function = ctypes.c_void_p(kernel.kernel.ptr)
-            context = ctypes.c_void_p()
-            check_driver_result(
-                cuda_driver().cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent"
-            )
-        self._context = context.value
-
-    def __call__(self, grid: int, threads: int, shared_bytes: int, stream: int, *args) -> None:
-        local = self._local
-        buffer = getattr(local, "buffer", None)
-        if buffer is None:  # one parameter buffer per thread, reused (the launch copies it)
-            buffer = local.buffer = ctypes.create_string_buffer(self._struct.size)
-            base = ctypes.addressof(buffer)
-            local.pointers = (ctypes.c_void_p * len(self._offsets))(
-                *[base + offset for offset in self._offsets]
-            )
-            local.current = ctypes.c_void_p()
-        self._struct.pack_into(buffer, 0, *args)
-        driver = cuda_driver()
-        current = local.current
-        driver.cuCtxGetCurrent(ctypes.byref(current))
-        switch = current.value != self._context
-        if switch:
-            check_driver_result(driver.cuCtxPushCurrent_v2(self._context), "cuCtxPushCurrent")
-        try:
-            result = driver.cuLaunchKernel(
-                self._function, grid, 1, 1, threads, 1, 1, shared_bytes, stream, local.pointers,
-                None,
-            )  # fmt: skip
-        finally:
-            if switch:
-                driver.cuCtxPopCurrent_v2(ctypes.byref(current))
-        check_driver_result(result, "cuLaunchKernel")
-
-
-@functools.cache
-def cuda_driver() -> ctypes.CDLL:
-    """The CUDA driver library, with the signatures of the few calls the launcher makes."""
-    driver = ctypes.CDLL("libcuda.so.1")
-    pointer = ctypes.c_void_p
-    uint = ctypes.c_uint
-    driver.cuLaunchKernel.argtypes = [pointer, uint, uint, uint, uint, uint, uint, uint, pointer,
-                                      ctypes.POINTER(pointer), pointer]  # fmt: skip
-    driver.cuCtxGetCurrent.argtypes = [ctypes.POINTER(pointer)]
-    driver.cuCtxPushCurrent_v2.argtypes = [pointer]
-    driver.cuCtxPopCurrent_v2.argtypes = [ctypes.POINTER(pointer)]
-    driver.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-    return driver
-
-
-def check_driver_result(result: int, call: str) -> None:
-    """Raise ``RuntimeError`` naming the driver call and its error when ``result`` is not 0."""
-    if result != 0:
-        name = ctypes.c_char_p()
-        cuda_driver().cuGetErrorName(result, ctypes.byref(name))
-        raise RuntimeError(f"{call} failed: {(name.value or b'?').decode()} ({result})")
 
 
 # --------------------------------------------------------------------------- internals

@@ -8,9 +8,9 @@ defines) into a cubin, whose sha256 is recorded: for sm_90a where the build need
 for sm_80 and sm_90a (what the H200 compiles it for). A second compile adds ``-Xptxas -v``
 (which marks the cubin, so it is kept apart) for each kernel's registers, stack, spills and
 parameter bytes (``cmem[0]``). ``--compare`` reads an earlier run and says per build whether
-its cubins are byte-identical, and which kernels use more registers, stack or spills (the exit
-status is 1 then): with threads and shared memory unchanged, no more registers and no spills
-means no build loses occupancy.
+its cubins are byte-identical, and which kernels use more stack, spills or registers (in the
+allocation units of 8 per thread; the exit status is 1 then): with threads and shared memory
+unchanged, no more allocated registers and no more spills means no build loses occupancy.
 
 NVRTC on the GPU machine builds its own cubins; these are nvcc's, a CPU stand-in for the same
 source, options and ptxas.
@@ -45,6 +45,8 @@ from gpu.support import BLOCK_SIZES, DTYPE_NAMES, HEAD_DIMS
 
 TARGETS = {"sm_80": "-gencode=arch=compute_80,code=sm_80",
            "sm_90a": "-gencode=arch=compute_90a,code=sm_90a"}  # fmt: skip
+#: Registers per thread are allocated in units of this many (sm_80, sm_90).
+REGISTER_UNIT = 8
 #: Heads of the [B, S, H, D] memory whose strided K/V rows stand for the mma.sync builds of views.
 BSHD_HEADS = 16
 _ENTRY = re.compile(r"Compiling entry function '(\w+)' for")
@@ -174,11 +176,19 @@ def compare(old: dict[str, dict], new: dict[str, dict]) -> tuple[list[str], bool
                 for key in ("registers", "stack", "spill_stores", "spill_loads", "params"):
                     if was.get(key) != now.get(key):
                         changes.append(f"{kernel} {key} {was.get(key)} -> {now.get(key)}")
-                        if key != "params" and (now.get(key) or 0) > (was.get(key) or 0):
-                            worse = True
+                        worse |= _cost(key, now.get(key)) > _cost(key, was.get(key))
             details = f" ({'; '.join(changes)})" if changes else ""
             lines.append(f"{name} {target}: {verdict}{details}")
     return lines, worse
+
+
+def _cost(key: str, value: int | None) -> int:
+    """What a resource costs a build: spills and stack as they are; registers as allocated, in
+    units of 8 per thread (sm_80 and sm_90), since only a whole unit more can cost occupancy;
+    the parameter bytes nothing."""
+    if key == "params" or value is None:
+        return 0
+    return -(-value // REGISTER_UNIT) * REGISTER_UNIT if key == "registers" else value
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,10 +20,11 @@
 // shared memory for dQ, where warp w owns query rows [16(w % 4), +16) and head dims
 // [(w / 4)·HEAD_DIM·4/N_WARPS, ...). Q, dO, lse2 and Δ are double-buffered with cp.async.
 //
-// Inputs: q, do [B, Hq, seq_q, HEAD_DIM], k, v [B, Hkv, seq_k, HEAD_DIM] as strided views
-// (head-dim stride 1, other strides multiples of 8 elements); query head h reads kv head
-// h / kv_group. Outputs: dq_acc fp32 [B, Hq, seq_q, HEAD_DIM] (zeroed by the caller), dk, dv
-// [B, Hkv, seq_k, HEAD_DIM] contiguous. Table: lists int2 [layout heads · n_k_tiles]
+// Inputs, the fields of BackwardPrepParams and BackwardParams (params.cuh): q, do [B, Hq,
+// seq_q, HEAD_DIM], k, v [B, Hkv, seq_k, HEAD_DIM] as strided views (head-dim stride 1, other
+// strides multiples of 8 elements); query head h reads kv head h / kv_group. Outputs: dq_acc
+// fp32 [B, Hq, seq_q, HEAD_DIM] (zeroed by the caller), dk, dv [B, Hkv, seq_k, HEAD_DIM]
+// contiguous. Table: lists int2 [layout heads · n_k_tiles]
 // (first entry, count) per (layout head, key tile); entries int4 (q_tile, flags, mask bits
 // 0-31, 32-63), the flags and bits as in the forward (bit r·n_sub_cols + c: query cell r, key
 // cell c); order int [n_k_tiles], key tiles heaviest first. A layout of one head serves every
@@ -48,6 +49,7 @@
 #endif
 
 #include "attention_common.cuh"
+#include "params.cuh"
 #if WGMMA
 #include "wgmma.cuh"
 #endif
@@ -97,7 +99,7 @@ __device__ __forceinline__ bool find_step(int group_index, int n, int kv_head, i
                                           const int2* __restrict__ lists, Step& step) {
   for (; group_index < kv_group; ++group_index, n = 0) {
     const int head = kv_head * kv_group + group_index;
-    const int2 list = lists[(shared_layout ? 0 : head) * n_k_tiles + k_tile];
+    const int2 list = __ldg(lists + (shared_layout ? 0 : head) * n_k_tiles + k_tile);
     if (n < list.y) {
       step = Step{group_index, n, head, list.x + n};
       return true;
@@ -109,25 +111,21 @@ __device__ __forceinline__ bool find_step(int group_index, int n, int kv_head, i
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(256)
-    attention_bwd_prep(const unsigned short* __restrict__ o, const unsigned short* __restrict__ d_o,
-                       const float* __restrict__ lse, const float* __restrict__ d_lse,
-                       float* __restrict__ lse2, float* __restrict__ delta, long long o_sb,
-                       long long o_sh, long long o_ss, long long do_sb, long long do_sh,
-                       long long do_ss, int q_heads, int seq_q, int seq_q_pad, int n_rows) {
+    attention_bwd_prep(const __grid_constant__ BackwardPrepParams params) {
   constexpr int kRowsPerWarp = 32 / kChunks;
   const int lane = threadIdx.x & 31;
   const int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32 * kRowsPerWarp + lane / kChunks;
   const int chunk = lane % kChunks;
-  const int bh = row / seq_q_pad;  // b · q_heads + h
-  const int i = row % seq_q_pad;
-  const bool inside = row < n_rows && i < seq_q;
+  const int bh = row / params.seq_q_pad;  // b · q_heads + h
+  const int i = row % params.seq_q_pad;
+  const bool inside = row < params.n_rows && i < params.seq_q;
   float sum = 0.f;
   if (inside) {
-    const int b = bh / q_heads, h = bh % q_heads;
-    const Bits128 x = *reinterpret_cast<const Bits128*>(o + b * o_sb + h * o_sh + i * o_ss +
-                                                        chunk * 8);
-    const Bits128 y = *reinterpret_cast<const Bits128*>(d_o + b * do_sb + h * do_sh +
-                                                        i * do_ss + chunk * 8);
+    const int b = bh / params.q_heads, h = bh % params.q_heads;
+    const uint4 x = __ldg(reinterpret_cast<const uint4*>(
+        params.o + b * params.o_sb + h * params.o_sh + i * params.o_ss + chunk * 8));
+    const uint4 y = __ldg(reinterpret_cast<const uint4*>(
+        params.d_o + b * params.do_sb + h * params.do_sh + i * params.do_ss + chunk * 8));
     const unsigned xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
@@ -138,31 +136,35 @@ extern "C" __global__ void __launch_bounds__(256)
   for (int width = 1; width < kChunks; width *= 2) {
     sum += __shfl_xor_sync(0xffffffffu, sum, width);
   }
-  if (row < n_rows && chunk == 0) {
-    const long long at = static_cast<long long>(bh) * seq_q + i;
-    const float row_lse = inside ? lse[at] : negative_infinity();
-    lse2[row] = row_lse == negative_infinity() ? -negative_infinity() : row_lse * kLog2E;
-    delta[row] = inside ? sum - (d_lse != nullptr ? d_lse[at] : 0.f) : 0.f;
+  if (row < params.n_rows && chunk == 0) {
+    const long long at = static_cast<long long>(bh) * params.seq_q + i;
+    const float row_lse = inside ? __ldg(params.lse + at) : negative_infinity();
+    params.lse2[row] = row_lse == negative_infinity() ? -negative_infinity() : row_lse * kLog2E;
+    params.delta[row] = inside ? sum - (params.d_lse != nullptr ? __ldg(params.d_lse + at) : 0.f)
+                               : 0.f;
   }
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
-    attention_bwd(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
-                  const unsigned short* __restrict__ v, const unsigned short* __restrict__ d_o,
-                  const float* __restrict__ lse2, const float* __restrict__ delta,
-                  float* __restrict__ dq_acc, unsigned short* __restrict__ dk,
-                  unsigned short* __restrict__ dv, const int2* __restrict__ lists,
-                  const Int4* __restrict__ entries, const int* __restrict__ order,
-                  // strides in elements
-                  long long q_sb, long long q_sh, long long q_ss, long long k_sb, long long k_sh,
-                  long long k_ss, long long v_sb, long long v_sh, long long v_ss, long long do_sb,
-                  long long do_sh, long long do_ss,
-                  // shapes
-                  int batch, int q_heads, int kv_heads, int kv_group, int shared_layout,
-                  int n_k_tiles, int seq_q, int seq_k, int seq_q_pad,
-                  // masking and scaling
-                  int causal_offset, int sub_rows_log2, int sub_cols_log2, float scale,
-                  float scale_log2) {
+    attention_bwd(const __grid_constant__ BackwardParams params) {
+  // the parameters by name (kept in locals: ptxas spills less here than with params.x uses)
+  const unsigned short *q = params.q, *k = params.k, *v = params.v, *d_o = params.d_o;
+  const float *lse2 = params.lse2, *delta = params.delta;
+  float* dq_acc = params.dq_acc;
+  unsigned short *dk = params.dk, *dv = params.dv;
+  const int2* lists = params.lists;
+  const Int4* entries = params.entries;
+  const int* order = params.order;
+  const long long q_sb = params.q_sb, q_sh = params.q_sh, q_ss = params.q_ss;
+  const long long k_sb = params.k_sb, k_sh = params.k_sh, k_ss = params.k_ss;
+  const long long v_sb = params.v_sb, v_sh = params.v_sh, v_ss = params.v_ss;
+  const long long do_sb = params.do_sb, do_sh = params.do_sh, do_ss = params.do_ss;
+  const int batch = params.batch, q_heads = params.q_heads, kv_heads = params.kv_heads;
+  const int kv_group = params.kv_group, shared_layout = params.shared_layout;
+  const int n_k_tiles = params.n_k_tiles, seq_q = params.seq_q, seq_k = params.seq_k;
+  const int seq_q_pad = params.seq_q_pad, causal_offset = params.causal_offset;
+  const int sub_rows_log2 = params.sub_rows_log2, sub_cols_log2 = params.sub_cols_log2;
+  const float scale = params.scale, scale_log2 = params.scale_log2;
   extern __shared__ __align__(1024) Bits128 shared_raw[];
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;

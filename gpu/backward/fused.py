@@ -19,18 +19,16 @@ from typing import TYPE_CHECKING
 import torch
 
 from gpu.backward.builds import BLOCK_M, BackwardConfig
+from gpu.launcher import KernelLauncher
 from gpu.operands import check_strides
-from gpu.runtime import KernelLauncher, compile_kernel, current_raw_stream, source_beside
+from gpu.params import BackwardParams, BackwardPrepParams
+from gpu.runtime import compile_kernel, current_raw_stream, source_beside
 from gpu.support import LOG2_E
 
 if TYPE_CHECKING:
     from gpu.plans import BlockSparsePlan
 
 SOURCE = source_beside(__file__)
-#: Parameter kinds (``KernelLauncher``): 6 pointers, 6 strides, 4 ints.
-PREP_SIGNATURE = "p" * 6 + "q" * 6 + "i" * 4
-#: 12 pointers, 12 strides, 12 ints, 2 floats.
-MAIN_SIGNATURE = "p" * 12 + "q" * 12 + "i" * 12 + "f" * 2
 PREP_THREADS = 256
 
 
@@ -81,8 +79,8 @@ def plan_backward(layout: BlockSparsePlan, config: BackwardConfig) -> BackwardPl
         n_tiles=lut.n_tiles,
         sub_rows_log2=int(math.log2(lut.sub_rows)),
         sub_cols_log2=int(math.log2(lut.sub_cols)),
-        prep=KernelLauncher(prep, PREP_SIGNATURE, device.index, 0),
-        main=KernelLauncher(main, MAIN_SIGNATURE, device.index, config.shared_bytes),
+        prep=KernelLauncher(prep, BackwardPrepParams, device.index, 0),
+        main=KernelLauncher(main, BackwardParams, device.index, config.shared_bytes),
     )
 
 
@@ -115,23 +113,29 @@ def launch_backward(
     dv = v.new_empty(v.shape)
     stream = current_raw_stream(q.device.index)
     rows_per_cta = PREP_THREADS // 32 * (32 // (head_dim // 8))
-    plan.prep(
+    plan.prep(  # BackwardPrepParams, in field order
         -(-n_rows // rows_per_cta), PREP_THREADS, 0, stream,
+        # inputs, outputs
         out.data_ptr(), grad_out.data_ptr(), lse.data_ptr(),
         0 if grad_lse is None else grad_lse.data_ptr(), rows[0].data_ptr(), rows[1].data_ptr(),
+        # strides, shapes
         *out.stride()[:3], *grad_out.stride()[:3], q_heads, seq_q, seq_q_pad, n_rows,
     )  # fmt: skip
     n_ctas = plan.n_k_tiles * batch * kv_heads
     cfg = plan.config
-    plan.main(
+    plan.main(  # BackwardParams, in field order
         n_ctas, cfg.threads, cfg.shared_bytes, stream,
+        # inputs, outputs, the plan's transposed table
         q.data_ptr(), k.data_ptr(), v.data_ptr(), grad_out.data_ptr(), rows[0].data_ptr(),
         rows[1].data_ptr(), dq_acc.data_ptr(), dk.data_ptr(), dv.data_ptr(),
         plan.lists.data_ptr(), plan.entries.data_ptr(), plan.order.data_ptr(),
+        # strides
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
+        # shapes
         batch, q_heads, kv_heads, q_heads // kv_heads, int(plan.n_heads == 1), plan.n_k_tiles,
-        seq_q, seq_k, seq_q_pad, plan.causal_offset, plan.sub_rows_log2, plan.sub_cols_log2,
-        scale, scale * LOG2_E,
+        seq_q, seq_k, seq_q_pad,
+        # masking and scaling
+        plan.causal_offset, plan.sub_rows_log2, plan.sub_cols_log2, scale, scale * LOG2_E,
     )  # fmt: skip
     return dq_acc.to(q.dtype), dk, dv
 

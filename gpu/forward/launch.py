@@ -28,6 +28,7 @@ from gpu.forward.lut import group_heads
 from gpu.forward.sm80 import KernelConfig
 from gpu.forward.sm90 import HopperConfig
 from gpu.forward.tensor_maps import RowMaps
+from gpu.launcher import KernelLauncher
 from gpu.operands import (
     check_against_plan,
     check_attention_operands,
@@ -36,13 +37,8 @@ from gpu.operands import (
     check_scale,
     check_strides,
 )
-from gpu.runtime import (
-    KernelLauncher,
-    compile_kernel,
-    current_raw_stream,
-    prefer_shared_memory,
-)
-from gpu.support import DTYPES, LOG2_E
+from gpu.runtime import compile_kernel, current_raw_stream, prefer_shared_memory
+from gpu.support import DTYPES
 
 if TYPE_CHECKING:
     from gpu.plans import BlockSparsePlan
@@ -108,7 +104,7 @@ def plan_forward(layout: BlockSparsePlan, config: KernelConfig | HopperConfig) -
     kernel = compile_kernel(config.source, config.function, config.defines(), device=device.index)
     if hopper and config.min_blocks > 1:
         prefer_shared_memory(kernel, device.index)
-    launcher = KernelLauncher(kernel, config.signature, device.index, config.shared_bytes)
+    launcher = KernelLauncher(kernel, config.params, device.index, config.shared_bytes)
     return FusedPlan(
         config=config,
         block_size=layout.block_size,
@@ -177,33 +173,15 @@ def launch_fused(
 ) -> None:
     """Enqueue the kernel on q's device and current stream; operands already checked, strides
     and alignment included (``check_operand_strides``)."""
-    batch, q_heads, seq_q, _ = q.shape
+    batch, q_heads = q.shape[:2]
     heads_per_item = q_heads if plan.n_heads == 1 else 1
     n_ctas = len(plan.items) * batch * heads_per_item
     if n_ctas == 0:
         return
     cfg = plan.config
-    shapes = (batch, q_heads, heads_per_item, q_heads // k.shape[1], seq_q, k.shape[2])
-    masking = (plan.causal_offset, plan.sub_rows_log2, plan.sub_cols_log2, scale * LOG2_E)
-    lse_pointer = 0 if lse is None else lse.data_ptr()
-    stream = current_raw_stream(q.device.index)
-    grid = n_ctas
-    if plan.maps is not None:
-        q_map, k_map, v_map, broadcast = plan.maps(q, k, v)
-        group = min(batch * heads_per_item, plan.pairs_in_l2)  # run together (the kernel doc)
-        arguments = (
-            q_map, k_map, v_map, out.data_ptr(), lse_pointer, plan.items.data_ptr(),
-            plan.entries.data_ptr(), *out.stride()[:3], n_ctas, *shapes[:4], group, *shapes[4:],
-            broadcast, *masking,
-        )  # fmt: skip
-        grid = min(n_ctas, plan.max_ctas)
-    else:
-        arguments = (
-            *(t.data_ptr() for t in (q, k, v, out)), lse_pointer, plan.items.data_ptr(),
-            plan.entries.data_ptr(), *q.stride()[:3], *k.stride()[:2], *v.stride()[:2],
-            *out.stride()[:3], *shapes, *masking,
-        )  # fmt: skip
-    plan.launcher(grid, cfg.threads, cfg.shared_bytes, stream, *arguments)
+    values = cfg.param_values(plan, q, k, v, out, lse, scale, n_ctas, heads_per_item)
+    grid = n_ctas if plan.max_ctas is None else min(n_ctas, plan.max_ctas)
+    plan.launcher(grid, cfg.threads, cfg.shared_bytes, current_raw_stream(q.device.index), *values)
 
 
 def check_operand_strides(

@@ -33,7 +33,7 @@ __device__ __forceinline__ Work work_unit(const Int4* items, int w, int n_items,
   const int group_size = min(head_group, pairs - first_pair);
   const int rest = w - group * n_items * head_group;
   const int pair = first_pair + rest % group_size;
-  const Int4 item = items[rest / group_size];
+  const Int4 item = load_entry(items + rest / group_size);
   Work work;
   work.b = pair % batch;
   work.head = item.x * heads_per_item + pair / batch;

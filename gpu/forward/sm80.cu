@@ -9,9 +9,9 @@
 //     l  = l·2^((m - m')·c) + rowsum P;  O = O·2^((m - m')·c) + P V_j;  m = m'
 // then O / l is written (rows with no active key: l = 0, so exact zeros, never NaN).
 //
-// Inputs (16-bit floats handled as raw `unsigned short` bits), any strides whose head-dim
-// stride is 1 and whose other strides are multiples of 8 elements (16-byte rows; the caller
-// checks alignment):
+// Inputs, the fields of ForwardParams (params.cuh), 16-bit floats handled as raw `unsigned
+// short` bits, any strides whose head-dim stride is 1 and whose other strides are multiples of 8
+// elements (16-byte rows; the caller checks alignment):
 //   q [B, Hq, seq_q, HEAD_DIM], k and v [B, Hkv, seq_k, HEAD_DIM], out [B, Hq, seq_q, HEAD_DIM];
 //   query head h reads kv head h / kv_group (GQA / MQA; kv_group = Hq / Hkv).
 //   lse: fp32 [B, Hq, seq_q] contiguous, or null: the natural-log logsumexp of each row's scaled
@@ -57,6 +57,7 @@
 
 #include "attention_common.cuh"
 #include "attention_forward.cuh"
+#include "params.cuh"
 
 namespace {
 
@@ -204,36 +205,24 @@ __device__ __forceinline__ void pv_product(unsigned v_base,
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
-    fused_attention_fwd(const unsigned short* __restrict__ q, const unsigned short* __restrict__ k,
-                        const unsigned short* __restrict__ v, unsigned short* __restrict__ out,
-                        float* __restrict__ lse, const Int4* __restrict__ items,
-                        const Int4* __restrict__ entries,
-                        // strides in elements (k and v rows: K/V_ROW_STRIDE)
-                        long long q_sb, long long q_sh, long long q_ss, long long k_sb,
-                        long long k_sh, long long v_sb, long long v_sh, long long o_sb,
-                        long long o_sh, long long o_ss,
-                        // shapes
-                        int batch, int q_heads, int heads_per_item, int kv_group, int seq_q,
-                        int seq_k,
-                        // masking and scaling
-                        int causal_offset, int sub_rows_log2, int sub_cols_log2,
-                        float scale_log2) {
+    fused_attention_fwd(const __grid_constant__ ForwardParams params) {
   extern __shared__ __align__(1024) Bits128 shared_raw[];
   const int warp_row0 = (threadIdx.x >> 5) * kWarpRows;
 
   // ---- which work item, batch element and heads
-  const int per_item = batch * heads_per_item;
-  const Int4 item = items[blockIdx.x / per_item];
-  const int b = (blockIdx.x % per_item) % batch;
-  const int head = item.x * heads_per_item + (blockIdx.x % per_item) / batch;
-  const int kv_head = head / kv_group;
+  const int per_item = params.batch * params.heads_per_item;
+  const Int4 item = load_entry(params.items + blockIdx.x / per_item);
+  const int b = (blockIdx.x % per_item) % params.batch;
+  const int head = item.x * params.heads_per_item + (blockIdx.x % per_item) / params.batch;
+  const int kv_head = head / params.kv_group;
   const int q_row0 = item.y * kBlockM;
   const int first = item.z;
   const int count = item.w;
-  const unsigned short* q_slice = q + b * q_sb + head * q_sh;
-  const unsigned short* k_slice = k + b * k_sb + kv_head * k_sh;
-  const unsigned short* v_slice = v + b * v_sb + kv_head * v_sh;
-  unsigned short* out_slice = out + b * o_sb + head * o_sh;
+  const Int4* key_tiles = params.entries + first;  // this unit's entries
+  const unsigned short* q_slice = params.q + b * params.q_sb + head * params.q_sh;
+  const unsigned short* k_slice = params.k + b * params.k_sb + kv_head * params.k_sh;
+  const unsigned short* v_slice = params.v + b * params.v_sb + kv_head * params.v_sh;
+  unsigned short* out_slice = params.out + b * params.o_sb + head * params.o_sh;
 
   // ---- shared memory: Q | K0 | K1 | V0 | V1
   const unsigned q_tile = shared_address(shared_raw);
@@ -243,10 +232,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   const RowSource k_source = row_source<K_ROW_STRIDE>(k_slice);
   const RowSource v_source = row_source<V_ROW_STRIDE>(v_slice);
   if (count > 0) {
-    load_tile<kBlockM>(q_tile, q_slice, q_ss, q_row0, seq_q);
-    const int k_row0 = entries[first].x * kBlockN;
-    load_rows<kBlockN, K_ROW_STRIDE>(k_tiles, k_source, k_row0, seq_k);
-    load_rows<kBlockN, V_ROW_STRIDE>(v_tiles, v_source, k_row0, seq_k);
+    load_tile<kBlockM>(q_tile, q_slice, params.q_ss, q_row0, params.seq_q);
+    const int k_row0 = load_entry(key_tiles).x * kBlockN;
+    load_rows<kBlockN, K_ROW_STRIDE>(k_tiles, k_source, k_row0, params.seq_k);
+    load_rows<kBlockN, V_ROW_STRIDE>(v_tiles, v_source, k_row0, params.seq_k);
   }
   copy_async_commit();
 
@@ -268,12 +257,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 
   // ---- walk the active key tiles
   for (int n = 0; n < count; ++n) {
-    const Int4 entry = entries[first + n];
+    const Int4 entry = load_entry(key_tiles + n);
     if (n + 1 < count) {  // prefetch tile n + 1 into the other buffer
-      const int k_row0 = entries[first + n + 1].x * kBlockN;
+      const int k_row0 = load_entry(key_tiles + n + 1).x * kBlockN;
       const unsigned buffer = ((n + 1) & 1) * kKVBytes;
-      load_rows<kBlockN, K_ROW_STRIDE>(k_tiles + buffer, k_source, k_row0, seq_k);
-      load_rows<kBlockN, V_ROW_STRIDE>(v_tiles + buffer, v_source, k_row0, seq_k);
+      load_rows<kBlockN, K_ROW_STRIDE>(k_tiles + buffer, k_source, k_row0, params.seq_k);
+      load_rows<kBlockN, V_ROW_STRIDE>(v_tiles + buffer, v_source, k_row0, params.seq_k);
     }
     copy_async_commit();
     copy_async_wait<1>();  // everything but the prefetch has landed
@@ -304,10 +293,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
       }, s);
     }
     if (entry.y != 0) {
-      apply_mask(s, entry, warp_row0, q_row0, sub_rows_log2, sub_cols_log2, causal_offset, seq_k);
+      apply_mask(s, entry, warp_row0, q_row0, params.sub_rows_log2, params.sub_cols_log2,
+                 params.causal_offset, params.seq_k);
     }
     float correction[kMAtoms][2];
-    softmax_scores(s, row_max, row_sum, correction, scale_log2);
+    softmax_scores(s, row_max, row_sum, correction, params.scale_log2);
     rescale(o, correction);
     unsigned p[kMAtoms][kBlockN / 16][4];
     pack_probabilities(s, p);
@@ -318,7 +308,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   // ---- normalise, stage this warp's rows in its own rows of the Q buffer, store coalesced
   store_rows(o, row_max, row_sum, reinterpret_cast<unsigned char*>(shared_raw),
              [](int row, int chunk) { return tile_offset<kBlockM>(row, chunk); }, warp_row0,
-             q_row0, seq_q, out_slice, o_ss,
-             lse == nullptr ? nullptr : lse + (static_cast<long long>(b) * q_heads + head) * seq_q,
-             scale_log2);
+             q_row0, params.seq_q, out_slice, params.o_ss,
+             params.lse == nullptr
+                 ? nullptr
+                 : params.lse + (static_cast<long long>(b) * params.q_heads + head) * params.seq_q,
+             params.scale_log2);
 }

@@ -12,14 +12,18 @@ compiled in, so that the copies of the main loop address rows by immediate offse
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
 
 from designer.validate import check_choice, check_int
 from gpu.forward.lut import TILE_SIZES
+from gpu.params import ForwardParams
 from gpu.runtime import check_shared_memory, source_beside
-from gpu.support import DTYPES, HEAD_DIMS
+from gpu.support import DTYPES, HEAD_DIMS, LOG2_E
 
-#: Parameter kinds of the kernel (``KernelLauncher``): 7 pointers, 10 strides, 9 ints, the scale.
-KERNEL_SIGNATURE = "p" * 7 + "q" * 10 + "i" * 9 + "f"
+if TYPE_CHECKING:
+    from gpu.forward.launch import FusedPlan
 
 
 @dataclass(frozen=True)
@@ -40,7 +44,7 @@ class KernelConfig:
     wgmma = False
     source = source_beside(__file__)
     function = "fused_attention_fwd"
-    signature = KERNEL_SIGNATURE
+    params = ForwardParams
 
     def __post_init__(self) -> None:
         check_choice("dtype", self.dtype, tuple(DTYPES))
@@ -93,6 +97,32 @@ class KernelConfig:
             "K_ROW_STRIDE": k_rows,
             "V_ROW_STRIDE": v_rows,
         }
+
+    def param_values(
+        self,
+        plan: FusedPlan,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        out: torch.Tensor,
+        lse: torch.Tensor | None,
+        scale: float,
+        n_ctas: int,
+        heads_per_item: int,
+    ) -> tuple:
+        """The ``ForwardParams`` of one launch of ``n_ctas`` CTAs, in field order."""
+        batch, q_heads, seq_q, _ = q.shape
+        return (
+            # operands, the plan's table
+            q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
+            0 if lse is None else lse.data_ptr(), plan.items.data_ptr(), plan.entries.data_ptr(),
+            # strides
+            *q.stride()[:3], *k.stride()[:2], *v.stride()[:2], *out.stride()[:3],
+            # shapes
+            batch, q_heads, heads_per_item, q_heads // k.shape[1], seq_q, k.shape[2],
+            # masking and scaling
+            plan.causal_offset, plan.sub_rows_log2, plan.sub_cols_log2, scale * LOG2_E,
+        )  # fmt: skip
 
 
 def row_stride_or_none(stride: int | None, head_dim: int) -> int | None:

@@ -28,7 +28,8 @@
 // wgmma. Rows past the sequence ends are zero-filled by TMA. At the end each warp normalises
 // its 16 rows, stages them through its own rows of the Q tile and writes 16-byte stores.
 //
-// Tensor maps (gpu/forward/tensor_maps.py): 4-d [D, S, H, B] views of q, k and v with boxes of 64 x
+// Inputs: the fields of HopperForwardParams (params.cuh). Tensor maps
+// (gpu/forward/tensor_maps.py): 4-d [D, S, H, B] views of q, k and v with boxes of 64 x
 // BLOCK_M (q) and 64 x BLOCK_N (k, v). `broadcast` bit 2i / 2i + 1: operand i (q, k, v) has a
 // zero batch / head stride; its map then has extent 1 there and the coordinate is 0.
 //
@@ -44,6 +45,7 @@
 #include "attention_common.cuh"
 #include "attention_forward.cuh"
 #include "hopper.cuh"
+#include "params.cuh"
 #include "persistent_units.cuh"
 #include "wgmma.cuh"
 
@@ -122,12 +124,12 @@ __device__ __forceinline__ void produce(const Shared& sh, const TensorMap& q_map
   barrier_wait(sh.q_empty(buffer), ((index >> 1) & 1) ^ 1);  // free from two units ago
   barrier_expect_bytes(sh.q_full(buffer), kQBytes);
   load_rows<kBlockM>(sh.q_tile(buffer), q_map, sh.q_full(buffer), work.q_row0, q_h, q_b);
-  int next_row0 = work.count > 0 ? entries[work.first].x * kBlockN : 0;
+  int next_row0 = work.count > 0 ? load_entry(entries + work.first).x * kBlockN : 0;
   for (int n = 0; n < work.count; ++n) {
     const int stage = (ring + n) % kStages;
     const unsigned parity = (((ring + n) / kStages) & 1) ^ 1;  // a fresh buffer counts as free
     const int k_row0 = next_row0;
-    if (n + 1 < work.count) next_row0 = entries[work.first + n + 1].x * kBlockN;
+    if (n + 1 < work.count) next_row0 = load_entry(entries + work.first + n + 1).x * kBlockN;
     barrier_wait(sh.k_empty(stage), parity);
     barrier_expect_bytes(sh.k_full(stage), kTileBytes);
     load_rows<kBlockN>(sh.k_tile(stage), k_map, sh.k_full(stage), k_row0, k_h, k_b);
@@ -189,16 +191,7 @@ struct Turns {
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
-    fused_attention_fwd_hopper(const __grid_constant__ TensorMap q_map,
-                               const __grid_constant__ TensorMap k_map,
-                               const __grid_constant__ TensorMap v_map,
-                               unsigned short* __restrict__ out, float* __restrict__ lse,
-                               const Int4* __restrict__ items, const Int4* __restrict__ entries,
-                               long long o_sb, long long o_sh, long long o_ss, int n_work,
-                               int batch, int q_heads, int heads_per_item, int kv_group,
-                               int head_group, int seq_q, int seq_k, int broadcast,
-                               int causal_offset, int sub_rows_log2, int sub_cols_log2,
-                               float scale_log2) {
+    fused_attention_fwd_hopper(const __grid_constant__ HopperForwardParams params) {
   extern __shared__ __align__(1024) Bits128 shared_raw[];
   Shared sh;
   sh.q = shared_address(shared_raw);
@@ -224,14 +217,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
   }
   __syncthreads();
 
-  const int n_items = n_work / (batch * heads_per_item);
-  const int group_units = n_items * head_group;
-  const int rounds = group_rounds(group_units) * ((n_work + group_units - 1) / group_units);
+  const int n_items = params.n_work / (params.batch * params.heads_per_item);
+  const int group_units = n_items * params.head_group;
+  const int rounds = group_rounds(group_units) * ((params.n_work + group_units - 1) / group_units);
   // The unit this CTA runs in round `round` into `work` (false: none, a group's last round).
   auto unit_in_round = [&](int round, Work& work) {
-    const int w = unit_of_round(round, n_work, group_units);
+    const int w = unit_of_round(round, params.n_work, group_units);
     if (w < 0) return false;
-    work = work_unit(items, w, n_items, batch, heads_per_item, kv_group, head_group, kBlockM);
+    work = work_unit(params.items, w, n_items, params.batch, params.heads_per_item,
+                     params.kv_group, params.head_group, kBlockM);
     return true;
   };
   if (warp < 4) {  // ---- producer warpgroup
@@ -241,7 +235,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
       Work work;
       for (int round = 0, index = 0; round < rounds; ++round) {
         if (!unit_in_round(round, work)) continue;
-        produce(sh, q_map, k_map, v_map, entries, work, index++, ring, broadcast);
+        produce(sh, params.q_map, params.k_map, params.v_map, params.entries, work, index++, ring,
+                params.broadcast);
         ring += work.count;
       }
     }
@@ -275,10 +270,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
     auto scores_to_probabilities = [&](const Int4& entry) {
       float(&s2)[1][kSAtoms][4] = *reinterpret_cast<float(*)[1][kSAtoms][4]>(&s);
       if (entry.y != 0) {  // full tiles never mask
-        apply_mask(s2, entry, warp_row0, work.q_row0, sub_rows_log2, sub_cols_log2,
-                   causal_offset, seq_k);
+        apply_mask(s2, entry, warp_row0, work.q_row0, params.sub_rows_log2, params.sub_cols_log2,
+                   params.causal_offset, params.seq_k);
       }
-      softmax_scores(s2, row_max, row_sum, correction, scale_log2);
+      softmax_scores(s2, row_max, row_sum, correction, params.scale_log2);
     };
     auto pack = [&] {
       pack_probabilities(*reinterpret_cast<float(*)[1][kSAtoms][4]>(&s),
@@ -289,7 +284,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
     barrier_wait(sh.q_full(buffer), (index >> 1) & 1);
     if (work.count > 0) {
-      Int4 entry = entries[work.first];
+      Int4 entry = load_entry(params.entries + work.first);
       // tile 0: S alone
       barrier_wait(sh.k_full(full(0)), parity(0));
       turns.wait();
@@ -304,7 +299,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
       pack();
       // tile n: S_n with P_{n-1} V_{n-1}; the softmax of S_n runs while P V is in flight
       for (int n = 1; n < work.count; ++n) {
-        entry = entries[work.first + n];
+        entry = load_entry(params.entries + work.first + n);
         barrier_wait(sh.k_full(full(n)), parity(n));
         barrier_wait(sh.v_full(full(n - 1)), parity(n - 1));
         turns.wait();
@@ -341,14 +336,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
     }
 
     // ---- normalise, stage in this warp's own rows of the Q tile, store; free the Q tile
+    const long long pair = static_cast<long long>(work.b) * params.q_heads + work.head;
     store_rows(*reinterpret_cast<float(*)[1][kOAtoms][4]>(&o), row_max, row_sum,
                reinterpret_cast<unsigned char*>(shared_raw) + buffer * kQBytes,
                [](int row, int chunk) { return tile_offset<kBlockM>(row, chunk); }, warp_row0,
-               work.q_row0, seq_q, out + work.b * o_sb + work.head * o_sh, o_ss,
-               lse == nullptr
-                   ? nullptr
-                   : lse + (static_cast<long long>(work.b) * q_heads + work.head) * seq_q,
-               scale_log2);
+               work.q_row0, params.seq_q,
+               params.out + work.b * params.o_sb + work.head * params.o_sh, params.o_ss,
+               params.lse == nullptr ? nullptr : params.lse + pair * params.seq_q,
+               params.scale_log2);
     fence_async_proxy();  // the staging writes come before the next TMA write of this tile
     __syncwarp();
     if (arrives) barrier_arrive(sh.q_empty(buffer));

@@ -21,14 +21,18 @@ scattered in small blocks (``gpu.forward.builds`` says which a plan takes).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
 
 from designer.validate import check_bool, check_choice
 from gpu.forward.tensor_maps import RowMaps
+from gpu.params import HopperForwardParams
 from gpu.runtime import check_shared_memory, source_beside
-from gpu.support import DTYPES, HEAD_DIMS
+from gpu.support import DTYPES, HEAD_DIMS, LOG2_E
 
-#: Parameter kinds (``KernelLauncher``): 3 tensor maps, 4 pointers, 3 strides, 12 ints, the scale.
-KERNEL_SIGNATURE = "m" * 3 + "p" * 4 + "q" * 3 + "i" * 12 + "f"
+if TYPE_CHECKING:
+    from gpu.forward.launch import FusedPlan
 #: Shared bytes after the tiles for the ring's mbarriers.
 BARRIER_BYTES = 256
 
@@ -48,7 +52,7 @@ class HopperConfig:
     wgmma = True
     source = source_beside(__file__)
     function = "fused_attention_fwd_hopper"
-    signature = KERNEL_SIGNATURE
+    params = HopperForwardParams
 
     def __post_init__(self) -> None:
         check_choice("dtype", self.dtype, tuple(DTYPES))
@@ -107,3 +111,32 @@ class HopperConfig:
     def tensor_maps(self) -> RowMaps:
         """The per-call tensor maps this build loads through (boxes of its tile rows)."""
         return RowMaps(self.block_m, self.block_n)
+
+    def param_values(
+        self,
+        plan: FusedPlan,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        out: torch.Tensor,
+        lse: torch.Tensor | None,
+        scale: float,
+        n_ctas: int,
+        heads_per_item: int,
+    ) -> tuple:
+        """The ``HopperForwardParams`` of one launch over ``n_ctas`` work units, in field order."""
+        batch, q_heads, seq_q, _ = q.shape
+        q_map, k_map, v_map, broadcast = plan.maps(q, k, v)
+        group = min(batch * heads_per_item, plan.pairs_in_l2)  # run together (the kernel doc)
+        return (
+            # operands, the plan's table
+            q_map, k_map, v_map, out.data_ptr(), 0 if lse is None else lse.data_ptr(),
+            plan.items.data_ptr(), plan.entries.data_ptr(),
+            # strides of out
+            *out.stride()[:3],
+            # work and shapes
+            n_ctas, batch, q_heads, heads_per_item, q_heads // k.shape[1], group, seq_q,
+            k.shape[2], broadcast,
+            # masking and scaling
+            plan.causal_offset, plan.sub_rows_log2, plan.sub_cols_log2, scale * LOG2_E,
+        )  # fmt: skip

@@ -20,7 +20,7 @@ from collections import OrderedDict
 
 import torch
 
-from gpu.runtime import check_driver_result, cuda_driver
+from gpu.launcher import check_driver_result, cuda_driver
 
 #: Bytes of one map, and its alignment as a kernel parameter.
 MAP_BYTES = 128

@@ -19,6 +19,14 @@ constexpr unsigned kFlagPartial = 1u;   // apply the entry's mask bits
 constexpr unsigned kFlagDiagonal = 2u;  // apply k_idx <= q_idx + causal_offset
 constexpr unsigned kFlagKeyBound = 4u;  // apply k_idx < seq_k
 
+// A table row read through the read-only data path (ld.global.nc): the tables stay unchanged
+// while a kernel runs. (What a const __restrict__ kernel parameter gives; a pointer that comes
+// in a parameter struct does not carry the qualifier.)
+__device__ __forceinline__ Int4 load_entry(const Int4* row) {
+  const int4 value = __ldg(reinterpret_cast<const int4*>(row));
+  return Int4{value.x, value.y, value.z, value.w};
+}
+
 // The entry's 64 mask bits, one per cell of the tile.
 __device__ __forceinline__ unsigned long long mask_word(const Int4& entry) {
   return (static_cast<unsigned long long>(static_cast<unsigned>(entry.w)) << 32) |

@@ -3,13 +3,9 @@
 
 #pragma once
 
-namespace {
+#include "params.cuh"  // TensorMap
 
-// A CUtensorMap (the driver's 128-byte opaque TMA descriptor), passed by value as a
-// __grid_constant__ kernel parameter; the host encodes it (gpu/forward/tensor_maps.py).
-struct alignas(64) TensorMap {
-  unsigned long long words[16];
-};
+namespace {
 
 // ------------------------------------------------------------------ mbarriers
 __device__ __forceinline__ void barrier_init(unsigned bar, unsigned arrivals) {

@@ -50,4 +50,11 @@ def test_a_comparison_names_what_changed_and_flags_what_got_worse(tool):
     assert lines == ["b sm_80: differs (attention_bwd registers 255 -> 250)"] and not worse
     spills = {**kernels, "attention_bwd_prep": {**kernels["attention_bwd_prep"], "stack": 8}}
     assert tool.compare(old, {"b": {"sm_80": {"sha256": "1", "kernels": spills}}})[1]
+    prep = {**kernels["attention_bwd_prep"], "registers": 26}  # allocated: 32 a thread
+    start = {"b": {"sm_80": {"sha256": "1", "kernels": {**kernels, "attention_bwd_prep": prep}}}}
+    for registers, got_worse in ((30, False), (32, False), (33, True)):
+        more = {**kernels, "attention_bwd_prep": {**prep, "registers": registers}}
+        assert tool.compare(start, {"b": {"sm_80": {"sha256": "2", "kernels": more}}})[1] == (
+            got_worse
+        )
     assert tool.compare(old, {}) == (["b: only in the old run"], True)
