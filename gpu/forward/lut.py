@@ -103,8 +103,9 @@ def tile_masks(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per (head, q_tile, k_tile): the uint64 mask word and the int32 flags (0 where no cell).
 
-    ``blocks`` is a ``[H, M, N]`` bool layout of one of ``gpu.support.BLOCK_SIZES``, as
-    ``gpu.plan`` checked it; see the module docstring for the bit order. ``seq_q`` / ``seq_k``
+    ``blocks`` is a ``[H, M, N]`` bool layout and ``block_size`` one of
+    ``gpu.support.BLOCK_SIZES``, as ``gpu.plan`` checked them (the table checks only its
+    tiles); see the module docstring for the bit order. ``seq_q`` / ``seq_k``
     default to whole blocks (``M · block_size``, ``N · block_size``).
     """
     block_m = check_choice("block_m", block_m, TILE_SIZES)
