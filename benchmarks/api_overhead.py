@@ -38,7 +38,8 @@ from gpu.bench.cases import find_case
 from gpu.bench.flex import FlexSession
 from gpu.bench.harness import seeded_inputs
 from gpu.bench.metrics import active_pairs, attention_flops, tflops
-from gpu.fused import choose_config, plan_fused, plan_fused_with, run_fused
+from gpu.forward.builds import choose_config
+from gpu.forward.launch import kv_row_strides, plan_forward, run_fused
 
 CASES = ("banded_2pct-b128-d64", "banded_7pct-b64-d64", "banded_7pct-b16-d64", "dense-b128-d128")
 CALLS = 200
@@ -77,11 +78,10 @@ def host_costs() -> dict[str, float]:
     blocks_cuda = blocks.cuda()
     layout = Layout(blocks, block)
     the_plan = gpu.plan(blocks, block, causal=True, device="cuda")
-    fused_plan = plan_fused(blocks, block, causal=True, head_dim=64, dtype=q.dtype,
-                            device=q.device)  # fmt: skip
+    fused_plan = the_plan.fused(q.dtype, 64, *kv_row_strides(k, v))
     # CuPy's generic call passes no tensor maps: compare launchers on the mma.sync kernel
     mma_config = choose_config(head_dim=64, dtype=q.dtype, wgmma=False)
-    mma_plan = plan_fused_with(blocks, block, mma_config, causal=True, device=q.device)
+    mma_plan = plan_forward(the_plan, mma_config)
     out = torch.empty_like(q)
     scale = 0.125
     generic = _generic_cupy_call(mma_plan, q, k, v, out, scale)
@@ -114,30 +114,23 @@ def host_costs() -> dict[str, float]:
 
 
 def _generic_cupy_call(fused_plan, q, k, v, out, scale):
-    """The same launch through ``cupy.RawKernel.__call__`` with numpy scalars (the alternative)."""
+    """The same launch through ``cupy.RawKernel.__call__`` (the alternative): its parameter
+    struct as a numpy structured scalar, built from the same values on each call."""
     import cupy
     import numpy as np
 
-    from gpu.fused import KERNEL_FUNCTION, KERNEL_SOURCE
     from gpu.runtime import compile_kernel, cupy_stream_for
 
     config = fused_plan.config
-    kernel = compile_kernel(KERNEL_SOURCE, KERNEL_FUNCTION, config.defines(), device=0)
-    items, entries = fused_plan.items, fused_plan.entries
-    pointers = [np.uint64(t.data_ptr()) for t in (q, k, v, out)]
-    grid = len(items) * q.shape[0]
+    kernel = compile_kernel(config.source, config.function, config.defines(), device=0)
+    layout = np.dtype(config.params)  # numpy reads the ctypes mirror's fields and offsets
+    grid = len(fused_plan.items) * q.shape[0]
 
     def call():
-        args = (
-            *pointers, np.uint64(0), np.uint64(items.data_ptr()), np.uint64(entries.data_ptr()),
-            *(np.int64(s) for s in (*q.stride()[:3], *k.stride()[:2], *v.stride()[:2])),
-            *(np.int64(s) for s in out.stride()[:3]),
-            *(np.int32(x) for x in (1, 1, 1, 1, q.shape[2], k.shape[2], 0,
-                                    fused_plan.sub_rows_log2, fused_plan.sub_cols_log2)),
-            np.float32(scale * 1.4426950408889634),
-        )  # fmt: skip
+        values = config.param_values(fused_plan, q, k, v, out, None, scale, grid, 1)
+        params = np.array([values], dtype=layout)[0]
         with cupy.cuda.Device(0), cupy_stream_for(q):
-            kernel((grid,), (config.threads,), args, shared_mem=config.shared_bytes)
+            kernel((grid,), (config.threads,), (params,), shared_mem=config.shared_bytes)
 
     return call
 
@@ -153,10 +146,8 @@ def public_call_row(name: str, flex: FlexSession) -> dict:
     blocks_cuda = blocks.cuda()
     block, causal = layout.block_size, config.causal
     scale = config.head_dim**-0.5
-    fused_plan = plan_fused(
-        blocks, block, causal=causal, head_dim=config.head_dim, dtype=q.dtype, device=q.device
-    )
     the_plan = gpu.plan(blocks, block, causal=causal, device=q.device)
+    fused_plan = the_plan.fused(q.dtype, config.head_dim, *kv_row_strides(k, v))
     out = torch.empty_like(q)
     flex_call = flex.prepare(blocks, block, causal=causal, device=q.device)
     contenders = {

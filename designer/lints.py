@@ -27,7 +27,7 @@ SEVERITIES = ("error", "warning", "info")
 #: Example blocks (or rows) a finding carries: enough to point at, few enough to read.
 MAX_EXAMPLES = 5
 #: Query x key tokens of the smallest tiles our fused kernel computes on Hopper (its 64-row
-#: build, which a plan takes for scattered layouts; gpu/fused.py, HOPPER_BUILDS).
+#: build, which a plan takes for scattered layouts; gpu/forward/builds.py, HOPPER_BUILDS).
 FUSED_TILE = 64
 #: Share of a visited tile's blocks that must be active before the tile waste is reported.
 TILE_FILL_FLOOR = 0.5

@@ -25,17 +25,16 @@ import numpy as np
 import torch
 
 from designer.layout import Layout
-from designer.validate import check_bool, check_choice, check_float, check_int
-from gpu.operands import check_attention_operands, check_out
+from designer.validate import check_bool, check_choice, check_int
+from gpu.operands import check_against_plan, check_attention_operands, check_out, check_scale
 from gpu.ops import attention_op, fused_forward
 from gpu.plans import BlockSparsePlan, plan
-from gpu.runtime import GpuUnavailableError, unavailable_reason
+from gpu.runtime import GpuUnavailableError, is_cupy, unavailable_reason
+from gpu.support import DTYPE_NAMES, HEAD_DIMS
 
 IMPLS = ("fused", "sdd", "reference")
-#: What our CUDA kernels are compiled for.
-CUDA_HEAD_DIMS = (64, 128)
-CUDA_BLOCK_SIZES = (16, 32, 64, 128)
-CUDA_DTYPES = (torch.float16, torch.bfloat16)
+#: What our CUDA kernels take (``gpu.support``), under the names the API gives them.
+CUDA_DTYPES = tuple(DTYPE_NAMES)
 #: The reference also takes float32 / float64 inputs (handy on a CPU).
 REFERENCE_DTYPES = (*CUDA_DTYPES, torch.float32, torch.float64)
 PLAN_CACHE_SIZE = 16
@@ -90,7 +89,7 @@ def block_sparse_attention(
         raise GpuUnavailableError(f'impl="{impl}" needs a CUDA GPU: {reason}')
     from_cupy = False
     if not isinstance(q, torch.Tensor):
-        from_cupy = _is_cupy(q)
+        from_cupy = is_cupy(q)
         q, k, v = (_as_torch(name, x) for name, x in (("q", q), ("k", k), ("v", v)))
         out = None if out is None else _as_torch("out", out)
     check_attention_operands(
@@ -111,8 +110,10 @@ def block_sparse_attention(
     else:
         causal = False if causal is None else check_bool("causal", causal)
         the_plan = _cached_plan(layout, block_size, causal, causal_alignment, q, k.shape[2])
-    _check_against_plan(the_plan, q, k, impl)
-    scale = q.shape[3] ** -0.5 if scale is None else _check_scale(scale)
+    if impl != "reference" and q.device.type != "cuda":
+        raise ValueError(f'impl="{impl}" needs CUDA tensors, got device {q.device}')
+    check_against_plan(the_plan, q, k, head_dims=None if impl == "reference" else HEAD_DIMS)
+    scale = q.shape[3] ** -0.5 if scale is None else check_scale(scale)
     if out is not None:
         check_out("out", out, q)
     if start_width is not None:
@@ -149,46 +150,12 @@ def clear_plan_cache() -> None:
 
 
 # --------------------------------------------------------------------------- validation
-def _is_cupy(array: Any) -> bool:
-    return type(array).__module__.split(".")[0] == "cupy"
-
-
 def _as_torch(name: str, array: Any) -> torch.Tensor:
     if isinstance(array, torch.Tensor):
         return array
-    if _is_cupy(array):
+    if is_cupy(array):
         return torch.from_dlpack(array)
     raise TypeError(f"{name} must be a torch tensor or CuPy array, got {type(array).__name__}")
-
-
-def _check_scale(scale: Any) -> float:
-    scale = check_float("scale", scale)
-    if scale <= 0:
-        raise ValueError(f"scale must be > 0, got {scale}")
-    return scale
-
-
-def _check_against_plan(the_plan: BlockSparsePlan, q: torch.Tensor, k: torch.Tensor, impl: str):
-    q_heads, seq_q, head_dim = q.shape[1:]
-    if the_plan.n_heads not in (1, q_heads):
-        raise ValueError(f"q must have the plan's {the_plan.n_heads} heads, got Hq = {q_heads}")
-    if (seq_q, k.shape[2]) != (the_plan.seq_q, the_plan.seq_k):
-        raise ValueError(
-            f"q and k must have the plan's lengths Sq x Sk = {the_plan.seq_q} x "
-            f"{the_plan.seq_k} ({the_plan.n_q_blocks} x {the_plan.n_k_blocks} blocks of "
-            f"{the_plan.block_size}), got {seq_q} x {k.shape[2]}"
-        )
-    if impl == "reference":
-        return
-    if q.device.type != "cuda":
-        raise ValueError(f'impl="{impl}" needs CUDA tensors, got device {q.device}')
-    if q.device != the_plan.device:
-        raise ValueError(
-            f"q must be on the plan's device {the_plan.device}, got {q.device}; build the plan "
-            "with device=q.device"
-        )
-    if head_dim not in CUDA_HEAD_DIMS:
-        raise ValueError(f"head dim D (q.shape[3]) must be one of 64, 128, got {head_dim}")
 
 
 def _cached_plan(
@@ -200,8 +167,8 @@ def _cached_plan(
         alive = weakref.ref(layout)
     elif isinstance(layout, Layout):
         identity, alive = (id(layout),), weakref.ref(layout)
-    elif isinstance(layout, np.ndarray) or _is_cupy(layout):
-        array = torch.from_dlpack(layout).cpu().numpy() if _is_cupy(layout) else layout
+    elif isinstance(layout, np.ndarray) or is_cupy(layout):
+        array = torch.from_dlpack(layout).cpu().numpy() if is_cupy(layout) else layout
         digest = hashlib.sha1(np.ascontiguousarray(array).tobytes()).hexdigest()
         identity, alive = (digest, array.shape, str(array.dtype)), None
     else:
@@ -246,7 +213,7 @@ def _layout_length(name: str, length: int, layout: Any, block_size: Any, dim: in
 
 # --------------------------------------------------------------------------- dispatch
 def _run_sdd(the_plan, q, k, v, scale, out, return_lse, start_width):
-    from gpu.sdd import run_sdd
+    from gpu.sdd.pipeline import run_sdd
 
     problems = []
     if return_lse:

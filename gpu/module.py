@@ -26,10 +26,11 @@ from torch import nn
 from designer.design import Design
 from designer.formats import load_design
 from designer.validate import as_block_tensor, check_bool, check_choice, check_int
-from gpu.api import CUDA_BLOCK_SIZES, IMPLS, block_sparse_attention
+from gpu.api import IMPLS, block_sparse_attention
 from gpu.plans import CAUSAL_ALIGNMENTS, BlockSparsePlan, layout_blocks, token_length
 from gpu.plans import plan as build_plan
 from gpu.runtime import GpuUnavailableError, unavailable_reason
+from gpu.support import BLOCK_SIZES
 
 #: Memory orders ``forward`` takes: ``[B, H, S, D]`` or ``[B, S, H, D]``.
 TENSOR_LAYOUTS = ("bhsd", "bshd")
@@ -52,7 +53,7 @@ class _Settings:
         """Settings validated against the layout's ``[H, M, N]`` shape and the implementation."""
         block = check_int("block_size", values["block_size"], low=1)
         if impl != "reference":
-            check_choice(f'block_size (impl="{impl}")', block, CUDA_BLOCK_SIZES)
+            check_choice(f'block_size (impl="{impl}")', block, BLOCK_SIZES)
         _, n_q_blocks, n_k_blocks = shape
         lengths = [
             token_length(f"{key} ({n_blocks} blocks of {block})", values[key], n_blocks, block)

@@ -1,4 +1,5 @@
-"""Checks of the tensors an attention call takes, shared by the public API and the launchers.
+"""Checks of the tensors an attention call takes and of how they fit its plan, shared by the
+public API and the launchers.
 
 Every message names the argument, what is allowed and what it got. The checks read only shapes,
 strides, dtypes and devices (no device synchronisation), so they cost microseconds per call.
@@ -12,7 +13,11 @@ of ``[B, S, H, D]`` memory (``x.view(B, S, H, D).transpose(1, 2)``), and slices 
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
+
+from designer.validate import check_float
 
 #: Bytes every row start must be aligned to (16-byte vector loads and stores).
 ALIGNMENT_BYTES = 16
@@ -107,3 +112,41 @@ def check_lse(lse: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
             f"lse must be a contiguous float32 {expected} tensor on {q.device}, got {got}"
         )
     return lse
+
+
+def check_against_plan(
+    plan: Any, q: torch.Tensor, k: torch.Tensor, *, head_dims: tuple[int, ...] | None
+) -> None:
+    """q and k fit ``plan`` (a ``gpu.plan`` or a launcher's plan): its heads (a layout of one
+    head serves any number) and token lengths; and unless ``head_dims`` is None (the dense
+    reference, which runs anywhere), its device and one of ``head_dims``."""
+    q_heads, seq_q, head_dim = q.shape[1:]
+    if plan.n_heads not in (1, q_heads):
+        raise ValueError(f"q must have the plan's {plan.n_heads} heads, got Hq = {q_heads}")
+    if (seq_q, k.shape[2]) != (plan.seq_q, plan.seq_k):
+        n_q_blocks, n_k_blocks = (-(-n // plan.block_size) for n in (plan.seq_q, plan.seq_k))
+        raise ValueError(
+            f"q and k must have the plan's lengths Sq x Sk = {plan.seq_q} x {plan.seq_k} "
+            f"({n_q_blocks} x {n_k_blocks} blocks of {plan.block_size}), got {seq_q} x "
+            f"{k.shape[2]}"
+        )
+    if head_dims is None:
+        return
+    if q.device != plan.device:
+        raise ValueError(
+            f"q must be on the plan's device {plan.device}, got {q.device}; build the plan "
+            "with device=q.device"
+        )
+    if head_dim not in head_dims:
+        raise ValueError(
+            f"head dim D (q.shape[3]) must be one of {', '.join(map(str, head_dims))}, got "
+            f"{head_dim}"
+        )
+
+
+def check_scale(scale: Any) -> float:
+    """The softmax scale as a float: finite and positive."""
+    scale = check_float("scale", scale)
+    if scale <= 0:
+        raise ValueError(f"scale must be > 0, got {scale}")
+    return scale

@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from gpu.backward import launch_backward
-from gpu.fused import check_operand_strides, kv_row_strides, launch_fused
+from gpu.backward.fused import launch_backward
+from gpu.forward.launch import check_operand_strides, kv_row_strides, launch_fused
 from gpu.plans import BlockSparsePlan, plan_by_id
 from gpu.reference import dense_masked_attention, dense_masked_attention_backward
 

@@ -1,12 +1,14 @@
 """``gpu.plan``: all host work of a block-sparse layout done once, like FlexAttention's BlockMask.
 
-A plan holds the checked layout, its lengths and causal rule, and, for a CUDA device, the fused
-kernel's look-up tables already uploaded. Kernels compile on first use per (dtype, head dim) and
-are cached. The backward's transposed table is built and uploaded by the first backward call, so
-a plan used only for inference never pays for it (run one training step before capturing a
-backward in a CUDA graph, as graph capture needs anyway). A call with a plan
-(``gpu.block_sparse_attention(q, k, v, plan)``) then only checks shapes and launches: no device
-synchronisation, no copy of the layout, no hashing.
+A plan holds the checked layout (checked here once: the kernels' tables and launchers take it
+as it is), its lengths and causal rule, and, for a CUDA device, the forward kernels' look-up
+tables already uploaded: the plan alone builds, uploads and keeps tables, and chooses each
+kernel build (``gpu.forward.builds``, ``gpu.backward.builds``). Kernels compile on first use
+per (dtype, head dim) and are cached. The backward's transposed table is built and uploaded by
+the first backward call, so a plan used only for inference never pays for it (run one training
+step before capturing a backward in a CUDA graph, as graph capture needs anyway). A call with a
+plan (``gpu.block_sparse_attention(q, k, v, plan)``) then only checks shapes and launches: no
+device synchronisation, no copy of the layout, no hashing.
 
 Plans are immutable and safe to share between threads; they are registered by a small integer id
 so that the ``torch.library`` op (which cannot take Python objects) can find them.
@@ -37,6 +39,8 @@ import torch
 
 from designer.layout import CAUSAL_ALIGNMENTS, Layout, causal_offset
 from designer.validate import as_block_tensor, check_bool, check_choice, check_int, token_length
+from gpu.runtime import is_cupy, is_hopper
+from gpu.support import BLOCK_SIZES, HEAD_DIMS
 
 _IDS = itertools.count(1)
 _BY_ID: weakref.WeakValueDictionary[int, BlockSparsePlan] = weakref.WeakValueDictionary()
@@ -76,15 +80,15 @@ class BlockSparsePlan:
         _BY_ID[self.plan_id] = self
         set_(self, "_hopper", False)  # the Hopper kernels (compute capability 9.0)
         if device.type == "cuda":  # every table a forward launch may need, uploaded now
-            from gpu.fused import HEAD_DIMS, choose_config, is_hopper
+            from gpu.forward.builds import choose_config
 
             set_(self, "_hopper", is_hopper(device))
             for head_dim in HEAD_DIMS:
                 config = choose_config(
                     head_dim=head_dim, dtype=torch.bfloat16, wgmma=self._hopper,
-                    work=self._tile_work,
+                    work=self.tile_work,
                 )  # fmt: skip
-                self._lut(config.block_m, config.block_n)
+                self.forward_lut(config.block_m, config.block_n)
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError(f"BlockSparsePlan is immutable ({name}); build another with gpu.plan")
@@ -96,7 +100,8 @@ class BlockSparsePlan:
         return self._blocks.clone()
 
     def tiles(self) -> dict[tuple[int, int], int]:
-        """Key tiles the fused kernel visits per batch element, per (BLOCK_M, BLOCK_N) tiling."""
+        """Key tiles the forward kernel visits per batch element, per (BLOCK_M, BLOCK_N)
+        tiling built so far."""
         return {shape: lut.n_tiles for shape, lut in self._luts.items()}
 
     def __repr__(self) -> str:
@@ -110,28 +115,26 @@ class BlockSparsePlan:
 
     # ----------------------------------------------------------------- what launches read
     def fused(self, dtype: torch.dtype, head_dim: int, k_row_stride: int, v_row_stride: int) -> Any:
-        """The ``gpu.fused.FusedPlan`` for this dtype, head dim and K/V row strides (elements;
-        compiled into the ``mma.sync`` kernel, while the Hopper kernel reads any through TMA),
-        compiled on first use."""
-        from gpu.fused import choose_config, plan_fused_with
+        """The ``gpu.forward.launch.FusedPlan`` for this dtype, head dim and K/V row strides
+        (elements; compiled into the ``mma.sync`` kernel, while the Hopper kernel reads any
+        through TMA), compiled on first use."""
+        from gpu.forward.builds import choose_config
+        from gpu.forward.launch import plan_forward
 
         def make() -> Any:
             config = choose_config(
                 head_dim=head_dim, dtype=dtype, wgmma=self._hopper,
-                k_row_stride=k_row_stride, v_row_stride=v_row_stride, work=self._tile_work,
+                k_row_stride=k_row_stride, v_row_stride=v_row_stride, work=self.tile_work,
             )  # fmt: skip
-            return plan_fused_with(
-                self._blocks, self.block_size, config, causal=self.causal, device=self.device,
-                causal_offset=self.causal_offset, seq_q=self.seq_q, seq_k=self.seq_k,
-                lut=self._lut(config.block_m, config.block_n),
-            )  # fmt: skip
+            return plan_forward(self, config)
 
         key = (dtype, head_dim) if self._hopper else (dtype, head_dim, k_row_stride, v_row_stride)
         return self._once(self._fused, key, make)
 
     def sdd(self, dtype: torch.dtype, head_dim: int, start_width: int | None, n_heads: int) -> Any:
-        """The ``gpu.sdd.SddPlan`` for these settings (segmented and compiled on first use)."""
-        from gpu.sdd import plan_sdd
+        """The ``gpu.sdd.pipeline.SddPlan`` for these settings (segmented and compiled on first
+        use)."""
+        from gpu.sdd.pipeline import plan_sdd
 
         def make() -> Any:
             return plan_sdd(
@@ -143,16 +146,14 @@ class BlockSparsePlan:
         return self._once(self._sdd, (dtype, head_dim, start_width, n_heads), make)
 
     def backward(self, dtype: torch.dtype, head_dim: int) -> Any:
-        """The ``gpu.backward.BackwardPlan`` for this dtype and head dim, compiled on first use."""
-        from gpu.backward import choose_backward_config, plan_backward
+        """The ``gpu.backward.fused.BackwardPlan`` for this dtype and head dim, compiled on first
+        use."""
+        from gpu.backward.builds import choose_backward_config
+        from gpu.backward.fused import plan_backward
 
         def make() -> Any:
             config = choose_backward_config(head_dim=head_dim, dtype=dtype, wgmma=self._hopper)
-            return plan_backward(
-                config, self._backward_lut(config.block_m, config.block_n),
-                causal_offset=self.causal_offset, n_heads=self.n_heads, seq_q=self.seq_q,
-                seq_k=self.seq_k, device=self.device,
-            )  # fmt: skip
+            return plan_backward(self, config)
 
         return self._once(self._backward, (dtype, head_dim), make)
 
@@ -166,38 +167,34 @@ class BlockSparsePlan:
                     found = cache[key] = make()
         return found
 
-    def _lut(self, block_m: int, block_n: int) -> Any:
-        """The forward's table for these tiles, built and uploaded on first use."""
-        from gpu.fused import upload_lut
-        from gpu.fused_lut import build_fused_lut
+    # ----------------------------------------------------------------- look-up tables
+    def forward_lut(self, block_m: int, block_n: int) -> Any:
+        """The forward's table (``gpu.forward.lut.FusedLut``) for these tiles, on the plan's
+        device: built and uploaded on first use, then kept."""
+        from gpu.forward.lut import build_fused_lut
 
-        return self._table(self._luts, build_fused_lut, upload_lut, block_m, block_n)
+        return self._table(self._luts, build_fused_lut, block_m, block_n)
 
-    def _tile_work(self, block_m: int, block_n: int) -> tuple[int, int]:
-        """Active key tiles and work items of the forward's table for these tiles (built on
-        first use)."""
-        return self._lut(block_m, block_n).work
+    def tile_work(self, block_m: int, block_n: int) -> tuple[int, int]:
+        """Active key tiles and work items of the forward's table for these tiles (what a
+        build's cost is counted in; the table is built on first use)."""
+        return self.forward_lut(block_m, block_n).work
 
-    def _backward_lut(self, block_m: int, block_n: int) -> Any:
-        """The backward's transposed table for these tiles, built and uploaded on first use."""
-        from gpu.backward import upload_backward_lut
-        from gpu.fused_lut import build_backward_lut
+    def backward_lut(self, block_m: int, block_n: int) -> Any:
+        """The backward's transposed table (``gpu.backward.lut.BackwardLut``) for these tiles,
+        on the plan's device: built and uploaded on first use, then kept."""
+        from gpu.backward.lut import build_backward_lut
 
-        return self._table(
-            self._backward_luts, build_backward_lut, upload_backward_lut, block_m, block_n
-        )
+        return self._table(self._backward_luts, build_backward_lut, block_m, block_n)
 
-    def _table(self, cache: dict, build: Any, upload: Any, block_m: int, block_n: int) -> Any:
+    def _table(self, cache: dict, build: Any, block_m: int, block_n: int) -> Any:
         found = cache.get((block_m, block_n))
         if found is None:
-            found = cache[block_m, block_n] = upload(
-                build(
-                    self._blocks, self.block_size, block_m=block_m, block_n=block_n,
-                    causal=self.causal, causal_offset=self.causal_offset, seq_q=self.seq_q,
-                    seq_k=self.seq_k,
-                ),
-                self.device,
-            )  # fmt: skip
+            found = cache[block_m, block_n] = build(
+                self._blocks, self.block_size, block_m=block_m, block_n=block_n,
+                causal=self.causal, causal_offset=self.causal_offset, seq_q=self.seq_q,
+                seq_k=self.seq_k,
+            ).to(self.device)  # fmt: skip
         return found
 
 
@@ -236,10 +233,10 @@ def plan(
     seq_q = token_length(f"seq_q ({blocks_text.format(n_q_blocks)})", seq_q, n_q_blocks, block_size)
     seq_k = token_length(f"seq_k ({blocks_text.format(n_k_blocks)})", seq_k, n_k_blocks, block_size)
     device = _device(device, layout)
-    if device.type == "cuda":
-        from gpu.fused_lut import BLOCK_SIZES
-
+    if device.type == "cuda":  # what the kernels take, told before any CUDA call
         check_choice("block_size", block_size, BLOCK_SIZES)
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
     return BlockSparsePlan(blocks, block_size, causal, causal_alignment, seq_q, seq_k, device)
 
 
@@ -259,7 +256,7 @@ def layout_blocks(
     else:
         if block_size is None:
             raise TypeError("block_size is required unless layout is a designer.Layout")
-        if type(layout).__module__.split(".")[0] == "cupy":
+        if is_cupy(layout):
             layout = torch.from_dlpack(layout)
         blocks = as_block_tensor("layout", layout, allow_2d=allow_2d)
         block_size = check_int("block_size", block_size, low=1)
@@ -277,6 +274,7 @@ def plan_by_id(plan_id: int) -> BlockSparsePlan:
 
 
 def _device(device: Any, layout: Any) -> torch.device:
+    """The plan's device as asked for (a CUDA device may come without its index)."""
     if device is not None:
         device = torch.device(device)
     elif isinstance(layout, torch.Tensor) and layout.device.type == "cuda":
@@ -285,8 +283,6 @@ def _device(device: Any, layout: Any) -> torch.device:
         device = torch.device("cuda")
     else:
         device = torch.device("cpu")
-    if device.type == "cuda" and device.index is None:
-        device = torch.device("cuda", torch.cuda.current_device())
     if device.type not in ("cuda", "cpu"):
         raise ValueError(f"device must be a CUDA device or the CPU, got {device}")
     return device

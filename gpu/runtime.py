@@ -3,9 +3,11 @@
 Nothing here imports CuPy at module import time: the designer must work on machines without a GPU,
 and ``unavailable_reason()`` tells such a user why the GPU path is off and what to install.
 
-Kernels live in ``gpu/kernels/*.cu``. ``compile_kernel`` builds one with NVRTC for the exact
-architecture of the current device (``sm_90a`` on Hopper, so ``wgmma`` is allowed) with the
-compile-time choices passed as ``-D`` defines. We drive NVRTC ourselves instead of
+Each kernel source lives beside its launcher under the same stem (``gpu/forward/sm80.cu`` beside
+``gpu/forward/sm80.py``), named from the package folder (``"forward/sm80.cu"``); the headers it
+includes are those of ``gpu/include/`` and of its own folder. ``compile_kernel`` builds one with
+NVRTC for the exact architecture of the current device (``sm_90a`` on Hopper, so ``wgmma`` is
+allowed) with the compile-time choices passed as ``-D`` defines. We drive NVRTC ourselves instead of
 ``cupy.RawModule(code=...)`` because CuPy appends its own ``-arch=sm_XX`` option, which would clash
 with ``sm_90a``; the cubin is then loaded through ``cupy.RawModule(path=...)`` so callers get a
 regular ``cupy.RawKernel``. Modules are cached in-process per (source hash, arch, options) and on
@@ -15,12 +17,10 @@ disk per the same key plus the NVRTC version, so a second process skips compilat
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import hashlib
 import os
 import re
-import struct
 import tempfile
 import threading
 from collections.abc import Iterator, Mapping
@@ -29,11 +29,15 @@ from typing import Any
 
 import torch
 
-#: Where the ``.cu`` sources live.
-KERNEL_DIR = Path(__file__).parent / "kernels"
+#: The package folder: kernel sources are named from it (``"forward/sm80.cu"``).
+PACKAGE_DIR = Path(__file__).resolve().parent
+#: The headers every kernel source may include.
+INCLUDE_DIR = PACKAGE_DIR / "include"
 
 #: Our kernels use ``mma.sync`` m16n8k16 with bf16 operands: Ampere (8.0) or newer.
 MIN_COMPUTE_CAPABILITY = (8, 0)
+#: Hopper, whose ``wgmma`` and TMA builds need ``sm_90a`` (not the 9.x family after it).
+HOPPER = (9, 0)
 
 _INSTALL_HINT = (
     'install CuPy for your CUDA version with pip install -e ".[cuda13]" (CUDA 13) '
@@ -77,7 +81,17 @@ def arch_for(compute_capability: tuple[int, int]) -> str:
     ('sm_90a', 'sm_86')
     """
     major, minor = compute_capability
-    return "sm_90a" if (major, minor) == (9, 0) else f"sm_{major}{minor}"
+    return "sm_90a" if (major, minor) == HOPPER else f"sm_{major}{minor}"
+
+
+def is_hopper(device: torch.device) -> bool:
+    """Whether ``device`` (a CUDA device) is a Hopper GPU: the ``wgmma`` builds run there."""
+    return torch.cuda.get_device_capability(device) == HOPPER
+
+
+def is_cupy(array: Any) -> bool:
+    """Whether ``array`` is a CuPy array, told without importing CuPy."""
+    return type(array).__module__.split(".")[0] == "cupy"
 
 
 def define_options(defines: Mapping[str, int | str]) -> tuple[str, ...]:
@@ -107,7 +121,7 @@ def compile_options(arch: str, defines: Mapping[str, int | str]) -> tuple[str, .
 def compile_kernel(
     source: str, function: str, defines: Mapping[str, int | str], *, device: int | None = None
 ) -> Any:
-    """Compile ``gpu/kernels/<source>`` for ``device`` (default: current) and return ``function``.
+    """Compile ``gpu/<source>`` for ``device`` (default: current) and return ``function``.
 
     Returns a ``cupy.RawKernel``. Compile errors raise ``RuntimeError`` naming the source, the
     defines and the compiler log.
@@ -121,18 +135,40 @@ def compile_kernel(
     return module.get_function(function)
 
 
-def kernel_headers() -> tuple[tuple[str, str], ...]:
-    """``(name, text)`` of every shared header ``gpu/kernels/*.cuh`` (sources include them)."""
-    return tuple((path.name, path.read_text()) for path in sorted(KERNEL_DIR.glob("*.cuh")))
+def source_beside(launcher: str) -> str:
+    """The name of the kernel source beside a launcher module (its ``__file__``): same stem,
+    ``.cu``, named from the package folder.
+
+    >>> source_beside(str(PACKAGE_DIR / "sdd" / "pipeline.py"))
+    'sdd/pipeline.cu'
+    """
+    return Path(launcher).resolve().with_suffix(".cu").relative_to(PACKAGE_DIR).as_posix()
+
+
+def kernel_sources() -> tuple[str, ...]:
+    """The name of every kernel source of the package, sorted."""
+    return tuple(sorted(p.relative_to(PACKAGE_DIR).as_posix() for p in PACKAGE_DIR.rglob("*.cu")))
 
 
 def kernel_source(source: str) -> str:
-    """The text of ``gpu/kernels/<source>``, refusing names outside that folder."""
-    path = (KERNEL_DIR / source).resolve()
-    if path.parent != KERNEL_DIR.resolve() or path.suffix != ".cu" or not path.is_file():
-        known = ", ".join(sorted(p.name for p in KERNEL_DIR.glob("*.cu")))
-        raise ValueError(f"source must be a .cu file in gpu/kernels ({known}), got {source!r}")
-    return path.read_text()
+    """The text of ``gpu/<source>``, refusing names of anything but a kernel source."""
+    if source not in kernel_sources():
+        raise ValueError(
+            f"source must be a .cu file of the gpu package ({', '.join(kernel_sources())}), "
+            f"got {source!r}"
+        )
+    return (PACKAGE_DIR / source).read_text()
+
+
+def kernel_headers(source: str) -> tuple[tuple[str, str], ...]:
+    """``(name, text)`` of every header ``source`` may include: ``gpu/include/*.cuh`` and those
+    beside it (NVRTC takes them by name, as nvcc finds them in those folders)."""
+    folders = dict.fromkeys([INCLUDE_DIR, (PACKAGE_DIR / source).parent])
+    paths = sorted((p for folder in folders for p in folder.glob("*.cuh")), key=lambda p: p.name)
+    names = [path.name for path in paths]
+    if len(set(names)) != len(names):
+        raise ValueError(f"headers of {source} must have distinct names, got {names}")
+    return tuple((path.name, path.read_text()) for path in paths)
 
 
 def cupy_stream_for(tensor: torch.Tensor) -> Any:
@@ -206,101 +242,13 @@ def prefer_shared_memory(kernel: Any, device_id: int) -> None:
         kernel.preferred_shared_memory_carveout = 100
 
 
-#: ``struct`` codes and sizes of the kernel parameter kinds (natural alignment = size).
-_PARAM_CODES = {"p": ("Q", 8), "q": ("q", 8), "i": ("i", 4), "f": ("f", 4), "m": ("128s", 64)}
-
-
-class KernelLauncher:
-    """Launches one compiled kernel through the driver's ``cuLaunchKernel``, its parameters
-    packed by ``struct.pack_into`` into a per-thread buffer: a few microseconds of host time,
-    where CuPy's generic call converts every argument on each call (``benchmarks/
-    api_overhead.py`` measures both).
-
-    ``signature`` has one letter per kernel parameter: ``p`` pointer, ``q`` int64, ``i`` int32,
-    ``f`` float32, ``m`` a 128-byte TMA tensor map (``bytes``, ``gpu.tensor_maps``). The launch
-    runs in the context the kernel was loaded in, whatever context
-    (or none) the calling thread has, so it goes to the kernel's device on the given stream.
-    """
-
-    def __init__(self, kernel: Any, signature: str, device_id: int, shared_bytes: int) -> None:
-        cupy = require_cupy()
-        fmt, offsets, size = "<", [], 0
-        for letter in signature:
-            code, alignment = _PARAM_CODES[letter]
-            padding = -size % alignment
-            fmt += "x" * padding + code
-            offsets.append(size + padding)
-            size += padding + struct.calcsize(code)
-        self._struct = struct.Struct(fmt)
-        self._offsets = offsets
-        self._local = threading.local()
-        allow_shared_memory(kernel, shared_bytes, device_id)
-        with cupy.cuda.Device(device_id):  # this device's copy of the kernel, and its context
-            self._function = ctypes.c_void_p(kernel.kernel.ptr)
-            context = ctypes.c_void_p()
-            check_driver_result(
-                cuda_driver().cuCtxGetCurrent(ctypes.byref(context)), "cuCtxGetCurrent"
-            )
-        self._context = context.value
-
-    def __call__(self, grid: int, threads: int, shared_bytes: int, stream: int, *args) -> None:
-        local = self._local
-        buffer = getattr(local, "buffer", None)
-        if buffer is None:  # one parameter buffer per thread, reused (the launch copies it)
-            buffer = local.buffer = ctypes.create_string_buffer(self._struct.size)
-            base = ctypes.addressof(buffer)
-            local.pointers = (ctypes.c_void_p * len(self._offsets))(
-                *[base + offset for offset in self._offsets]
-            )
-            local.current = ctypes.c_void_p()
-        self._struct.pack_into(buffer, 0, *args)
-        driver = cuda_driver()
-        current = local.current
-        driver.cuCtxGetCurrent(ctypes.byref(current))
-        switch = current.value != self._context
-        if switch:
-            check_driver_result(driver.cuCtxPushCurrent_v2(self._context), "cuCtxPushCurrent")
-        try:
-            result = driver.cuLaunchKernel(
-                self._function, grid, 1, 1, threads, 1, 1, shared_bytes, stream, local.pointers,
-                None,
-            )  # fmt: skip
-        finally:
-            if switch:
-                driver.cuCtxPopCurrent_v2(ctypes.byref(current))
-        check_driver_result(result, "cuLaunchKernel")
-
-
-@functools.cache
-def cuda_driver() -> ctypes.CDLL:
-    """The CUDA driver library, with the signatures of the few calls the launcher makes."""
-    driver = ctypes.CDLL("libcuda.so.1")
-    pointer = ctypes.c_void_p
-    uint = ctypes.c_uint
-    driver.cuLaunchKernel.argtypes = [pointer, uint, uint, uint, uint, uint, uint, uint, pointer,
-                                      ctypes.POINTER(pointer), pointer]  # fmt: skip
-    driver.cuCtxGetCurrent.argtypes = [ctypes.POINTER(pointer)]
-    driver.cuCtxPushCurrent_v2.argtypes = [pointer]
-    driver.cuCtxPopCurrent_v2.argtypes = [ctypes.POINTER(pointer)]
-    driver.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
-    return driver
-
-
-def check_driver_result(result: int, call: str) -> None:
-    """Raise ``RuntimeError`` naming the driver call and its error when ``result`` is not 0."""
-    if result != 0:
-        name = ctypes.c_char_p()
-        cuda_driver().cuGetErrorName(result, ctypes.byref(name))
-        raise RuntimeError(f"{call} failed: {(name.value or b'?').decode()} ({result})")
-
-
 # --------------------------------------------------------------------------- internals
 _MODULES: dict[tuple[str, str, tuple[str, ...], int], Any] = {}
 _MODULES_LOCK = threading.Lock()
 
 
 def _load_module(code: str, source: str, options: tuple[str, ...], device_id: int) -> Any:
-    headers = kernel_headers()
+    headers = kernel_headers(source)
     code_hash = hashlib.sha256(
         "\0".join([code, *(f"{name}\0{text}" for name, text in headers)]).encode()
     ).hexdigest()
@@ -329,7 +277,7 @@ def _cached_cubin(
     version = ".".join(str(v) for v in nvrtc.getVersion())
     key = hashlib.sha256(f"{code_hash}|{options}|{version}".encode()).hexdigest()[:32]
     cache_dir = _cache_dir()
-    path = cache_dir / f"{Path(source).stem}-{key}.cubin"
+    path = cache_dir / f"{source.removesuffix('.cu').replace('/', '-')}-{key}.cubin"
     if path.is_file() and path.stat().st_size > 0:
         return path
     cubin = _nvrtc_compile(nvrtc, code, headers, source, options)
@@ -356,8 +304,7 @@ def _nvrtc_compile(
         except nvrtc.NVRTCError as error:
             log = nvrtc.getProgramLog(program)
             raise RuntimeError(
-                f"compiling gpu/kernels/{source} with options {' '.join(options)} failed "
-                f"({error}):\n{log}"
+                f"compiling gpu/{source} with options {' '.join(options)} failed ({error}):\n{log}"
             ) from error
         return nvrtc.getCUBIN(program)
     finally:

@@ -7,8 +7,8 @@ through the same call) and the SDD pipeline (``impl="sdd"``). Together they cove
 head dims, layout blocks 16 and 64, causal in both alignments, partial last blocks, Sq != Sk,
 GQA and MQA, one layout head shared by every query head, ``[B, S, H, D]`` memory read in place,
 a query row with no key, an empty layout, more work units than a persistent grid's CTAs, every
-Hopper build a plan chooses from (``gpu.fused.HOPPER_BUILDS``), and on Hopper the ``mma.sync``
-path beside the Hopper kernel (the plan is told the GPU is not Hopper).
+Hopper build a plan chooses from (``gpu.forward.builds.HOPPER_BUILDS``), and on Hopper the
+``mma.sync`` path beside the Hopper kernel (the plan is told the GPU is not Hopper).
 
 The script first runs every case once without a sanitizer (which fills the NVRTC cubin cache of
 ``gpu/runtime.py``, so nothing compiles under the sanitizer, and checks that the cases pass),
@@ -61,6 +61,7 @@ import gpu
 from gpu.bench.metrics import errors
 from gpu.bench.report import environment
 from gpu.reference import dense_masked_attention, dense_masked_attention_backward
+from gpu.support import DTYPES
 
 SCRIPT = Path(__file__).resolve()
 ROOT = SCRIPT.parents[1]
@@ -70,7 +71,6 @@ DEFAULT_TOOLS = ("memcheck", "racecheck")
 KERNEL_NAMES = ("fused_attention_fwd", "attention_bwd", "sdd_")
 #: Tools that must see every kernel: initcheck tracks the writes of the kernels that fill inputs.
 UNFILTERED_TOOLS = ("initcheck",)
-DTYPES = {"bf16": torch.bfloat16, "f16": torch.float16}
 #: Largest ‖got − ref‖ / ‖ref‖ accepted (as tests/gpu/test_backward_gpu.py).
 TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 5e-3}
 TAIL_LINES = 40
@@ -113,20 +113,20 @@ class Case:
 
 CASES = (
     Case("forward", "bf16", 128, 64, 512, 512, q_heads=4, causal=True),
-    Case("forward", "f16", 64, 16, 200, 300, causal=True, alignment="bottom_right"),
-    Case("forward", "f16", 128, 64, 256, 200, bshd=True, shared_layout=True),
+    Case("forward", "fp16", 64, 16, 200, 300, causal=True, alignment="bottom_right"),
+    Case("forward", "fp16", 128, 64, 256, 200, bshd=True, shared_layout=True),
     Case("forward", "bf16", 64, 16, 256, 256, mma_sync=True),
     Case("forward", "bf16", 64, 64, 1000, 1500),
-    Case("forward", "f16", 128, 16, 100, 37, causal=True, alignment="bottom_right"),
+    Case("forward", "fp16", 128, 16, 100, 37, causal=True, alignment="bottom_right"),
     Case("forward", "bf16", 64, 64, 2048, 2048, q_heads=16, causal=True),  # CTAs run 2+ units
-    Case("forward", "f16", 64, 64, 128, 192, empty=True),
+    Case("forward", "fp16", 64, 64, 128, 192, empty=True),
     Case("forward", "bf16", 128, 128, 640, 640, q_heads=4, causal=True),  # layout block 128
     Case("forward", "bf16", 64, 64, 1000, 1000, dense=True),  # Hopper: 64 x 128 tiles, 3 stages
-    Case("forward", "f16", 128, 64, 1000, 1000, dense=True),  # Hopper: two consumers, 128 x 128
+    Case("forward", "fp16", 128, 64, 1000, 1000, dense=True),  # Hopper: two consumers, 128 x 128
     Case("backward", "bf16", 128, 64, 512, 512, q_heads=4, causal=True),
-    Case("backward", "f16", 64, 16, 200, 200),
+    Case("backward", "fp16", 64, 16, 200, 200),
     Case("backward", "bf16", 64, 64, 256, 384, causal=True, alignment="bottom_right", bshd=True),
-    Case("backward", "f16", 128, 16, 256, 256, q_heads=4, kv_heads=1, shared_layout=True,
+    Case("backward", "fp16", 128, 16, 256, 256, q_heads=4, kv_heads=1, shared_layout=True,
          mma_sync=True),
     Case("sdd", "bf16", 64, 64, 256, 256, causal=True),
 )  # fmt: skip
@@ -168,7 +168,7 @@ def run_case(case: Case, *, device: str = "cuda", impl: str | None = None) -> tu
     k, v = operand(case.kv_heads, case.seq_k), operand(case.kv_heads, case.seq_k)
     grad_out = torch.randn(q.shape, generator=gen, dtype=dtype).to(device)
     impl = impl or ("sdd" if case.kind == "sdd" else "fused")
-    not_hopper = mock.patch("gpu.fused.is_hopper", return_value=False)  # read when planning
+    not_hopper = mock.patch("gpu.plans.is_hopper", return_value=False)  # read when planning
     with not_hopper if case.mma_sync else contextlib.nullcontext():
         plan = gpu.plan(blocks, case.block, causal=case.causal, causal_alignment=case.alignment,
                         seq_q=case.seq_q, seq_k=case.seq_k, device=device)  # fmt: skip

@@ -42,6 +42,7 @@ from gpu.bench.config import BACKWARD_CONTENDERS, CONTENDERS, BenchConfig
 from gpu.bench.harness import BenchSession, run_benchmark
 from gpu.bench.report import environment, format_table, write_json
 from gpu.bench.results import read_document
+from gpu.support import DTYPES
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,7 +210,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--head-dim", type=int, help="head dim for --design (default 64)")
     parser.add_argument("--heads", type=int, help="heads for --design (default: the layout's)")
     parser.add_argument("--batch", type=int, help="batch size")
-    parser.add_argument("--dtype", choices=["bf16", "fp16"], help="input dtype (default bf16)")
+    parser.add_argument("--dtype", choices=list(DTYPES), help="input dtype (default bf16)")
     parser.add_argument("--warmup", type=int, help="untimed runs before timing")
     parser.add_argument("--reps", type=int, help="timed runs (the median is reported)")
     parser.add_argument("--no-flush", action="store_true", help="do not flush L2 between reps")

@@ -38,14 +38,15 @@ from designer.patterns import causal as causal_pattern
 from designer.patterns import global_tokens, random_blocks, sliding_window
 from designer.validate import MAX_LAYOUT_CELLS, check_int, error_context
 from gpu.bench.config import DEFAULT_BACKWARD_CONTENDERS, DEFAULT_CONTENDERS, BenchConfig
+from gpu.support import HEAD_DIMS
 
 HEADS = 16
 SEQ_LEN = 16384
 QUICK_SEQ_LEN = 4096
 #: The longest ``seq_len`` (a ``seq_len`` must also be a multiple of the largest block).
 MAX_SEQ_LEN = 1 << 20
+#: The layout block sizes of the cases (of ``gpu.support.BLOCK_SIZES``), largest first.
 BLOCK_SIZES = (128, 64, 16)
-HEAD_DIMS = (64, 128)
 BAND_HALF_WIDTHS = {"banded_2pct": 192, "banded_7pct": 576, "banded_25pct": 2112}
 FAMILIES = (*BAND_HALF_WIDTHS, "bigbird_10pct", "causal", "dense")
 GLOBAL_TOKENS = 128

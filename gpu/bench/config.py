@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import torch
 
 from designer.validate import check_bool, check_choice, check_int
+from gpu.support import DTYPES
 
 #: Every contender the harness knows, in table order (see ``contenders.py``).
 CONTENDERS = (
@@ -40,7 +41,6 @@ BACKWARD_CONTENDERS = (
 DEFAULT_BACKWARD_CONTENDERS = tuple(c for c in BACKWARD_CONTENDERS if c in DEFAULT_CONTENDERS)
 #: What a case times: the forward alone, or a training step (forward then backward).
 FORWARD, FORWARD_BACKWARD = "forward", "forward+backward"
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@
 proves the backend supports the shape) and returns a ``Prepared``: a zero-argument ``run`` that
 only launches, and whether its output is the layout's attention (then its error is checked).
 
-- ``fused``: our flash-style kernel (``gpu.fused``), plan outside, ``run_fused`` timed.
+- ``fused``: our flash-style kernel (``gpu.forward``), plan outside, ``run_fused`` timed.
 - ``fused_api``: the same kernel through the public call a model makes,
   ``gpu.block_sparse_attention(q, k, v, plan)`` with a ``gpu.plan`` built outside.
 - ``sdd`` / ``sdd_w1``: our SDD → softmax → DSD pipeline, segment-driven (128-token tiles) or
@@ -138,9 +138,11 @@ def _our_kernel_args(case: Case) -> dict[str, Any]:
 
 
 def _fused(case: Case) -> Prepared:
-    from gpu.fused import plan_fused, run_fused
+    from gpu import plan as layout_plan
+    from gpu.forward.launch import kv_row_strides, run_fused
 
-    plan = plan_fused(case.blocks, case.block_size, **_our_kernel_args(case))
+    plan = layout_plan(case.blocks, case.block_size, causal=case.causal, device=case.q.device)
+    plan = plan.fused(case.q.dtype, case.q.shape[3], *kv_row_strides(case.k, case.v))
     out = torch.empty_like(case.q)
     return Prepared(
         lambda: run_fused(plan, case.q, case.k, case.v, scale=case.scale, out=out), True
@@ -168,7 +170,7 @@ def _fused_api(case: Case) -> Prepared:
 
 
 def _sdd(case: Case, start_width: int | None) -> Prepared:
-    from gpu.sdd import run_sdd
+    from gpu.sdd.pipeline import run_sdd
 
     plan = _sdd_plan(case, start_width)
     out = torch.empty_like(case.q)
@@ -176,7 +178,7 @@ def _sdd(case: Case, start_width: int | None) -> Prepared:
 
 
 def _sdd_qk(case: Case, start_width: int | None) -> Prepared:
-    from gpu.sdd import sdd_scores
+    from gpu.sdd.pipeline import sdd_scores
 
     plan = _sdd_plan(case, start_width)
     return Prepared(lambda: sdd_scores(plan, case.q, case.k, scale=case.scale), False)
@@ -184,7 +186,7 @@ def _sdd_qk(case: Case, start_width: int | None) -> Prepared:
 
 def _sdd_plan(case: Case, start_width: int | None) -> Any:
     """The SDD plan of ``case`` (the pipeline segments each query head's layout)."""
-    from gpu.sdd import plan_sdd
+    from gpu.sdd.pipeline import plan_sdd
 
     heads = case.q.shape[1]
     if reason := sdd_refusal(case, heads, free_device_bytes(case.q.device)):

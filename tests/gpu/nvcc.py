@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu.runtime import KERNEL_DIR
+from gpu.runtime import INCLUDE_DIR, PACKAGE_DIR
 
 HOPPER = "-gencode=arch=compute_90a,code=sm_90a"
 
@@ -24,8 +24,8 @@ def nvcc_or_skip() -> str:
 def compile_source(
     nvcc: str, source: str, defines: Mapping[str, int], out: Path, *, target: str = HOPPER
 ) -> subprocess.CompletedProcess:
-    """``nvcc -c`` of ``gpu/kernels/<source>`` with ``defines``; the result, never raising."""
-    command = [nvcc, target, "-std=c++17", "--use_fast_math", "-c"]
+    """``nvcc -c`` of ``gpu/<source>`` with ``defines``; the result, never raising."""
+    command = [nvcc, target, "-std=c++17", "--use_fast_math", f"-I{INCLUDE_DIR}", "-c"]
     command += [f"-D{name}={value}" for name, value in defines.items()]
-    command += [str(KERNEL_DIR / source), "-o", str(out)]
+    command += [str(PACKAGE_DIR / source), "-o", str(out)]
     return subprocess.run(command, capture_output=True, text=True, check=False)

@@ -19,7 +19,7 @@ from tests.gpu.oracle import relative_error
 pytestmark = pytest.mark.gpu
 
 TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 5e-3}
-IMPLS = ["reference", "sdd"] + (["fused"] if importlib.util.find_spec("gpu.fused") else [])
+IMPLS = ["reference", "sdd"] + (["fused"] if importlib.util.find_spec("gpu.forward") else [])
 #: (dtype, block, head dim): every block size, head dim and dtype, without the full product
 #: (each CUDA config is one compilation).
 CONFIGS = [

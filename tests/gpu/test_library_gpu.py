@@ -223,7 +223,7 @@ def test_bad_operands_are_named():
          "v must have a contiguous head dim"),
         ((q, q[:, :1].expand(1, 3, 256, 64), q[:, :1].expand(1, 3, 256, 64)), ValueError,
          "Hkv must divide"),
-        ((q.float(), q, q), TypeError, "q dtype must be one of float16, bfloat16"),
+        ((q.float(), q, q), TypeError, "q dtype must be one of bfloat16, float16"),
         ((q, q.half(), q.half()), ValueError, "k must match q's dtype"),
         ((q[:, :, :200], q, q), ValueError, "plan's lengths Sq x Sk = 256 x 256"),
         ((q.cpu(), q.cpu(), q.cpu()), ValueError, 'impl="fused" needs CUDA tensors'),

@@ -74,6 +74,11 @@ def test_plan_takes_a_layout_numpy_and_two_dims_are_refused():
          r"seq_k \(the layout's 2 blocks of 16\) must be in \[17, 32\], got 33"),
         ((torch.ones(1, 2, 2, dtype=torch.bool), 16), {"device": "meta"}, ValueError,
          "device must be a CUDA device or the CPU, got meta"),
+        # what the kernels take is told before any CUDA call, so on any machine
+        ((torch.ones(1, 2, 2, dtype=torch.bool), 8), {"device": "cuda"}, ValueError,
+         "block_size must be one of 16, 32, 64, 128, got 8"),
+        ((torch.ones(1, 2, 2, dtype=torch.bool), 16), {"causal": 1}, TypeError,
+         "causal must be True or False"),
     ],
 )  # fmt: skip
 def test_bad_plans_are_named(args, kwargs, error, match):

@@ -84,16 +84,44 @@ def test_define_options_refuse_unsafe_values(defines, error, match):
         runtime.define_options(defines)
 
 
-@pytest.mark.parametrize("name", ["../runtime.py", "missing.cu", "/etc/passwd", "x.txt"])
-def test_kernel_source_refuses_names_outside_the_kernel_folder(name):
-    with pytest.raises(ValueError, match=r"source must be a \.cu file in gpu/kernels"):
+@pytest.mark.parametrize(
+    "name", ["../runtime.py", "missing.cu", "/etc/passwd", "x.txt", "forward/../../setup.cu"]
+)
+def test_kernel_source_refuses_names_of_anything_but_a_kernel_source(name):
+    with pytest.raises(ValueError, match=r"source must be a \.cu file of the gpu package"):
         runtime.kernel_source(name)
 
 
-def test_every_kernel_source_opens_with_a_comment():
-    for path in sorted(runtime.KERNEL_DIR.glob("*.cu")):
-        text = runtime.kernel_source(path.name)
-        assert text.lstrip().startswith(("//", "/*")), path.name
+def test_every_kernel_source_opens_with_a_comment_and_sits_beside_its_launcher():
+    sources = runtime.kernel_sources()
+    assert set(sources) == {"backward/fused.cu", "forward/sm80.cu", "forward/sm90.cu",
+                            "sdd/pipeline.cu"}  # fmt: skip
+    for source in sources:
+        assert runtime.kernel_source(source).lstrip().startswith(("//", "/*")), source
+        launcher = runtime.PACKAGE_DIR / source.replace(".cu", ".py")
+        assert runtime.source_beside(str(launcher)) == source
+
+
+def test_each_source_gets_the_shared_headers_and_its_own():
+    forward = dict(runtime.kernel_headers("forward/sm90.cu"))
+    assert {"attention_common.cuh", "hopper.cuh", "wgmma.cuh", "persistent_units.cuh"} <= set(
+        forward
+    )
+    assert "attention_bwd_tiles.cuh" not in forward
+    assert "attention_bwd_tiles.cuh" in dict(runtime.kernel_headers("backward/fused.cu"))
+
+
+def test_every_include_resolves_to_a_header_the_source_is_given():
+    """What NVRTC gets by name is all a source includes (nvcc finds the same files)."""
+    for source in runtime.kernel_sources():
+        names = {name for name, _ in runtime.kernel_headers(source)}
+        texts = [runtime.kernel_source(source), *(text for _, text in
+                                                   runtime.kernel_headers(source))]  # fmt: skip
+        included = {
+            line.split('"')[1] for text in texts for line in text.splitlines()
+            if line.startswith("#include")
+        }  # fmt: skip
+        assert included <= names, (source, included - names)
 
 
 @pytest.mark.gpu
@@ -107,14 +135,14 @@ def test_on_a_gpu_the_reason_is_none_and_hopper_gets_sm_90a():
 
 @pytest.mark.gpu
 def test_compile_errors_name_the_source_options_and_log():
-    with pytest.raises(RuntimeError, match=r"(?s)sdd_pipeline\.cu.*DTYPE_BF16 must be defined"):
-        runtime.compile_kernel("sdd_pipeline.cu", "sdd_softmax", {"BLOCK": 16})
+    with pytest.raises(RuntimeError, match=r"(?s)gpu/sdd/pipeline\.cu.*DTYPE_BF16 must be defined"):
+        runtime.compile_kernel("sdd/pipeline.cu", "sdd_softmax", {"BLOCK": 16})
 
 
 @pytest.mark.gpu
 def test_compiled_kernels_are_cached_per_options():
     defines = {"DTYPE_BF16": 1, "BLOCK": 16, "HEAD_DIM": 64}
-    first = runtime.compile_kernel("sdd_pipeline.cu", "sdd_softmax", defines)
-    again = runtime.compile_kernel("sdd_pipeline.cu", "sdd_softmax", dict(defines))
+    first = runtime.compile_kernel("sdd/pipeline.cu", "sdd_softmax", defines)
+    again = runtime.compile_kernel("sdd/pipeline.cu", "sdd_softmax", dict(defines))
     assert len(runtime._MODULES) >= 1
     assert first.attributes["num_regs"] == again.attributes["num_regs"] > 0

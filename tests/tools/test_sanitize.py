@@ -11,9 +11,9 @@ import pytest
 import torch
 
 import gpu
-from gpu.fused import HOPPER_BUILDS, choose_config
-from gpu.fused_hopper import HopperConfig
-from gpu.fused_lut import build_fused_lut
+from gpu.forward.builds import HOPPER_BUILDS, choose_config
+from gpu.forward.sm90 import HopperConfig
+from gpu.support import DTYPES
 from tests.scripts import ROOT, load_script
 
 SCRIPT = ROOT / "tools" / "sanitize.py"
@@ -24,7 +24,7 @@ def sanitize():
     return load_script("tools/sanitize")
 
 
-CASE = "bwd-f16-d64-b16-s200"
+CASE = "bwd-fp16-d64-b16-s200"
 MEMCHECK_CLEAN = f"""========= COMPUTE-SANITIZER
 case {CASE}: ok rel err q 2.0e-04, k 2.0e-04, v 2.1e-04 (3.2 s)
 ========= ERROR SUMMARY: 0 errors
@@ -167,7 +167,7 @@ def test_cases_cover_what_they_claim(sanitize):
     for kind in ("forward", "backward"):
         these = [c for c in cases if c.kind == kind]
         assert {(c.dtype, c.head_dim) for c in these} == {
-            (t, d) for t in ("bf16", "f16") for d in (64, 128)}  # fmt: skip
+            (t, d) for t in DTYPES for d in (64, 128)}  # fmt: skip
         assert {16, 64} <= {c.block for c in these}
         assert any(c.seq_q % c.block or c.seq_k % c.block for c in these)  # partial blocks
         assert any(c.kv_heads < c.q_heads for c in these)
@@ -184,19 +184,12 @@ def test_forward_cases_plan_every_hopper_build(sanitize):
             continue
         gen = torch.Generator().manual_seed(zlib.crc32(case.name.encode()))
         blocks = sanitize.case_layout(case, gen)
-        offset = gpu.plan(
+        plan = gpu.plan(
             blocks, case.block, causal=case.causal, causal_alignment=case.alignment,
             seq_q=case.seq_q, seq_k=case.seq_k, device="cpu",
-        ).causal_offset  # fmt: skip
-
-        def work(block_m, block_n, blocks=blocks, case=case, offset=offset):
-            return build_fused_lut(
-                blocks, case.block, block_m=block_m, block_n=block_n, causal=case.causal,
-                causal_offset=offset, seq_q=case.seq_q, seq_k=case.seq_k,
-            ).work  # fmt: skip
-
-        config = choose_config(head_dim=case.head_dim, dtype=sanitize.DTYPES[case.dtype],
-                               wgmma=True, work=work)  # fmt: skip
+        )  # fmt: skip
+        config = choose_config(head_dim=case.head_dim, dtype=DTYPES[case.dtype], wgmma=True,
+                               work=plan.tile_work)  # fmt: skip
         chosen.add(dataclasses.replace(config, dtype="bf16"))
     builds = {
         HopperConfig("bf16", head_dim, **settings)

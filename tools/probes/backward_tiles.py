@@ -5,7 +5,7 @@ i.e. 64 or 128 keys per CTA, CTAs per SM), times ``launch_backward`` with
 ``triton.testing.do_bench`` (CUDA events, L2 cleared before each run, median) on fresh random
 q, k, v, output and output gradient, and prints effective TFLOP/s: the useful backward FLOPs
 are ``2.5 x`` the forward's ``4 · B · H · Sq · Sk · D · density``. The chosen tiles live in
-``gpu.backward._TILES`` with these numbers written beside them.
+``gpu.backward.builds._TILES`` with these numbers written beside them.
 
     python tools/probes/backward_tiles.py \
         --out benchmarks/results/2026-11-30-h200-backward-tiles.json
@@ -20,7 +20,8 @@ import json
 import torch
 
 import gpu
-from gpu.backward import BackwardConfig, launch_backward, plan_backward
+from gpu.backward.builds import BackwardConfig
+from gpu.backward.fused import launch_backward, plan_backward
 from gpu.bench.cases import find_case
 from gpu.bench.metrics import active_pairs, attention_flops, tflops
 from gpu.bench.report import environment
@@ -49,11 +50,7 @@ def measure(case_name: str) -> list[dict]:
     rows = []
     for n_warps, min_blocks, wgmma in CANDIDATES[config.head_dim]:
         cfg = BackwardConfig("bf16", config.head_dim, n_warps, min_blocks, wgmma)
-        lut = the_plan._backward_lut(cfg.block_m, cfg.block_n)
-        bwd = plan_backward(
-            cfg, lut, causal_offset=the_plan.causal_offset, n_heads=the_plan.n_heads,
-            seq_q=the_plan.seq_q, seq_k=the_plan.seq_k, device=q.device,
-        )  # fmt: skip
+        bwd = plan_backward(the_plan, cfg)
 
         def run(bwd=bwd, scale=config.head_dim**-0.5):
             return launch_backward(bwd, q, k, v, out, lse, grad_out, None, scale)

@@ -1,6 +1,6 @@
 """Does the order of the Hopper forward's work units matter at long sequences? One standard case
 at a given S and B, its items heaviest first over every head against the same items in groups
-of G layout heads (heaviest first inside each), as ``gpu.fused.plan_fused_with`` orders them
+of G layout heads (heaviest first inside each), as ``gpu.forward.launch.plan_forward`` orders them
 when each head has rows for 3 rounds of CTAs, with G sized so that the group's K and V fill
 half the L2.
 
@@ -18,17 +18,23 @@ import argparse
 import dataclasses
 import datetime
 import json
+import sys
+from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout, uninstalled
+
+from forward_tiles import time_plan  # the sibling probe's timing loop
+
+import gpu
 from gpu.bench.cases import find_case
 from gpu.bench.harness import seeded_inputs
 from gpu.bench.metrics import active_pairs, attention_flops, tflops
 from gpu.bench.report import environment
 from gpu.bench.timing import CudaEventTimer
-from gpu.fused import plan_fused, run_fused
-from gpu.fused_lut import build_fused_lut, group_heads
-from gpu.fused_probe import time_plan
+from gpu.forward.launch import kv_row_strides, run_fused
+from gpu.forward.lut import group_heads
 
 #: Layout heads per group of each order timed (16: one group, heaviest first over every head).
 GROUPS = (16, 1, 2, 4)
@@ -47,8 +53,9 @@ def main() -> None:
     layout = case.layout(seq_len=args.seq)
     q, k, v = seeded_inputs(config)
     scale = config.head_dim**-0.5
-    plan = plan_fused(layout.blocks, layout.block_size, causal=config.causal,
-                      head_dim=config.head_dim, dtype=q.dtype, device=q.device)  # fmt: skip
+    layout_plan = gpu.plan(layout.blocks, layout.block_size, causal=config.causal,
+                           device=q.device)  # fmt: skip
+    plan = layout_plan.fused(q.dtype, config.head_dim, *kv_row_strides(k, v))
     repeats = config.heads // layout.blocks.shape[0]
     pairs = active_pairs(layout.blocks, layout.block_size, causal=config.causal) * repeats
     flops = attention_flops(config.batch, config.head_dim, pairs)
@@ -57,11 +64,10 @@ def main() -> None:
           f"{plan.config}", flush=True)  # fmt: skip
 
     expected = run_fused(plan, q, k, v, scale=scale)
-    lut = build_fused_lut(layout.blocks, layout.block_size, block_m=plan.config.block_m,
-                          block_n=plan.config.block_n, causal=config.causal)  # fmt: skip
+    lut = layout_plan.forward_lut(plan.config.block_m, plan.config.block_n)
     records = []
     for heads_per_group in GROUPS:
-        items = group_heads(lut.items, heads_per_group).to(plan.items.device)
+        items = group_heads(lut.items, heads_per_group)
         chosen = bool(torch.equal(items, plan.items))
         ordered = dataclasses.replace(plan, items=items)
         ms, out = time_plan(ordered, (q, k, v), scale, timer, warmup=config.warmup,

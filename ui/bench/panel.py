@@ -17,11 +17,11 @@ from designer.design import Design
 from designer.storage import DesignStore
 from designer.units import bytes_text
 from gpu import unavailable_reason
-from gpu.api import CUDA_BLOCK_SIZES, CUDA_HEAD_DIMS
 from gpu.bench import BenchConfig
 from gpu.bench.details import CPU_CHECK_HEADS, CPU_CHECK_TOKENS, cpu_check
 from gpu.bench.runner import GpuCoordinator, case_estimate, free_gpu_bytes
 from gpu.bench.store import RunStore
+from gpu.support import BLOCK_SIZES, HEAD_DIMS
 from ui import keys, state
 from ui.bench.run import run_tab_ui, sweep_tab_ui
 from ui.bench.settings import (
@@ -105,7 +105,7 @@ def _settings_ui(current: Design) -> BenchConfig | None:
     session = st.session_state
     top = st.columns([1, 1, 1, 1, 1.4, 4], vertical_alignment="bottom")
     top[0].number_input("Batch", step=1, key=keys.GPU_BATCH)
-    top[1].selectbox("Head dim", CUDA_HEAD_DIMS, key=keys.GPU_HEAD_DIM)
+    top[1].selectbox("Head dim", HEAD_DIMS, key=keys.GPU_HEAD_DIM)
     top[2].selectbox("dtype", ("bf16", "fp16"), key=keys.GPU_DTYPE)
     top[3].toggle(
         "Causal", key=keys.GPU_CAUSAL, help="Mask q < k inside blocks (the design's flag)."
@@ -173,10 +173,10 @@ def _mode_toggle(place) -> bool:
 
 
 def _kernel_note(design: Design) -> str:
-    if design.layout.block_size in CUDA_BLOCK_SIZES:
+    if design.layout.block_size in BLOCK_SIZES:
         return ""
     return (
-        f"Our kernels take blocks of {', '.join(map(str, CUDA_BLOCK_SIZES))} tokens; this design's "
+        f"Our kernels take blocks of {', '.join(map(str, BLOCK_SIZES))} tokens; this design's "
         f"{design.layout.block_size} will be reported as failed for fused and sdd."
     )
 
@@ -184,7 +184,7 @@ def _kernel_note(design: Design) -> str:
 def _cpu_check_ui(current: Design) -> None:
     session = st.session_state
     left, right, mode, button = st.columns([1, 1, 1.4, 2], vertical_alignment="bottom")
-    left.selectbox("Head dim", CUDA_HEAD_DIMS, key=keys.GPU_HEAD_DIM)
+    left.selectbox("Head dim", HEAD_DIMS, key=keys.GPU_HEAD_DIM)
     dtype = right.selectbox("dtype", ("bf16", "fp16"), key=keys.GPU_DTYPE)
     backward = _mode_toggle(mode)
     st.caption(

@@ -1,0 +1,110 @@
+"""The backward's builds: the compile-time choices of the backward kernels and the table of
+which a plan takes, with the measurements behind it.
+
+One source (``gpu/backward/fused.cu``) holds both instruction paths: ``mma.sync`` (sm_80 and
+newer) and ``wgmma`` (Hopper, sm_90a), 16 keys per warp either way; the layout's block size
+does not enter the build.
+
+>>> config = choose_backward_config(head_dim=128, dtype=torch.bfloat16, wgmma=True)
+>>> config.block_m, config.block_n, config.n_warps, config.shared_bytes
+(64, 128, 8, 148480)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from designer.validate import check_bool, check_choice, check_int
+from gpu.runtime import check_shared_memory
+from gpu.support import DTYPES, HEAD_DIMS, dtype_name
+
+#: Query rows per step of the main kernel; lse and Δ are padded to a multiple of it.
+BLOCK_M = 64
+
+# (n_warps, min_blocks) per (wgmma, head dim); BLOCK_N = 16 keys per warp. Registers from ptxas
+# 13.0, mma.sync: D=64 4 warps 207 (168 at 3 CTAs per SM), 8 warps 203; D=128 4 warps 255 (16 B
+# spilled), 8 warps 255 (20 B). wgmma: D=64 185 (168 with 12 B spilled at 3 CTAs per SM); D=128
+# 255 (4 B spilled).
+# Measured (tools/probes/backward_tiles.py, H200, bf16, B=1, H=16, S=16384, 2026-11-30,
+# benchmarks/results/2026-11-30-h200-backward-tiles.json; effective TFLOP/s dense b128 / band 7 %
+# b64 / band 7 % b16 at D=64, dense / band 24 % / causal b128 at D=128):
+# - mma.sync D=64: 4 warps, 2 CTAs per SM 214 / 192 / 175; 3 CTAs 218 / 199 / 185; 8 warps
+#   218 / 178 / 161. D=128: 4 warps 218 / 217 / 224; 8 warps 248 / 243 / 251.
+# - wgmma D=64: 2 CTAs per SM 253 / 220 / 199; 3 CTAs 265 / 243 / 224. D=128 (8 warps): 348 /
+#   334 / 347. Issuing Sᵀ and dPᵀ together (and dV with dK) to overlap the softmax with the
+#   tensor cores measured no faster (D=128 349; D=64 257 at 2 CTAs per SM, 150 at 3 where it
+#   spills 520 bytes), so the products run one after another.
+# dQ: the atomics cost the most. mma.sync D=128 dense, 4 warps: 25.2 ms, 17.1 without the
+# atomics (product kept), 14.2 without the dQ product. Staging each dQ tile in shared memory
+# and adding it with one bulk reduction (cp.reduce.async.bulk) ran 21.9 ms with 8 warps (22.1 by
+# atomics) and 29.6 with 4: the L2 reduction traffic (B·H·T·BLOCK_M·D·4 bytes), not the
+# instruction count, is the bound, so wider key tiles per CTA win. A separate dQ pass would
+# recompute Sᵀ and dPᵀ (about 10.6 ms more at the measured rate).
+_TILES = {
+    (False, 64): (4, 3),
+    (False, 128): (8, 1),
+    (True, 64): (4, 3),
+    (True, 128): (8, 1),
+}
+
+
+@dataclass(frozen=True)
+class BackwardConfig:
+    """Compile-time choices of one backward build; each becomes a ``-D`` define."""
+
+    dtype: str  # a name of gpu.support.DTYPES
+    head_dim: int
+    n_warps: int = 4
+    min_blocks: int = 1
+    wgmma: bool = False  # Hopper (sm_90a): one warpgroup per 64 keys; else mma.sync
+
+    def __post_init__(self) -> None:
+        check_choice("dtype", self.dtype, tuple(DTYPES))
+        check_choice("head_dim", self.head_dim, HEAD_DIMS)
+        check_choice("n_warps", self.n_warps, (4, 8))
+        check_int("min_blocks", self.min_blocks, low=1, high=4)
+        check_bool("wgmma", self.wgmma)
+        if self.wgmma and self.n_warps != self.head_dim // 16:
+            raise ValueError(
+                f"with wgmma each warpgroup computes 64 head dims of dQ, so n_warps must be "
+                f"head_dim / 16 = {self.head_dim // 16}, got {self.n_warps}"
+            )
+        check_shared_memory(self.shared_bytes, f"n_warps={self.n_warps}, head_dim={self.head_dim}")
+
+    block_m = BLOCK_M
+
+    @property
+    def block_n(self) -> int:
+        return 16 * self.n_warps
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.n_warps
+
+    @property
+    def shared_bytes(self) -> int:
+        """K and V tiles, double-buffered Q and dO, the dSᵀ tile, lse and Δ rows."""
+        row = self.head_dim * 2
+        tiles = 2 * self.block_n * row + 4 * BLOCK_M * row + self.block_n * BLOCK_M * 2
+        return tiles + 16 * BLOCK_M
+
+    def defines(self) -> dict[str, int]:
+        return {
+            "DTYPE_BF16": int(self.dtype == "bf16"),
+            "HEAD_DIM": self.head_dim,
+            "WGMMA": int(self.wgmma),
+            "BLOCK_M": BLOCK_M,
+            "BLOCK_N": self.block_n,
+            "N_WARPS": self.n_warps,
+            "MIN_BLOCKS": self.min_blocks,
+        }
+
+
+def choose_backward_config(*, head_dim: int, dtype: torch.dtype, wgmma: bool) -> BackwardConfig:
+    """The tiles we use for ``head_dim`` and ``dtype`` (any layout block size); ``wgmma`` picks
+    the Hopper path (compute capability 9.0)."""
+    check_choice("head_dim", head_dim, HEAD_DIMS)
+    n_warps, min_blocks = _TILES[check_bool("wgmma", wgmma), head_dim]
+    return BackwardConfig(dtype_name(dtype), head_dim, n_warps, min_blocks, wgmma)

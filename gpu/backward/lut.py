@@ -1,0 +1,80 @@
+"""The backward kernel's look-up table: the forward's tiles and masks, listed per key tile.
+
+The backward owns one key tile per CTA and walks the query tiles that attend to it, so the
+table is the transpose of ``gpu.forward.lut``'s: the same mask words and flags (bit ``r ·
+cells_per_row + c`` is query cell r, key cell c), grouped per (layout head, key tile) instead
+of per (layout head, query tile). The plan builds it on the first backward call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+
+from gpu.forward.lut import cell_sizes, entries_on, grouped_entries, tile_masks
+
+
+@dataclass(frozen=True)
+class BackwardLut:
+    """The backward kernel's walk: per key tile, the query tiles that attend to it (CPU int32)."""
+
+    lists: torch.Tensor  # [H · n_k_tiles, 2]: first entry, n entries, per (layout head, k_tile)
+    entries: torch.Tensor  # [n_entries, 4]: q_tile, flags, mask bits 0-31, mask bits 32-63
+    order: torch.Tensor  # [n_k_tiles]: key tiles by descending work over all heads
+    n_q_tiles: int
+    n_k_tiles: int
+    sub_rows: int
+    sub_cols: int
+    n_tiles: int  # tile pairs computed per batch element and layout head set
+
+    def to(self, device: torch.device) -> BackwardLut:
+        """The table with its tensors on ``device``."""
+        return replace(
+            self, lists=self.lists.to(device), entries=entries_on(self.entries, device),
+            order=self.order.to(device),
+        )  # fmt: skip
+
+
+def build_backward_lut(
+    blocks: torch.Tensor,
+    block_size: int,
+    *,
+    block_m: int,
+    block_n: int,
+    causal: bool,
+    causal_offset: int = 0,
+    seq_q: int | None = None,
+    seq_k: int | None = None,
+) -> BackwardLut:
+    """The transposed table: ``build_fused_lut``'s tiles and masks, listed per key tile.
+
+    The mask words and flags are the forward's (bit ``r · cells_per_row + c`` is query cell r,
+    key cell c); only the grouping changes. Every key tile is in ``order``, visited or not, so
+    the kernel writes zero gradients for keys no query attends to.
+
+    >>> lut = build_backward_lut(torch.ones(1, 2, 2, dtype=torch.bool), 64, block_m=64,
+    ...                          block_n=64, causal=True)
+    >>> lut.lists.tolist(), lut.entries[:, :2].tolist(), lut.order.tolist()
+    ([[0, 2], [2, 1]], [[0, 2], [1, 0], [1, 2]], [0, 1])
+    """
+    words, flags = tile_masks(
+        blocks, block_size, block_m=block_m, block_n=block_n, causal=causal,
+        causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
+    )  # fmt: skip
+    n_heads, n_q_tiles, n_k_tiles = words.shape
+    # [H, k_tile, q_tile]: grouped per (head, k_tile), query order
+    counts, starts, entries = grouped_entries(words.transpose(0, 2, 1), flags.transpose(0, 2, 1))
+    sub_rows, sub_cols = cell_sizes(block_size, block_m, block_n)
+    work = counts.reshape(n_heads, n_k_tiles).sum(0)
+    return BackwardLut(
+        lists=torch.from_numpy(np.stack([starts, counts], axis=1).astype(np.int32)),
+        entries=entries,
+        order=torch.from_numpy(np.argsort(-work, kind="stable").astype(np.int32)),
+        n_q_tiles=n_q_tiles,
+        n_k_tiles=n_k_tiles,
+        sub_rows=sub_rows,
+        sub_cols=sub_cols,
+        n_tiles=int(counts.sum()),
+    )

@@ -1,0 +1,111 @@
+"""TMA tensor maps of attention operands, for the Hopper forward kernel.
+
+A tensor map (the driver's 128-byte ``CUtensorMap``) tells the copy engine where a tensor lies
+and which box one load moves. The kernel takes q, k and v as 4-d maps ``[D, S, H, B]``
+(innermost first) with boxes of 64 head dims x ``rows`` rows, swizzled by 128 bytes (the layout
+``wgmma`` reads); rows past S read as zeros. Maps hold the tensor's address, so they are encoded
+per call; ``RowMaps`` keeps the last few by address, shape and strides, so a training loop that
+reuses its buffers pays a dictionary lookup instead of three driver calls.
+
+A dim of extent 1 or stride 0 (a broadcast view) is encoded with extent 1, and its bit in the
+returned ``broadcast`` flags tells the kernel to use coordinate 0 there.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import threading
+from collections import OrderedDict
+
+import torch
+
+from gpu.launcher import check_driver_result, cuda_driver
+
+#: Bytes of one map, and its alignment as a kernel parameter.
+MAP_BYTES = 128
+#: Head dims per box: one 128-byte swizzle row of 16-bit elements.
+BOX_COLUMNS = 64
+_UINT16, _NO_INTERLEAVE, _SWIZZLE_128B, _L2_256B, _ZERO_FILL = 1, 0, 3, 3, 0
+_CACHE_SIZE = 64
+
+
+@functools.cache
+def _encoder():
+    encode = cuda_driver().cuTensorMapEncodeTiled
+    u32p, u64p = ctypes.POINTER(ctypes.c_uint32), ctypes.POINTER(ctypes.c_uint64)
+    int_ = ctypes.c_int
+    encode.argtypes = [ctypes.c_void_p, int_, ctypes.c_uint32, ctypes.c_void_p, u64p, u64p, u32p,
+                       u32p, int_, int_, int_, int_]  # fmt: skip
+    encode.restype = ctypes.c_int
+    return encode
+
+
+def map_geometry(tensor: torch.Tensor) -> tuple[list[int], list[int], int]:
+    """``(extents, byte strides, broadcast bits)`` of a ``[B, H, S, D]`` view as a ``[D, S, H,
+    B]`` map: strides of S, H and B; bit 0 / 1 set where the batch / head dim is broadcast
+    (stride 0), which the map then gives extent 1.
+
+    >>> map_geometry(torch.zeros(2, 1, 8, 64, dtype=torch.bfloat16).expand(2, 3, 8, 64))
+    ([64, 8, 1, 2], [128, 1024, 1024], 2)
+    """
+    batch, heads, seq, dim = tensor.shape
+    extents = [dim, seq, heads, batch]
+    strides = [1, *reversed(tensor.stride()[:3])]  # elements, innermost first
+    broadcast = 0
+    for axis in (1, 2, 3):
+        if extents[axis] > 1 and strides[axis] == 0:
+            if axis == 1:
+                raise ValueError(
+                    "a view whose sequence stride is 0 (every row the same memory) cannot be "
+                    "loaded by the Hopper kernel; pass .contiguous()"
+                )
+            broadcast |= 1 if axis == 3 else 2
+            extents[axis] = 1
+        if extents[axis] == 1:  # read at coordinate 0 only: any valid stride will do
+            strides[axis] = strides[axis - 1] * extents[axis - 1]
+    return extents, [s * tensor.element_size() for s in strides[1:]], broadcast
+
+
+def encode_rows_map(tensor: torch.Tensor, rows: int) -> tuple[bytes, int]:
+    """``(map bytes, broadcast bits)`` for a 16-bit ``[B, H, S, D]`` view loaded ``rows`` rows
+    at a time (see ``map_geometry``). The view's strides must already satisfy
+    ``gpu.operands.check_strides``.
+    """
+    extents, strides, broadcast = map_geometry(tensor)
+    out = (ctypes.c_uint64 * (MAP_BYTES // 8))()
+    result = _encoder()(
+        ctypes.addressof(out), _UINT16, 4, tensor.data_ptr(), (ctypes.c_uint64 * 4)(*extents),
+        (ctypes.c_uint64 * 3)(*strides), (ctypes.c_uint32 * 4)(BOX_COLUMNS, rows, 1, 1),
+        (ctypes.c_uint32 * 4)(1, 1, 1, 1), _NO_INTERLEAVE, _SWIZZLE_128B, _L2_256B, _ZERO_FILL,
+    )  # fmt: skip
+    check_driver_result(result, "cuTensorMapEncodeTiled")
+    return bytes(out), broadcast
+
+
+class RowMaps:
+    """Maps of q, k and v for one kernel build, cached by address, shape and strides."""
+
+    def __init__(self, q_rows: int, kv_rows: int) -> None:
+        self._rows = (q_rows, kv_rows, kv_rows)
+        self._cache: OrderedDict[tuple, tuple[bytes, bytes, bytes, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __call__(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> tuple[bytes, bytes, bytes, int]:
+        """``(q map, k map, v map, broadcast)``: bits 2i and 2i + 1 for operand i's B and H."""
+        # v has k's shape (the caller checks it)
+        key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.shape, k.shape)
+        key += (q.stride(), k.stride(), v.stride())
+        found = self._cache.get(key)
+        if found is not None:
+            return found
+        encoded = [encode_rows_map(t, rows) for t, rows in zip((q, k, v), self._rows, strict=True)]
+        flags = sum(bits << (2 * i) for i, (_, bits) in enumerate(encoded))
+        found = (encoded[0][0], encoded[1][0], encoded[2][0], flags)
+        with self._lock:
+            self._cache[key] = found
+            if len(self._cache) > _CACHE_SIZE:
+                self._cache.popitem(last=False)
+        return found

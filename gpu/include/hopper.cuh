@@ -1,0 +1,82 @@
+// Hopper (sm_90) helpers: mbarriers, TMA tile loads, named barriers and register reallocation.
+// Used by the warp-specialised forward (gpu/forward/sm90.cu); setmaxnreg needs sm_90a.
+
+#pragma once
+
+#include "params.cuh"  // TensorMap
+
+namespace {
+
+// ------------------------------------------------------------------ mbarriers
+__device__ __forceinline__ void barrier_init(unsigned bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+}
+
+// Make the initialised barriers visible to the copy engine (the async proxy).
+__device__ __forceinline__ void barrier_init_fence() {
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void barrier_arrive(unsigned bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+
+// Arrive and announce `bytes` of copies that will complete on this barrier's current phase.
+__device__ __forceinline__ void barrier_expect_bytes(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar),
+               "r"(bytes)
+               : "memory");
+}
+
+// Wait until the phase of parity `parity` has completed (a fresh barrier counts parity 1 as
+// completed, so producers start waiting on "empty" barriers with parity 1).
+__device__ __forceinline__ void barrier_wait(unsigned bar, unsigned parity) {
+  asm volatile(
+      "{\n.reg .pred done;\n"
+      "wait_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra wait_%=;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+}
+
+// ------------------------------------------------------------------ TMA
+// Copy the box at (c0, c1, c2, c3) (innermost first) of `map` into shared memory at `dst`;
+// completion adds the box's bytes to `bar`'s transaction count. Out-of-bounds rows read zeros.
+__device__ __forceinline__ void tma_load_4d(unsigned dst, const TensorMap& map, unsigned bar,
+                                            int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+      "r"(bar)
+      : "memory");
+}
+
+// ------------------------------------------------------------------ warpgroup scheduling
+// Named barriers 1..15 (0 is __syncthreads): `threads` must arrive for `sync` to return.
+__device__ __forceinline__ void named_sync(unsigned id, unsigned threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+__device__ __forceinline__ void named_arrive(unsigned id, unsigned threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Move registers between warpgroups (the kernel needs __launch_bounds__(threads, 1)).
+template <int Registers>
+__device__ __forceinline__ void registers_release() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(Registers));
+}
+
+template <int Registers>
+__device__ __forceinline__ void registers_claim() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(Registers));
+}
+
+// The warp's index, uniform across its lanes (the compiler can then branch without divergence).
+__device__ __forceinline__ int warp_index() {
+  return __shfl_sync(0xffffffffu, static_cast<int>(threadIdx.x) / 32, 0);
+}
+
+}  // namespace

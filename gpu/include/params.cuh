@@ -1,0 +1,107 @@
+// The parameter struct of each attention kernel, passed by value as its one __grid_constant__
+// argument (FlashAttention's Flash_fwd_params, one struct per kernel): the host fills the
+// mirror of each in gpu/params.py field for field, and tests/gpu/test_params.py checks that
+// the two layouts agree (every field's offset and size, the total size) with nvcc and NVRTC.
+// 16-bit tensors are raw `unsigned short` bits; strides are in elements. Needs
+// attention_common.cuh (Int4).
+
+#pragma once
+
+namespace {
+
+// A CUtensorMap (the driver's 128-byte opaque TMA descriptor); the host encodes it
+// (gpu/forward/tensor_maps.py). In a __grid_constant__ struct its address is in parameter
+// space, where TMA reads it.
+struct alignas(64) TensorMap {
+  unsigned long long words[16];
+};
+
+// fused_attention_fwd (gpu/forward/sm80.cu): one CTA per work unit.
+struct ForwardParams {
+  // operands: q, out [B, Hq, seq_q, D]; k, v [B, Hkv, seq_k, D]; lse fp32 [B, Hq, seq_q] or null
+  const unsigned short* q;
+  const unsigned short* k;
+  const unsigned short* v;
+  unsigned short* out;
+  float* lse;
+  // the plan's table (gpu/forward/lut.py)
+  const Int4* items;
+  const Int4* entries;
+  // strides (k and v rows: K/V_ROW_STRIDE, compiled in)
+  long long q_sb, q_sh, q_ss;
+  long long k_sb, k_sh;
+  long long v_sb, v_sh;
+  long long o_sb, o_sh, o_ss;
+  // shapes
+  int batch, q_heads, heads_per_item, kv_group, seq_q, seq_k;
+  // masking and scaling
+  int causal_offset, sub_rows_log2, sub_cols_log2;
+  float scale_log2;
+};
+
+// fused_attention_fwd_hopper (gpu/forward/sm90.cu): persistent CTAs over n_work units.
+struct HopperForwardParams {
+  // operands: q, k, v as tensor maps; out [B, Hq, seq_q, D]; lse fp32 [B, Hq, seq_q] or null
+  TensorMap q_map, k_map, v_map;
+  unsigned short* out;
+  float* lse;
+  // the plan's table (gpu/forward/lut.py)
+  const Int4* items;
+  const Int4* entries;
+  // strides of out
+  long long o_sb, o_sh, o_ss;
+  // work and shapes: n_work units, run in groups of head_group (batch, head) pairs
+  int n_work, batch, q_heads, heads_per_item, kv_group, head_group, seq_q, seq_k;
+  int broadcast;  // bit 2i / 2i + 1: operand i (q, k, v) has a zero batch / head stride
+  // masking and scaling
+  int causal_offset, sub_rows_log2, sub_cols_log2;
+  float scale_log2;
+};
+
+// attention_bwd_prep (gpu/backward/fused.cu): Δ and the base-2 logsumexp of every query row.
+struct BackwardPrepParams {
+  // inputs: o, d_o [B, Hq, seq_q, D]; lse, d_lse fp32 [B, Hq, seq_q] (d_lse may be null)
+  const unsigned short* o;
+  const unsigned short* d_o;
+  const float* lse;
+  const float* d_lse;
+  // outputs, fp32 [B · Hq · seq_q_pad]
+  float* lse2;
+  float* delta;
+  // strides
+  long long o_sb, o_sh, o_ss;
+  long long do_sb, do_sh, do_ss;
+  // shapes: n_rows = B · Hq · seq_q_pad
+  int q_heads, seq_q, seq_q_pad, n_rows;
+};
+
+// attention_bwd (gpu/backward/fused.cu): one CTA per key tile of one kv head.
+struct BackwardParams {
+  // inputs: q, d_o [B, Hq, seq_q, D]; k, v [B, Hkv, seq_k, D]; lse2, delta from the prep kernel
+  const unsigned short* q;
+  const unsigned short* k;
+  const unsigned short* v;
+  const unsigned short* d_o;
+  const float* lse2;
+  const float* delta;
+  // outputs: dq_acc fp32 [B, Hq, seq_q, D] (zeroed); dk, dv [B, Hkv, seq_k, D] contiguous
+  float* dq_acc;
+  unsigned short* dk;
+  unsigned short* dv;
+  // the plan's transposed table (gpu/backward/lut.py)
+  const int2* lists;
+  const Int4* entries;
+  const int* order;
+  // strides
+  long long q_sb, q_sh, q_ss;
+  long long k_sb, k_sh, k_ss;
+  long long v_sb, v_sh, v_ss;
+  long long do_sb, do_sh, do_ss;
+  // shapes
+  int batch, q_heads, kv_heads, kv_group, shared_layout, n_k_tiles, seq_q, seq_k, seq_q_pad;
+  // masking and scaling
+  int causal_offset, sub_rows_log2, sub_cols_log2;
+  float scale, scale_log2;
+};
+
+}  // namespace
