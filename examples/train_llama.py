@@ -170,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                             dtype=torch.float32)  # fmt: skip
     flash_missing = peers.missing("flex_flash") or (None if compiled else "needs a CUDA GPU")
     if flash_missing is None:
-        register_flex_attention("blocksparse-flex-flash", design, kernel_options={"BACKEND": FLASH})
+        register_flex_attention("blocksparse-flex-fa4", design, kernel_options={"BACKEND": FLASH})
 
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         ("flex_fp32_attention", "blocksparse-flex-fp32", flex_trains),
     ]
     if flash_missing is None:
-        contenders.insert(2, ("flex_flash", "blocksparse-flex-flash", True))
+        contenders.insert(2, ("flex_flash", "blocksparse-flex-fa4", True))
     for key, name, trains in contenders:
         runs[key] = {
             "attn_implementation": name,

@@ -262,6 +262,11 @@ def _register(name: str, attention: Callable) -> str:
     existing = AttentionInterface._global_mapping.get(name)
     if name == "eager" or (existing is not None and not hasattr(existing, "blocksparse_design")):
         raise ValueError(f"name {name!r} is one of transformers' own attention implementations")
+    if "flash" in name.lower():  # transformers then loads a FlashAttention kernel by that name
+        raise ValueError(
+            f"name must not contain 'flash' (transformers reads it as a FlashAttention kernel "
+            f"to load), got {name!r}"[:200]
+        )
     attention.blocksparse_design = True
     AttentionInterface.register(name, attention)
     AttentionMaskInterface.register(name, _refuse_other_masks)

@@ -159,6 +159,11 @@ def test_flex_kernel_options_that_cannot_run_are_refused_at_registration(monkeyp
         register_flex_attention("test-options", _design(), kernel_options=flash)
 
 
+def test_a_name_transformers_reads_as_flash_attention_is_refused():
+    with pytest.raises(ValueError, match="must not contain 'flash'"):
+        register_attention("my-flash-design", _design(), impl="reference")
+
+
 def test_flex_kernel_options_reach_flex_attention(monkeypatch):
     seen = []
 

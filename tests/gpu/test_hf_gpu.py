@@ -63,7 +63,9 @@ def reference_step():
 def test_a_qwen2_trains_through_flex_on_each_backend(reference_step, backend):
     torch._dynamo.reset()  # a fresh compile cache: past the recompile limit Flex would run eager
     name = register_flex_attention(
-        f"test-gpu-flex-{backend.lower()}", _design(), kernel_options=KERNEL_OPTIONS[backend]
+        f"test-gpu-flex-{dict(TRITON='triton', FLASH='fa4')[backend]}",
+        _design(),
+        kernel_options=KERNEL_OPTIONS[backend],
     )
     with torch._dynamo.config.patch(fail_on_recompile_limit_hit=True):
         loss, gradient = _step(name)

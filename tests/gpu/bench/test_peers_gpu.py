@@ -114,8 +114,16 @@ def test_cudnn_bsa_says_what_it_cannot_express(name, backward, reason):
     assert bsa.status == "unavailable" and reason in bsa.message, bsa.message
 
 
-def test_fa4_own_call_matches_fp64():
+@pytest.mark.parametrize("name", ["dense-b128-d64", "causal-b128-d64"])
+def test_fa4_own_call_matches_fp64(name):
+    _needs("fa4")
+    case = find_case(name)
+    (fa4,) = _run(("fa4",), case.layout(seq_len=1024), head_dim=64, causal=case.causal).results
+    _accurate(fa4)
+
+
+def test_fa4_refuses_a_sparse_layout():
     _needs("fa4")
     layout = find_case("banded_7pct-b64-d64").layout(seq_len=1024)
     (fa4,) = _run(("fa4",), layout, head_dim=64).results
-    _accurate(fa4)
+    assert fa4.status == "unavailable" and "through flex_flash" in fa4.message, fa4.message

@@ -147,7 +147,7 @@ def test_hopper_builds_match_reference(head_dim, settings):
         check(mixed_layout(13, 21, seed=7), 16, causal=causal, head_dim=head_dim,
               dtype=torch.bfloat16, config=config)  # fmt: skip
     full = torch.ones(1, 12, 12, dtype=torch.bool)
-    half = HopperConfig("f16", head_dim, **settings)
+    half = HopperConfig("fp16", head_dim, **settings)
     check(full, 64, causal=False, head_dim=head_dim, dtype=torch.float16, config=half, batch=1)
 
 
