@@ -22,7 +22,7 @@ from typing import Any
 
 from designer.edit import CopyHead, EditOp, Transpose
 from designer.patterns.registry import PATTERNS
-from designer.regions import Band, Cells, Column, Rect, Row
+from designer.regions import Band, Bitmap, Cells, Column, Rect, Row
 
 #: Longest estimated build a recipe may ask for.
 MAX_BUILD_SECONDS = 2.0
@@ -89,6 +89,8 @@ def edit_ns(op: Any, shape: Shape) -> int:
         area = n_cols
     elif isinstance(region, Column):
         area = n_rows
+    elif isinstance(region, Bitmap):
+        area = 2 * region.rows * region.cols  # the box's mask, then each head's box
     else:
         assert isinstance(region, Band)
         area = n_rows * n_cols + n_rows * n_cols  # the mask, then each head
@@ -101,10 +103,15 @@ def copy_ns(shape: Shape, transposes: int) -> int:
     return cells * (TRANSPOSED_COPY_NS if transposes % 2 else COPY_NS)
 
 
+class RecipeTooLarge(ValueError):
+    """A recipe past one of its limits (build time, size in a file, number of edits): painting
+    flattens the recipe rather than refusing the edit (``Recipe.with_edit``)."""
+
+
 def check_budget(ns: int) -> None:
-    """Raise ``ValueError`` giving the estimate and the limit if a recipe is over budget."""
+    """Raise ``RecipeTooLarge`` giving the estimate and the limit if a recipe is over budget."""
     if ns > MAX_BUILD_SECONDS * 1e9:
-        raise ValueError(
+        raise RecipeTooLarge(
             f"recipe would take about {ns / 1e9:.1f} s to build (estimated from its steps, edits "
             f"and random draws), more than the limit of {MAX_BUILD_SECONDS:.1f} s; use fewer "
             f"steps, edits or random blocks at this size"

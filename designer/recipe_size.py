@@ -1,0 +1,93 @@
+"""How large a recipe is in a file, and how painting keeps it within what the readers take.
+
+A recipe travels as compact JSON (the ``.pt`` file's recipe tensor, the JSON download), and the
+readers refuse text past ``formats.json_recipe.MAX_JSON_CHARS``. Whatever the app or a script
+accepts must read back, so a recipe counts its characters as it grows (``edit_chars``,
+``step_chars``) and keeps under ``MAX_RECIPE_CHARS``:
+
+- ``compact`` stores a cell list of more than ``COMPACT_CELLS`` blocks as a ``Bitmap`` of the
+  same blocks: a lasso of 0.9M blocks is a few KiB of deflated bits, not 10 MB of pairs;
+- ``snapshot_edits`` is a layout as edits of its own, one ``set`` bitmap per distinct head:
+  ``Recipe.with_edit`` flattens into it (the steps and edits so far become the layout they
+  built) when the next edit would pass a limit. A snapshot of the largest layout, however
+  scattered, is at most 11.2 MB of text and builds in about 0.5 s.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from designer.edit import Cells, Edit, EditOp
+from designer.layout import Layout
+from designer.recipe_cost import RecipeTooLarge
+from designer.regions import Bitmap
+
+#: Most characters of a recipe's compact JSON: 1 MiB under the 16 MiB a JSON file may hold,
+#: room for the design's settings and the download's indentation.
+MAX_RECIPE_CHARS = 15 << 20
+#: Cell lists longer than this are kept as a ``Bitmap`` (about 10 characters a cell as pairs).
+COMPACT_CELLS = 4096
+
+_COMPACT = (",", ":")
+
+
+def edit_chars(op: Edit) -> int:
+    """Characters of ``op`` in a recipe's compact JSON (a bitmap's text is counted, not copied)."""
+    data = op.to_dict()
+    region = data.get("region", {})
+    if region.get("kind") == "bitmap":
+        text = region["deflated"]
+        data = {**data, "region": {**region, "deflated": ""}}
+        return len(json.dumps(data, separators=_COMPACT)) + len(text)
+    return len(json.dumps(data, separators=_COMPACT))
+
+
+def step_chars(step: Any) -> int:
+    """Characters of a ``RecipeStep`` in a recipe's compact JSON."""
+    return len(json.dumps(step.to_dict(), separators=_COMPACT))
+
+
+def check_size(chars: int) -> None:
+    """Raise ``RecipeTooLarge`` if a recipe of ``chars`` characters would not read back."""
+    if chars > MAX_RECIPE_CHARS:
+        raise RecipeTooLarge(
+            f"recipe would be {chars:,} characters in a file, more than the {MAX_RECIPE_CHARS:,} "
+            f"a file may hold; use fewer or smaller edits"
+        )
+
+
+def compact(op: Edit) -> Edit:
+    """``op`` with a long cell list stored as a bitmap of the same blocks (else ``op``)."""
+    if not isinstance(op, EditOp) or not isinstance(op.region, Cells):
+        return op
+    if len(op.region.cells) <= COMPACT_CELLS:
+        return op
+    index = op.region.array
+    low = index.min(axis=0)
+    span = index.max(axis=0) - low + 1
+    mask = np.zeros(tuple(span), dtype=bool)
+    mask[index[:, 0] - low[0], index[:, 1] - low[1]] = True
+    return EditOp(op.action, Bitmap.of(mask, int(low[0]), int(low[1])), op.heads)
+
+
+def snapshot_edits(layout: Layout) -> tuple[EditOp, ...]:
+    """Edits that paint ``layout`` onto an empty grid: one ``set`` bitmap per distinct head
+    content (``heads=None`` when every head is the same), none for empty heads.
+
+    >>> blocks = torch.eye(3, dtype=torch.bool).expand(2, 3, 3)
+    >>> [(op.region.count, op.heads) for op in snapshot_edits(Layout(blocks, 16))]
+    [(3, None)]
+    """
+    heads: dict[bytes, list[int]] = {}
+    for head, blocks in enumerate(layout.to_numpy()):
+        heads.setdefault(np.packbits(blocks, axis=None).tobytes(), []).append(head)
+    edits = []
+    for group in heads.values():
+        region = Bitmap.of(layout.to_numpy()[group[0]])
+        if region is not None:
+            every = len(group) == layout.n_heads
+            edits.append(EditOp("set", region, None if every else tuple(group)))
+    return tuple(edits)
