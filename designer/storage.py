@@ -24,7 +24,6 @@ it removes temporary files left by a crash mid-write and autosaves untouched for
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import secrets
@@ -35,7 +34,8 @@ from pathlib import Path
 
 from designer.design import Design, now_iso
 from designer.fileio import atomic_write
-from designer.formats import design_from_json, load_design, save_design
+from designer.formats import design_from_json, load_design
+from designer.formats.pt_file import design_file_bytes
 from designer.formats.reader import MAX_LEGACY_FILE_BYTES
 from designer.validate import shown
 
@@ -77,10 +77,9 @@ def autosave_days() -> float:
 
 
 def design_bytes(design: Design) -> bytes:
-    """The design as the bytes of a ``.pt`` design file."""
-    buffer = io.BytesIO()
-    save_design(design, buffer)
-    return buffer.getvalue()
+    """The design as the bytes of a ``.pt`` design file (``ValueError`` if a reader would refuse
+    them: nothing is written then)."""
+    return design_file_bytes(design)
 
 
 def load_default_design() -> Design:

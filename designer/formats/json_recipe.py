@@ -32,7 +32,9 @@ MAX_JSON_CHARS = 16 << 20
 
 
 def recipe_to_json(design: Design) -> str:
-    """The design's settings and recipe as indented JSON; the recipe must rebuild its layout.
+    """The design's settings and recipe as indented JSON (compact when indenting would pass
+    ``MAX_JSON_CHARS``); the recipe must rebuild its layout, and a text a reader would refuse
+    raises ``ValueError`` instead.
 
     >>> from designer.recipe import Recipe, RecipeStep
     >>> recipe = Recipe(1, 4, 4, 64, steps=(RecipeStep("causal"),))
@@ -47,7 +49,15 @@ def recipe_to_json(design: Design) -> str:
         )
     check_rebuilds(design.recipe, design.layout)
     content = {"format": FORMAT, "version": VERSION, **settings, "recipe": design.recipe.to_dict()}
-    return json.dumps(content, indent=2)
+    text = json.dumps(content, indent=2)
+    if len(text) > MAX_JSON_CHARS:
+        text = json.dumps(content, separators=(",", ":"))
+    if len(text) > MAX_JSON_CHARS:
+        raise ValueError(
+            f"JSON recipe would be {len(text):,} characters, more than the {MAX_JSON_CHARS:,} a "
+            f"reader takes; save the design as a .pt file instead"
+        )
+    return text
 
 
 def _refuse_constant(name: str) -> Any:

@@ -20,6 +20,7 @@ sequence lengths and the recipe (it must rebuild the stored layout exactly).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Mapping
@@ -28,7 +29,7 @@ from typing import IO, Any
 import torch
 
 from designer.design import Design
-from designer.formats.json_recipe import parse_json
+from designer.formats.json_recipe import MAX_JSON_CHARS, parse_json
 from designer.formats.packing import pack_blocks, unpack_blocks
 from designer.formats.settings import (
     SETTING_KEYS,
@@ -37,19 +38,26 @@ from designer.formats.settings import (
     design_from_settings,
     design_settings,
 )
-from designer.formats.torch_file import file_tensor
+from designer.formats.torch_file import check_archive, file_tensor
 from designer.layout import Layout
 from designer.recipe import Recipe, recipe_from_dict
-from designer.validate import check_int, check_keys
+from designer.validate import MAX_LAYOUT_CELLS, check_int, check_keys, error_context
 
 FORMAT = "blocksparse-design"
 VERSION = 2
 #: Versions read: 1 (int64 layout) and 2 (bit-packed layout).
 READ_VERSIONS = (1, 2)
+#: Largest file read: a bit-packed layout of the largest size (8 MiB) plus room for a recipe as
+#: large as the largest JSON recipe. The upload limit in ``.streamlit/config.toml`` is this.
+MAX_FILE_BYTES = MAX_LAYOUT_CELLS // 8 + MAX_JSON_CHARS
 
 
 def save_design(design: Design, path_or_file: str | os.PathLike | IO[bytes]) -> None:
     """Write ``design`` as a version-2 ``.pt`` design file to a path or a binary file object.
+
+    The file is made and checked in memory first: a design that ``load_design`` would refuse (a
+    recipe that does not rebuild the layout, a file past the readers' limits) raises
+    ``ValueError`` saying why, and nothing is written.
 
     >>> import io
     >>> buffer = io.BytesIO()
@@ -57,13 +65,28 @@ def save_design(design: Design, path_or_file: str | os.PathLike | IO[bytes]) -> 
     >>> len(buffer.getvalue()) <= 8 * 2**20 + 4096
     True
     """
-    settings = design_settings(design)
     if not isinstance(path_or_file, (str, os.PathLike)) and not hasattr(path_or_file, "write"):
         raise TypeError(
             "path_or_file must be a path or a binary file object, "
             f"got {type(path_or_file).__name__}"
         )
+    data = design_file_bytes(design)
+    if isinstance(path_or_file, (str, os.PathLike)):
+        with open(path_or_file, "wb") as file:
+            file.write(data)
+    else:
+        path_or_file.write(data)
+
+
+def design_file_bytes(design: Design) -> bytes:
+    """The bytes of ``design``'s ``.pt`` file, refused (``ValueError``) if a reader would be."""
+    settings = design_settings(design)
     layout = design.layout
+    recipe = None
+    if design.recipe is not None:
+        with error_context("design", as_value_error=True):
+            check_rebuilds(design.recipe, layout)
+        recipe = _recipe_tensor(design.recipe)
     content = {
         "format": FORMAT,
         "version": VERSION,
@@ -72,13 +95,27 @@ def save_design(design: Design, path_or_file: str | os.PathLike | IO[bytes]) -> 
         "seq_len_q": layout.seq_len_q,
         "seq_len_k": layout.seq_len_k,
         **settings,
-        "recipe": None if design.recipe is None else _recipe_tensor(design.recipe),
+        "recipe": recipe,
     }
-    torch.save(content, path_or_file)
+    buffer = io.BytesIO()
+    torch.save(content, buffer)
+    data = buffer.getvalue()
+    check_archive(data, MAX_FILE_BYTES, "design file")
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(
+            f"design file would be {len(data):,} bytes, more than the {MAX_FILE_BYTES:,} a "
+            f"reader takes"
+        )
+    return data
 
 
 def _recipe_tensor(recipe: Recipe) -> torch.Tensor:
     text = json.dumps(recipe.to_dict(), separators=(",", ":"))
+    if len(text) > MAX_JSON_CHARS:
+        raise ValueError(
+            f"design recipe would be {len(text):,} characters, more than the {MAX_JSON_CHARS:,} "
+            f"a reader takes"
+        )
     return torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8)
 
 

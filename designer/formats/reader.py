@@ -29,7 +29,7 @@ from designer.formats.block_mask_file import layout_from_tensors
 from designer.formats.csr import from_csr
 from designer.formats.json_recipe import MAX_JSON_CHARS, design_from_json
 from designer.formats.mit_blockmask import from_base_blockmask
-from designer.formats.pt_file import design_from_content
+from designer.formats.pt_file import MAX_FILE_BYTES, design_from_content
 from designer.formats.torch_file import (
     MAX_PICKLE_BYTES,
     ZIP_MAGIC,
@@ -44,9 +44,6 @@ from designer.validate import MAX_LAYOUT_CELLS, capped, check_int, check_keys, e
 
 #: Tokens per block of a bare tensor when no block size is given (DeepSpeed's default).
 BARE_BLOCK_SIZE = 16
-#: Largest file read: a bit-packed layout of the largest size (8 MiB) plus room for a recipe as
-#: large as the largest JSON recipe. The upload limit in ``.streamlit/config.toml`` is this.
-MAX_FILE_BYTES = MAX_LAYOUT_CELLS // 8 + MAX_JSON_CHARS
 #: Largest version-1 file (int64 layout) read from the designer's own data directory.
 MAX_LEGACY_FILE_BYTES = 8 * MAX_LAYOUT_CELLS + MAX_JSON_CHARS
 
