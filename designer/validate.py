@@ -213,7 +213,9 @@ def as_block_tensor(
         )
     tensor = torch.as_tensor(array).detach().to("cpu")
     if tensor.dtype != torch.bool and cells:
-        low, high = int(tensor.min()), int(tensor.max())
+        # numpy: torch has no min or max for uint16, uint32 and uint64
+        values = tensor.contiguous().numpy()
+        low, high = int(values.min()), int(values.max())
         if low < 0 or high > 1:
             raise ValueError(f"{name} must hold only 0 and 1, got values in [{low}, {high}]")
     tensor = tensor.to(torch.bool)

@@ -10,13 +10,20 @@ from designer.analysis import Analysis, cached_analysis
 from designer.design import Design
 from designer.storage import DesignStore, load_default_design
 from ui import keys, state
+from ui.text import plain
 
 
 def start_run(store: DesignStore) -> None:
-    """Every run begins here: the session's design (once), widget values, pending notices."""
+    """Every run begins here: the session's design (once), widget values, pending notices.
+
+    A new session also hears what the server's tidy of the data folder could not do.
+    """
     session = st.session_state
-    _tidy_once(str(store.root))
+    problems = _tidy_once(str(store.root))
+    new = keys.HISTORY not in session
     state.init_session(session, st.query_params, store, load_default_design)
+    for problem in problems if new else ():
+        state.notice(session, ":material/warning:", plain(f"Data folder: {problem}."))
     state.refresh_widgets(session)
     while session[keys.NOTICES]:
         icon, text = session[keys.NOTICES].pop(0)
@@ -52,9 +59,10 @@ def change_design(
 
 
 def show_message(place: str) -> None:
-    """Show the error waiting at ``place`` (under the widget that caused it)."""
+    """Show the error waiting at ``place`` (under the widget that caused it), as plain text:
+    messages quote what users typed."""
     if text := state.message(st.session_state, place):
-        st.error(text, icon=":material/error:")
+        st.error(plain(text), icon=":material/error:")
 
 
 def current_analysis() -> tuple[str, Analysis]:
@@ -63,6 +71,7 @@ def current_analysis() -> tuple[str, Analysis]:
 
 
 @st.cache_resource(show_spinner=False)
-def _tidy_once(root: str) -> int:
-    """Housekeeping of the data directory, once per server process (see ``DesignStore.tidy``)."""
-    return len(DesignStore(root).tidy())
+def _tidy_once(root: str) -> tuple[str, ...]:
+    """Housekeeping of the data directory, once per server process (see ``DesignStore.tidy``):
+    what it could not do."""
+    return tuple(DesignStore(root).tidy().problems)

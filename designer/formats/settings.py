@@ -16,6 +16,7 @@ from designer.validate import check_int, shown
 #: The keys of a design's settings, as written by ``design_settings``.
 SETTING_KEYS = ("name", "causal", "start_width", "created", "modified")
 
+
 def design_settings(design: Design) -> dict[str, Any]:
     """A design's name, causal flag, start width and timestamps, as plain values."""
     if not isinstance(design, Design):
