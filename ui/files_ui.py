@@ -87,6 +87,8 @@ def _downloads_ui() -> None:
             key=f"download_{export.file_name.rsplit('.', 1)[-1]}_{export.label}",
             width="stretch",
         )
+        if export.note and not export.unavailable:
+            st.caption(export.note)
 
 
 def _upload_ui(store: DesignStore) -> None:
