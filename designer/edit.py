@@ -75,11 +75,12 @@ def check_heads(name: str, heads: Any) -> tuple[int, ...]:
 
 def fit_heads(name: str, heads: tuple[int, ...], n_heads: int) -> None:
     """Raise naming the first of ``heads`` that a layout of ``n_heads`` heads does not have."""
-    for i, head in enumerate(heads):
-        if head >= n_heads:
-            raise ValueError(
-                f"{name}[{i}] = {head} is outside the layout's {n_heads} heads (0..{n_heads - 1})"
-            )
+    if not heads or max(heads) < n_heads:  # max at C speed: a head list may hold 1,024
+        return
+    i = next(i for i, head in enumerate(heads) if head >= n_heads)
+    raise ValueError(
+        f"{name}[{i}] = {heads[i]} is outside the layout's {n_heads} heads (0..{n_heads - 1})"
+    )
 
 
 @dataclass(frozen=True)

@@ -42,9 +42,20 @@ from designer.edit import (
 )
 from designer.layout import MAX_BLOCK_SIZE, Layout
 from designer.patterns.registry import PATTERNS, make_pattern
-from designer.recipe_cost import RecipeTooLarge, check_budget, copy_ns, edit_ns, step_ns
+from designer.recipe_cost import (
+    RecipeCost,
+    RecipeTooLarge,
+    build_bytes,
+    check_budget,
+    copy_ns,
+    edit_bytes,
+    edit_ns,
+    step_bytes,
+    step_ns,
+)
 from designer.recipe_replay import replay_edit
-from designer.recipe_size import check_size, compact, edit_chars, snapshot_edits, step_chars
+from designer.recipe_size import check_size, compact, edit_size, snapshot_edits, step_size
+from designer.threads import one_thread
 from designer.validate import (
     check_choice,
     check_float,
@@ -228,26 +239,29 @@ class Recipe:
             if not isinstance(step, RecipeStep):
                 raise TypeError(f"steps[{i}] must be a RecipeStep, got {type(step).__name__}")
             fit_heads(f"steps[{i}].heads", step.heads or (), self.n_heads)
-        ns, chars = 0, 0
+        ns, chars, values, transient = 0, 0, 0, 0
         for step in steps:
             heads = self.n_heads if step.heads is None else len(step.heads)
             ns += step_ns(step.pattern, step.params, heads, *shape[1:])
-            chars += step_chars(step) + 1
+            transient = max(transient, step_bytes(step.pattern, step.params, heads, *shape[1:]))
+            size = step_size(step)
+            chars, values = chars + size[0] + 1, values + size[1] + 1
         edits = tuple(_check_items("edits", self.edits, MAX_EDITS))
         edits = tuple(compact(op) if isinstance(op, EditOp) else op for op in edits)
         for i, op in enumerate(edits):
             new_shape = _edited_shape(i, op, shape)
             ns += edit_ns(op, shape)
-            chars += edit_chars(op) + 1
+            transient = max(transient, edit_bytes(op, shape))
+            size = edit_size(op)
+            chars, values = chars + size[0] + 1, values + size[1] + 1
             shape = new_shape
         transposes = sum(isinstance(op, Transpose) for op in edits)
-        check_budget(ns + copy_ns(shape, transposes))
-        check_size(chars)
+        check_budget(ns + copy_ns(shape, transposes), build_bytes(shape, transient))
+        check_size(chars, values)
         object.__setattr__(self, "steps", steps)
         object.__setattr__(self, "edits", edits)
         self.__dict__["_shape_after_edits"] = shape  # what the next edit must fit
-        # estimated build time before the final copy, transposes, characters in a file
-        self.__dict__["_cost"] = (ns, transposes, chars)
+        self.__dict__["_cost"] = RecipeCost(ns, transposes, chars, transient, values)
 
     def build(self) -> Layout:
         """The layout this recipe makes (built once, then shared: layouts are immutable)."""
@@ -256,6 +270,10 @@ class Recipe:
     @functools.cached_property
     def _layout(self) -> Layout:
         """Steps and edits applied in place to one working grid, then one ``Layout`` made."""
+        with one_thread():
+            return self._built()
+
+    def _built(self) -> Layout:
         blocks = torch.zeros(self.n_heads, self.n_q_blocks, self.n_k_blocks, dtype=torch.bool)
         for i, step in enumerate(self.steps):
             heads = slice(None) if step.heads is None else list(step.heads)
@@ -297,17 +315,24 @@ class Recipe:
         edits = tuple(_check_items("edits", (*self.edits, op), MAX_EDITS))
         before = self.__dict__["_shape_after_edits"]
         shape = _edited_shape(len(self.edits), op, before)
-        ns, transposes, chars = self.__dict__["_cost"]
-        ns, transposes = ns + edit_ns(op, before), transposes + isinstance(op, Transpose)
-        check_budget(ns + copy_ns(shape, transposes))
-        chars += edit_chars(op) + 1
-        check_size(chars)
+        cost, (chars, values) = self.__dict__["_cost"], edit_size(op)
+        cost = RecipeCost(
+            cost.ns + edit_ns(op, before),
+            cost.transposes + isinstance(op, Transpose),
+            cost.chars + chars + 1,
+            max(cost.transient_bytes, edit_bytes(op, before)),
+            cost.values + values + 1,
+        )
+        check_budget(
+            cost.ns + copy_ns(shape, cost.transposes), build_bytes(shape, cost.transient_bytes)
+        )
+        check_size(cost.chars, cost.values)
         extended = object.__new__(Recipe)  # fields already checked: no __post_init__ again
         extended.__dict__.update(
             {f.name: getattr(self, f.name) for f in fields(self)},
             edits=edits,
             _shape_after_edits=shape,
-            _cost=(ns, transposes, chars),
+            _cost=cost,
         )
         if "_layout" in self.__dict__:
             extended.__dict__["_layout"] = apply_edit(self._layout, op)
@@ -325,6 +350,17 @@ class Recipe:
         """The recipe of this one's layout alone: no steps, its blocks as ``set`` bitmaps
         (``recipe_size.snapshot_edits``), the same layout."""
         return _snapshot(self.build())
+
+    @property
+    def cost(self) -> RecipeCost:
+        """What building this recipe is estimated to take (``recipe_cost``)."""
+        return self.__dict__["_cost"]
+
+    @property
+    def build_ns(self) -> int:
+        """The estimated nanoseconds of ``build()`` from scratch, its final copy included."""
+        cost = self.cost
+        return cost.ns + copy_ns(self.__dict__["_shape_after_edits"], cost.transposes)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict that ``recipe_from_dict`` reads back to an equal recipe."""
@@ -345,11 +381,12 @@ def _snapshot(layout: Layout) -> Recipe:
     return recipe
 
 
-def recipe_from_dict(data: Any) -> Recipe:
+def recipe_from_dict(data: Any, *, read_ns: int = 0) -> Recipe:
     """Read a recipe written by ``Recipe.to_dict()``, checking everything, parameters included.
 
     Parameters are checked by building the layout once (the registry validates them), so a recipe
-    that comes back from here always builds.
+    that comes back from here always builds. ``read_ns`` is what reading the file was estimated
+    to take: reading and building share one budget, checked before the build.
     """
     keys = ("n_heads", "n_q_blocks", "n_k_blocks", "block_size", "steps", "edits")
     check_keys("recipe", data, keys)
@@ -373,5 +410,6 @@ def recipe_from_dict(data: Any) -> Recipe:
             tuple(read_steps),
             tuple(read_edits),
         )
+        check_budget(read_ns + recipe.build_ns)
         recipe.build()
     return recipe

@@ -1,9 +1,10 @@
 """How large a recipe is in a file, and how painting keeps it within what the readers take.
 
 A recipe travels as compact JSON (the ``.pt`` file's recipe tensor, the JSON download), and the
-readers refuse text past ``formats.json_recipe.MAX_JSON_CHARS``. Whatever the app or a script
-accepts must read back, so a recipe counts its characters as it grows (``edit_chars``,
-``step_chars``) and keeps under ``MAX_RECIPE_CHARS``:
+readers refuse text past ``formats.json_recipe.MAX_JSON_CHARS`` characters or ``MAX_JSON_VALUES``
+values (counted as commas before anything is parsed: parsing and checking costs about 300 ns a
+value). Whatever the app or a script accepts must read back, so a recipe counts both as it grows
+(``edit_size``, ``step_size``) and keeps under ``MAX_RECIPE_CHARS`` and ``MAX_RECIPE_VALUES``:
 
 - ``compact`` stores a cell list of more than ``COMPACT_CELLS`` blocks as a ``Bitmap`` of the
   same blocks: a lasso of 0.9M blocks is a few KiB of deflated bits, not 10 MB of pairs;
@@ -28,34 +29,52 @@ from designer.regions import Bitmap
 #: Most characters of a recipe's compact JSON: 1 MiB under the 16 MiB a JSON file may hold,
 #: room for the design's settings and the download's indentation.
 MAX_RECIPE_CHARS = 15 << 20
+#: Most values (commas + 1) a JSON text may hold: about 0.6 s to parse and check at most.
+MAX_JSON_VALUES = 1 << 21
+#: Most values of a recipe's JSON, leaving room for the design's settings.
+MAX_RECIPE_VALUES = MAX_JSON_VALUES - 4096
 #: Cell lists longer than this are kept as a ``Bitmap`` (about 10 characters a cell as pairs).
 COMPACT_CELLS = 4096
 
 _COMPACT = (",", ":")
 
 
-def edit_chars(op: Edit) -> int:
-    """Characters of ``op`` in a recipe's compact JSON (a bitmap's text is counted, not copied)."""
+def edit_size(op: Edit) -> tuple[int, int]:
+    """``(characters, commas)`` of ``op`` in a recipe's compact JSON, at most: a bitmap's text
+    and a head list are counted, not encoded (either may be long)."""
     data = op.to_dict()
+    chars = commas = 0
     region = data.get("region", {})
     if region.get("kind") == "bitmap":
-        text = region["deflated"]
+        chars += len(region["deflated"])
         data = {**data, "region": {**region, "deflated": ""}}
-        return len(json.dumps(data, separators=_COMPACT)) + len(text)
-    return len(json.dumps(data, separators=_COMPACT))
+    for key in ("heads", "targets"):
+        if data.get(key):  # at most as long as its largest number, each: no encoding needed
+            chars += len(data[key]) * (len(str(max(data[key]))) + 1)
+            commas += len(data[key])
+            data = {**data, key: []}
+    text = json.dumps(data, separators=_COMPACT)
+    return len(text) + chars, text.count(",") + commas
 
 
-def step_chars(step: Any) -> int:
-    """Characters of a ``RecipeStep`` in a recipe's compact JSON."""
-    return len(json.dumps(step.to_dict(), separators=_COMPACT))
+def step_size(step: Any) -> tuple[int, int]:
+    """``(characters, commas)`` of a ``RecipeStep`` in a recipe's compact JSON."""
+    text = json.dumps(step.to_dict(), separators=_COMPACT)
+    return len(text), text.count(",")
 
 
-def check_size(chars: int) -> None:
-    """Raise ``RecipeTooLarge`` if a recipe of ``chars`` characters would not read back."""
+def check_size(chars: int, values: int) -> None:
+    """Raise ``RecipeTooLarge`` if a recipe of ``chars`` characters and ``values`` values would
+    not read back."""
     if chars > MAX_RECIPE_CHARS:
         raise RecipeTooLarge(
             f"recipe would be {chars:,} characters in a file, more than the {MAX_RECIPE_CHARS:,} "
             f"a file may hold; use fewer or smaller edits"
+        )
+    if values > MAX_RECIPE_VALUES:
+        raise RecipeTooLarge(
+            f"recipe would hold {values:,} values in a file, more than the {MAX_RECIPE_VALUES:,} "
+            f"a file may hold; use fewer edits or heads per edit"
         )
 
 

@@ -104,19 +104,27 @@ def _cpu_s() -> float:
 
 
 def calibrate() -> None:
-    """CPU nanoseconds per cell of generating each pattern, worst over four large shapes."""
+    """Each generator's CPU time and extra peak memory at the largest shapes, the widest grids
+    included, against ``recipe_cost``'s estimates (``step_ns``, ``step_bytes`` and the build's
+    ``BUILD_BYTES_PER_CELL``)."""
     from designer.patterns.registry import PATTERNS, make_pattern
-    from designer.recipe_cost import NS_PER_CELL
+    from designer.recipe_cost import BUILD_BYTES_PER_CELL, step_bytes, step_ns
+    from tools.whole_path import measure
 
+    shapes = (LARGEST, (16, 2048, 2048), (1024, 256, 256), (1, 1024, 65536), (1, 65536, 1024))
     for name in PATTERNS:
         if name.startswith("deepspeed_"):
             continue
-        worst = 0.0
-        for shape in (LARGEST, (16, 2048, 2048), (64, 1024, 1024), (1024, 256, 256)):
-            start = _cpu_s()
-            make_pattern(name, *shape, 16, {})
-            worst = max(worst, (_cpu_s() - start) * 1e9 / (shape[0] * shape[1] * shape[2]))
-        print(f"{name:22} measured {worst:5.1f} ns/cell, estimated {NS_PER_CELL[name]}")
+        make_pattern(name, 1, 8, 8, 16, {})
+        for shape in shapes:
+            _, cost = measure(lambda name=name, shape=shape: make_pattern(name, *shape, 16, {}))
+            ns, memory = step_ns(name, {}, *shape), step_bytes(name, {}, *shape)
+            memory += BUILD_BYTES_PER_CELL * shape[0] * shape[1] * shape[2]
+            print(
+                f"{name:20} {'x'.join(map(str, shape)):14} {cost['cpu_s']:5.2f} s "
+                f"(estimated {ns / 1e9:5.2f})  +{cost['extra_peak_mb']:5.0f} MB "
+                f"(estimated {memory / 2**20:5.0f})"
+            )
 
 
 def victim_renders() -> dict:

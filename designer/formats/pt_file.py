@@ -29,7 +29,7 @@ from typing import IO, Any
 import torch
 
 from designer.design import Design
-from designer.formats.json_recipe import MAX_JSON_CHARS, parse_json
+from designer.formats.json_recipe import MAX_JSON_CHARS, json_values, parse_json
 from designer.formats.packing import pack_blocks, unpack_blocks
 from designer.formats.settings import (
     SETTING_KEYS,
@@ -41,6 +41,7 @@ from designer.formats.settings import (
 from designer.formats.torch_file import check_archive, file_tensor
 from designer.layout import Layout
 from designer.recipe import Recipe, recipe_from_dict
+from designer.recipe_cost import READ_NS_PER_VALUE
 from designer.validate import MAX_LAYOUT_CELLS, check_int, check_keys, error_context
 
 FORMAT = "blocksparse-design"
@@ -125,7 +126,9 @@ def _read_recipe(value: Any, version: int) -> Recipe:
     tensor = file_tensor("recipe", value)
     if tensor.dtype != torch.uint8 or tensor.dim() != 1:
         raise ValueError(f"recipe must be a uint8 [n] tensor of JSON text, got {tensor.dtype}")
-    return recipe_from_dict(parse_json(tensor.numpy().tobytes(), "recipe"))
+    text = tensor.numpy().tobytes()
+    read_ns = json_values(text) * READ_NS_PER_VALUE
+    return recipe_from_dict(parse_json(text, "recipe"), read_ns=read_ns)
 
 
 def design_from_content(content: Mapping[str, Any]) -> Design:

@@ -40,6 +40,7 @@ from designer.formats.torch_file import (
     read_torch_file,
 )
 from designer.layout import MAX_BLOCK_SIZE, Layout
+from designer.threads import one_thread
 from designer.validate import MAX_LAYOUT_CELLS, capped, check_int, check_keys, error_context
 
 #: Tokens per block of a bare tensor when no block size is given (DeepSpeed's default).
@@ -109,7 +110,8 @@ def read_design_file(
     max_bytes = check_int("max_bytes", max_bytes, low=1)
     data = read_bytes(path_or_file, max_bytes, "design file")
     try:
-        return _read(data, bare_block_size, max_bytes, max_pickle_bytes)
+        with one_thread():
+            return _read(data, bare_block_size, max_bytes, max_pickle_bytes)
     except (ValueError, TypeError) as error:
         raise ValueError(capped(str(error))) from error
     except RecursionError as error:

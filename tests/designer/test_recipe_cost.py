@@ -114,3 +114,17 @@ def test_200_transposes_at_the_largest_size_build_in_time():
     layout = recipe.build()
     assert time.perf_counter() - start < 5.0  # once 44.6 s; a generous guard for CI
     assert torch.equal(layout.blocks[0, :3, :3], torch.ones(3, 3, dtype=torch.bool).tril())
+
+
+def test_a_wide_grid_counts_its_index_temporaries():
+    """1 x 1024 x 65536 blocks: the default dilated window took 9 s and 1.9 GB in the app (its
+    index grids are one head's grid, uncached), the sliding window 1 s and 700 MB."""
+    quickly(lambda: Recipe(1, 1024, 65536, 16, steps=(RecipeStep("dilated_window"),)))
+    start = time.perf_counter()
+    with pytest.raises(
+        ValueError, match=r"would need about \d{3} MiB to build .*, more than the limit of 512 MiB"
+    ):
+        Recipe(1, 1024, 65536, 16, steps=(RecipeStep("sliding_window"),))
+    assert time.perf_counter() - start < 0.5
+    Recipe(16, 2048, 2048, 16, steps=(RecipeStep("dilated_window"),))  # a 16 times smaller grid
+    Recipe(1, 1024, 65536, 16, steps=(RecipeStep("causal"),))  # no index grid to speak of

@@ -60,7 +60,7 @@ def test_scattered_strokes_past_the_size_limit_flatten_and_every_step_reads_back
         row, col = (stroke % 2) * 256, (stroke // 2 % 2) * 256
         region = Bitmap.of(rng.random((256, 256)) < 0.5, row, col)
         recipe = recipe.with_edit(EditOp("toggle", region, (stroke % 2,)))
-        assert recipe._cost[2] <= 100_000
+        assert recipe.cost.chars <= 100_000
     assert not recipe.steps and len(recipe.edits) < 12  # flattened on the way
     design = Design(recipe.build(), name="noise", recipe=recipe)
     for kind, data in writers(design).items():
@@ -78,7 +78,7 @@ def test_the_largest_snapshot_a_recipe_can_hold_reads_back():
         recipe = recipe.with_edit(EditOp("set", Bitmap.of(blocks[head]), (head,)))
     assert recipe.flattened().edits == recipe.edits  # already a snapshot
     design = Design(recipe.build(), name="largest", recipe=recipe)
-    assert recipe._cost[2] <= MAX_RECIPE_CHARS
+    assert recipe.cost.chars <= MAX_RECIPE_CHARS
     data = design_bytes(design)
     assert read_design_file(data).design == design
     assert design_from_json(recipe_to_json(design)) == design
