@@ -24,7 +24,7 @@ import numpy as np
 from designer.edit import Cells, Edit, EditOp
 from designer.layout import Layout
 from designer.recipe_cost import RecipeTooLarge
-from designer.regions import Bitmap
+from designer.regions import COMPACT_CELLS, Bitmap
 
 #: Most characters of a recipe's compact JSON: 1 MiB under the 16 MiB a JSON file may hold,
 #: room for the design's settings and the download's indentation.
@@ -33,8 +33,6 @@ MAX_RECIPE_CHARS = 15 << 20
 MAX_JSON_VALUES = 1 << 21
 #: Most values of a recipe's JSON, leaving room for the design's settings.
 MAX_RECIPE_VALUES = MAX_JSON_VALUES - 4096
-#: Cell lists longer than this are kept as a ``Bitmap`` (about 10 characters a cell as pairs).
-COMPACT_CELLS = 4096
 
 _COMPACT = (",", ":")
 
@@ -84,12 +82,7 @@ def compact(op: Edit) -> Edit:
         return op
     if len(op.region.cells) <= COMPACT_CELLS:
         return op
-    index = op.region.array
-    low = index.min(axis=0)
-    span = index.max(axis=0) - low + 1
-    mask = np.zeros(tuple(span), dtype=bool)
-    mask[index[:, 0] - low[0], index[:, 1] - low[1]] = True
-    return EditOp(op.action, Bitmap.of(mask, int(low[0]), int(low[1])), op.heads)
+    return EditOp(op.action, Bitmap.of_cells(op.region.array), op.heads)
 
 
 def snapshot_edits(layout: Layout) -> tuple[EditOp, ...]:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from designer.edit import ACTIONS, Bitmap, Cells, Rect, Region, region_from_dict
-from designer.recipe_size import COMPACT_CELLS
+from designer.regions import COMPACT_CELLS
 from designer.segment_stats import UNTILED
 from designer.validate import check_choice, check_int, check_keys
 from ui.pictures import ALTERNATE_SHADE, EMPTY_RGB, max_pool, width_colour
