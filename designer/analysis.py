@@ -28,8 +28,7 @@ import numpy as np
 from designer.cache import LruCache, head_key, head_keys
 from designer.design import Design
 from designer.lints import Lint, lint_design
-from designer.segment import sdd_segment
-from designer.segment_stats import UNTILED, SegmentStats, tile_count_stats, tile_maps
+from designer.segment_stats import UNTILED, SegmentStats, head_tile_maps, tile_count_stats
 
 #: Head dimension the FLOP counts assume (they scale linearly with it).
 HEAD_DIM = 128
@@ -242,19 +241,12 @@ def _heads_tiles(
 
 
 def _segment_heads(blocks: np.ndarray, names: list[str], start_width: int) -> list[HeadTiles]:
-    segments = sdd_segment(blocks, start_width)  # heads run in parallel
-    widths, odd = tile_maps(blocks, segments)
-    counts = np.zeros((len(blocks), len(segments)), dtype=np.int64)
-    for p, (width, rows) in enumerate(segments):
-        counts[:, p] = np.bincount(rows[:, 0].numpy(), minlength=len(blocks)) // (width * width)
-    row_blocks = np.count_nonzero(blocks, axis=2)
+    """Each head segmented on its own (``head_tile_maps``): its memory is one head's."""
     heads = []
     for h in range(len(blocks)):
-        arrays = [array[h].copy() for array in (widths, odd, row_blocks)]  # own their memory
-        for array in arrays:
+        widths, odd, tiles = head_tile_maps(blocks[h], start_width)
+        row_blocks = np.count_nonzero(blocks[h], axis=1)
+        for array in (widths, odd, row_blocks):
             array.flags.writeable = False
-        tiles = tuple(
-            (width, int(counts[h, p])) for p, (width, _) in enumerate(segments) if counts[h, p]
-        )
-        heads.append(HeadTiles(names[h], arrays[0], arrays[1], tiles, arrays[2]))
+        heads.append(HeadTiles(names[h], widths, odd, tiles, row_blocks))
     return heads

@@ -11,7 +11,8 @@ rerun the input causes, then the first render of every other tab, the downloads,
 restart that restores the design from its autosave. Each step reports CPU seconds (user +
 system, all threads) and the growth of peak RSS over the process before it.
 
-Targets, checked here: every accepted input's every step <= 2 s CPU and <= 512 MB extra peak;
+Targets, checked here: every accepted input's every step <= 2 s CPU and <= 512 MB extra peak
+(a step the user asks for under a progress bar, "on demand", may take longer, not more memory);
 every refused input refused within 0.5 s CPU; messages <= 400 characters; no exception, server
 path, Markdown image or icon shortcode on the page; a restart brings back the same design.
 
@@ -37,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tools.cost_cases import LARGEST, Case, all_cases, random_design_file  # noqa: E402
+from tools.whole_path import ON_DEMAND  # noqa: E402
 
 #: Targets of every case: an accepted input's steps each within the CPU seconds and extra peak
 #: memory, a refused one refused within its seconds (``whole_path`` checks the messages).
@@ -91,7 +93,7 @@ def _over_target(case: Case, result: dict) -> list[str]:
             if cost["cpu_s"] > MAX_REFUSED_CPU_S:
                 found.append(f"refused after {cost['cpu_s']:.2f} s CPU ({step})")
             break  # the refusal is the first step
-        if cost["cpu_s"] > MAX_ACCEPTED_CPU_S:
+        if cost["cpu_s"] > MAX_ACCEPTED_CPU_S and not step.startswith(ON_DEMAND):
             found.append(f"{step}: {cost['cpu_s']:.2f} s CPU")
         if cost["extra_peak_mb"] > MAX_ACCEPTED_PEAK_MB:
             found.append(f"{step}: +{cost['extra_peak_mb']:.0f} MB peak")

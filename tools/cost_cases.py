@@ -114,7 +114,7 @@ def allowed_cases() -> list[Case]:
     cases = [
         Case(
             "largest design file (4 x 4096^2, 5 %, 8 MiB)", "allowed", "upload", "accepted",
-            random_design_file(LARGEST, 0.05), "largest.pt",
+            random_design_file(LARGEST, 0.05), "largest.pt", {"analyse": True},
         )
     ]  # fmt: skip
     costliest = sorted(NS_PER_CELL, key=NS_PER_CELL.get)[-4:]
@@ -199,7 +199,7 @@ def probe_cases() -> list[Case]:
         Case("26.2 394-byte dilated-window recipe, 1 x 1024 x 65536", "probe", "upload", None,
              recipe_text(1, 1024, 65536, [("dilated_window", {})], name="wide"), "wide.json"),
         Case("26.2 8 MiB .pt of the largest design at 50 %", "probe", "upload", "accepted",
-             random_design_file(LARGEST, 0.5), "half.pt"),
+             random_design_file(LARGEST, 0.5), "half.pt", {"analyse": True}),
         Case("26.3 16 MB recipe of cell lists (past the cell limit)", "probe", "upload",
              "refused",
              recipe_text(1, 2048, 2048, [("causal", {})], [_cell_edit(1_280_000, 2048, 1)]),

@@ -29,6 +29,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 APP = str(ROOT / "app.py")
 TABS = ("Patterns", "Paint", "Analysis")
+#: Steps the user asks for, under a progress bar: they may take longer than 2 s of CPU.
+ON_DEMAND = "on demand: "
 #: What the page may show at most in one message.
 MAX_MESSAGE_CHARS = 400
 _ESCAPE = re.compile(r"\\(.)")
@@ -147,6 +149,11 @@ def _upload(spec: dict, result: dict) -> Any:
 
     _, result["steps"]["read, build, analyse, draw, autosave"] = measure(upload)
     result["outcome"] = "accepted" if digest(current(at)) != before else "refused"
+    offered = [b for b in at.button if (b.key or "").startswith("analyse_")]
+    if spec["options"].get("analyse") and offered:
+        _, result["steps"][ON_DEMAND + "segment and lint"] = measure(
+            lambda: offered[0].click().run()
+        )
     return at
 
 
