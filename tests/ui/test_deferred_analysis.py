@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from designer import analysis
+from designer.cache import LruCache
 from designer.storage import DATA_DIR_ENV
 from tests.ui.test_app import assert_clean, metric, open_app
 from ui import keys
@@ -16,6 +17,8 @@ def costly(tmp_path, monkeypatch):
     """Every analysis counts as costly (the default design stands in for a huge one)."""
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path))
     monkeypatch.setattr(analysis, "INLINE_ANALYSIS_NS", 0)
+    for cache in ("_ANALYSES", "_HEADS"):  # nothing analysed yet on this "server"
+        monkeypatch.setattr(analysis, cache, LruCache(1 << 30))
     calls = []
     real = analysis.analyse
     monkeypatch.setattr(analysis, "analyse", lambda *a, **k: calls.append(1) or real(*a, **k))
