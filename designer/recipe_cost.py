@@ -56,8 +56,9 @@ GRID_NS_PER_CELL = {
     "sliding_window": 11,
     "dilated_window": 24,
     "attention_sinks": 11,
-    "prefix_lm": 2,
-    "packed_documents": 3,
+    "block_diagonal": 2,
+    "prefix_lm": 3,
+    "packed_documents": 6,
     "vertical_slash": 22,
     "neighborhood_2d": 82,
 }

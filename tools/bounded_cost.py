@@ -111,6 +111,7 @@ def calibrate() -> None:
     ``BUILD_BYTES_PER_CELL``)."""
     from designer.patterns.registry import PATTERNS, make_pattern
     from designer.recipe_cost import BUILD_BYTES_PER_CELL, step_bytes, step_ns
+    from designer.threads import one_thread
     from tools.whole_path import measure
 
     shapes = (LARGEST, (16, 2048, 2048), (1024, 256, 256), (1, 1024, 65536), (1, 65536, 1024))
@@ -119,7 +120,8 @@ def calibrate() -> None:
             continue
         make_pattern(name, 1, 8, 8, 16, {})
         for shape in shapes:
-            _, cost = measure(lambda name=name, shape=shape: make_pattern(name, *shape, 16, {}))
+            with one_thread():  # as a build runs
+                _, cost = measure(lambda name=name, shape=shape: make_pattern(name, *shape, 16, {}))
             ns, memory = step_ns(name, {}, *shape), step_bytes(name, {}, *shape)
             memory += BUILD_BYTES_PER_CELL * shape[0] * shape[1] * shape[2]
             print(
