@@ -357,6 +357,11 @@ class Recipe:
         return self.__dict__["_cost"]
 
     @property
+    def shape_after_edits(self) -> tuple[int, int, int]:
+        """The shape of the layout this recipe builds (a transpose swaps the grid)."""
+        return self.__dict__["_shape_after_edits"]
+
+    @property
     def build_ns(self) -> int:
         """The estimated nanoseconds of ``build()`` from scratch, its final copy included."""
         cost = self.cost
@@ -381,12 +386,14 @@ def _snapshot(layout: Layout) -> Recipe:
     return recipe
 
 
-def recipe_from_dict(data: Any, *, read_ns: int = 0) -> Recipe:
+def recipe_from_dict(data: Any, *, read_ns: int = 0, build: bool = True) -> Recipe:
     """Read a recipe written by ``Recipe.to_dict()``, checking everything, parameters included.
 
     Parameters are checked by building the layout once (the registry validates them), so a recipe
     that comes back from here always builds. ``read_ns`` is what reading the file was estimated
-    to take: reading and building share one budget, checked before the build.
+    to take: reading and building share one budget, checked before the build. ``build=False``
+    skips the build, for a recipe this designer wrote with the layout it built (the caller
+    gives it that layout, ``formats.settings.adopt_layout``).
     """
     keys = ("n_heads", "n_q_blocks", "n_k_blocks", "block_size", "steps", "edits")
     check_keys("recipe", data, keys)
@@ -411,5 +418,6 @@ def recipe_from_dict(data: Any, *, read_ns: int = 0) -> Recipe:
             tuple(read_edits),
         )
         check_budget(read_ns + recipe.build_ns)
-        recipe.build()
+        if build:
+            recipe.build()
     return recipe

@@ -275,9 +275,13 @@ def _is_file(path: Path) -> bool:
 
 def _read(path: Path, what: str) -> Design:
     try:
-        # Our own files: version 1 too (int64 layout, recipe as lists in the pickle).
+        # Our own files: version 1 too (int64 layout, recipe as lists in the pickle), and
+        # checked when written (the recipe rebuilds the layout), so not rebuilt on every read.
         return load_design(
-            path, max_bytes=MAX_LEGACY_FILE_BYTES, max_pickle_bytes=MAX_LEGACY_FILE_BYTES
+            path,
+            max_bytes=MAX_LEGACY_FILE_BYTES,
+            max_pickle_bytes=MAX_LEGACY_FILE_BYTES,
+            rebuild_recipe=False,
         )
     except OSError as error:
         raise ValueError(f"cannot read {what}: {reason(error)}") from error

@@ -33,6 +33,7 @@ from designer.formats.json_recipe import MAX_JSON_CHARS, json_values, parse_json
 from designer.formats.packing import pack_blocks, unpack_blocks
 from designer.formats.settings import (
     SETTING_KEYS,
+    adopt_layout,
     check_rebuilds,
     check_version,
     design_from_settings,
@@ -120,19 +121,21 @@ def _recipe_tensor(recipe: Recipe) -> torch.Tensor:
     return torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8)
 
 
-def _read_recipe(value: Any, version: int) -> Recipe:
+def _read_recipe(value: Any, version: int, build: bool) -> Recipe:
     if version == 1:
-        return recipe_from_dict(value)
+        return recipe_from_dict(value, build=build)
     tensor = file_tensor("recipe", value)
     if tensor.dtype != torch.uint8 or tensor.dim() != 1:
         raise ValueError(f"recipe must be a uint8 [n] tensor of JSON text, got {tensor.dtype}")
     text = tensor.numpy().tobytes()
     read_ns = json_values(text) * READ_NS_PER_VALUE
-    return recipe_from_dict(parse_json(text, "recipe"), read_ns=read_ns)
+    return recipe_from_dict(parse_json(text, "recipe"), read_ns=read_ns, build=build)
 
 
-def design_from_content(content: Mapping[str, Any]) -> Design:
-    """The design in the dict ``torch.load`` read from a design file, every value checked."""
+def design_from_content(content: Mapping[str, Any], *, rebuild_recipe: bool = True) -> Design:
+    """The design in the dict ``torch.load`` read from a design file, every value checked;
+    without ``rebuild_recipe``, the recipe is taken to build the file's layout (its shape is
+    checked, not its blocks: for files this designer wrote, see ``settings.adopt_layout``)."""
     version = check_version("design file", content, FORMAT, READ_VERSIONS)
     sizes = ("layout", "block_size", "seq_len_q", "seq_len_k")
     check_keys("design file", content, ("format", "version", *sizes, *SETTING_KEYS, "recipe"))
@@ -153,6 +156,6 @@ def design_from_content(content: Mapping[str, Any]) -> Design:
             )
     recipe = None
     if content["recipe"] is not None:
-        recipe = _read_recipe(content["recipe"], version)
-        check_rebuilds(recipe, layout)
+        recipe = _read_recipe(content["recipe"], version, build=rebuild_recipe)
+        (check_rebuilds if rebuild_recipe else adopt_layout)(recipe, layout)
     return design_from_settings(content, layout, recipe)

@@ -93,11 +93,13 @@ def read_design_file(
     bare_block_size: int = BARE_BLOCK_SIZE,
     max_bytes: int = MAX_FILE_BYTES,
     max_pickle_bytes: int = MAX_PICKLE_BYTES,
+    rebuild_recipe: bool = True,
 ) -> LoadedDesign:
     """Read any file the table above lists, from bytes, a path or a binary file object.
 
     Raises ``ValueError`` (message capped) for any content, ``TypeError`` for wrong arguments and
-    ``OSError`` when a path cannot be opened.
+    ``OSError`` when a path cannot be opened. ``rebuild_recipe=False`` is for design files this
+    designer wrote itself (its data folder): their recipe is not built again to check it.
 
     >>> import io, torch
     >>> buffer = io.BytesIO()
@@ -111,7 +113,7 @@ def read_design_file(
     data = read_bytes(path_or_file, max_bytes, "design file")
     try:
         with one_thread():
-            return _read(data, bare_block_size, max_bytes, max_pickle_bytes)
+            return _read(data, bare_block_size, max_bytes, max_pickle_bytes, rebuild_recipe)
     except (ValueError, TypeError) as error:
         raise ValueError(capped(str(error))) from error
     except RecursionError as error:
@@ -130,6 +132,7 @@ def load_design(
     block_size: int | None = None,
     max_bytes: int = MAX_FILE_BYTES,
     max_pickle_bytes: int = MAX_PICKLE_BYTES,
+    rebuild_recipe: bool = True,
 ) -> Design:
     """The design in any file ``read_design_file`` reads (a ``.pt`` design file, most often).
 
@@ -150,6 +153,7 @@ def load_design(
         bare_block_size=block_size or BARE_BLOCK_SIZE,
         max_bytes=max_bytes,
         max_pickle_bytes=max_pickle_bytes,
+        rebuild_recipe=rebuild_recipe,
     )
     found = loaded.design.layout.block_size
     if block_size is not None and not loaded.bare and block_size != found:
@@ -159,7 +163,9 @@ def load_design(
     return loaded.design
 
 
-def _read(data: bytes, bare_block_size: int, max_bytes: int, max_pickle_bytes: int) -> LoadedDesign:
+def _read(
+    data: bytes, bare_block_size: int, max_bytes: int, max_pickle_bytes: int, rebuild_recipe: bool
+) -> LoadedDesign:
     text = data.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark some editors write
     if text.lstrip(b" \t\r\n").startswith(b"{"):
         return LoadedDesign(design_from_json(text), "recipe")
@@ -176,6 +182,8 @@ def _read(data: bytes, bare_block_size: int, max_bytes: int, max_pickle_bytes: i
             return LoadedDesign(Design(Layout.from_array(tensor, bare_block_size)), "bare")
     kind = _kind(content)
     with error_context(_PREFIXES[kind], as_value_error=True):
+        if kind == "design":
+            return LoadedDesign(design_from_content(content, rebuild_recipe=rebuild_recipe), kind)
         return LoadedDesign(_design(kind, content), kind)
 
 
@@ -196,8 +204,6 @@ def _kind(content: Mapping[str, Any]) -> str:
 
 
 def _design(kind: str, content: Mapping[str, Any]) -> Design:
-    if kind == "design":
-        return design_from_content(content)
     if kind == "blockmask":
         check_keys("file", content, (*_BLOCKMASK_KEYS, "BLOCK_SIZE", "seq_lengths"), ("layout",))
         layout, causal = layout_from_tensors(content)

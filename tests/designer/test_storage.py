@@ -282,3 +282,16 @@ def test_version_1_autosaves_still_restore(tmp_path, rng):
     )  # fmt: skip
     (store.autosave_dir / "old-session-1.pt").write_bytes(buffer.getvalue())
     assert store.restore("old-session-1") == old
+
+
+def test_own_files_are_read_without_building_their_recipe_again(tmp_path, monkeypatch):
+    """The writer checked that the recipe rebuilds the layout; a restore only reads it."""
+    from designer.recipe import Recipe, RecipeStep
+
+    recipe = Recipe(2, 64, 64, 16, steps=(RecipeStep("random_per_row", {"seed": 1}),))
+    saved = Design(recipe.build(), name="r", recipe=recipe)
+    store = DesignStore(tmp_path)
+    store.autosave("session-one", saved)
+    monkeypatch.setattr(Recipe, "_built", lambda self: pytest.fail("rebuilt on restore"))
+    restored = store.restore("session-one")
+    assert restored == saved and restored.recipe.build() == saved.layout
