@@ -9,11 +9,18 @@ totals (``SegmentStats``) and ``lint_design``. The tile rows themselves are drop
 
 ``analysis_key`` names exactly what an analysis depends on (every block, not a sample), so caches
 key on it; ``design_digest`` is the stable name runs are stored under.
+
+``analysis_cost`` estimates an analysis before any of it runs (per cell and per active block,
+measured on one core). The app runs one within ``INLINE_ANALYSIS_NS`` and
+``INLINE_ANALYSIS_BYTES`` with the page and offers the others on demand (``analysed`` says
+whether one is ready), where ``analyse`` reports its progress and segments one head at a time,
+so its memory is one head's.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,8 +28,7 @@ import numpy as np
 from designer.cache import LruCache, head_key, head_keys
 from designer.design import Design
 from designer.lints import Lint, lint_design
-from designer.segment import sdd_segment
-from designer.segment_stats import SegmentStats, tile_count_stats, tile_maps
+from designer.segment_stats import UNTILED, SegmentStats, head_tile_maps, tile_count_stats
 
 #: Head dimension the FLOP counts assume (they scale linearly with it).
 HEAD_DIM = 128
@@ -35,6 +41,17 @@ CACHE_SECONDS = 15 * 60
 LINT_CACHE_ENTRIES = 16
 #: Whole analyses kept (they share their heads with the head cache).
 ANALYSIS_CACHE_ENTRIES = 4
+#: What an analysis costs, per cell and per active block (one core, 2026-12-01: 64M cells took
+#: 1.3-5.7 s to segment and 1.5-3.8 s to lint, at 1 % to 50 % density), with a margin.
+SEGMENT_NS_PER_CELL, SEGMENT_NS_PER_BLOCK = 25, 140
+LINT_NS_PER_CELL, LINT_NS_PER_BLOCK = 26, 80
+#: Peak bytes: one head's segmentation scratch and tile rows, then the lints over the layout.
+SEGMENT_BYTES_PER_CELL, SEGMENT_BYTES_PER_BLOCK = 9, 36
+LINT_BYTES_PER_CELL = 12
+#: The most an analysis may cost to run with the page (the rest of its 2 s budget goes to
+#: reading, building, drawing and the autosave); a costlier one runs when asked.
+INLINE_ANALYSIS_NS = 1.0e9
+INLINE_ANALYSIS_BYTES = 256 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -87,6 +104,50 @@ _LINTS = LruCache(LINT_CACHE_ENTRIES, ttl_seconds=CACHE_SECONDS)
 _ANALYSES = LruCache(ANALYSIS_CACHE_ENTRIES, ttl_seconds=CACHE_SECONDS)
 
 
+def analysis_cost(design: Design) -> tuple[float, int]:
+    """Estimated ``(nanoseconds, peak bytes)`` of ``analyse(design)``, from counts alone."""
+    layout = design.layout
+    cells, active = layout.blocks.numel(), layout.nnz
+    head_cells, head_active = cells // layout.n_heads, active / layout.n_heads
+    ns = (SEGMENT_NS_PER_CELL + LINT_NS_PER_CELL) * cells
+    ns += (SEGMENT_NS_PER_BLOCK + LINT_NS_PER_BLOCK) * active
+    segment = SEGMENT_BYTES_PER_CELL * head_cells + SEGMENT_BYTES_PER_BLOCK * head_active
+    return ns, int(max(segment, LINT_BYTES_PER_CELL * cells))
+
+
+def runs_with_the_page(design: Design) -> bool:
+    """Whether ``design``'s analysis is cheap enough to run with every page that needs it."""
+    ns, memory = analysis_cost(design)
+    return ns <= INLINE_ANALYSIS_NS and memory <= INLINE_ANALYSIS_BYTES
+
+
+def analysed(design: Design) -> Analysis | None:
+    """``design``'s analysis if it was made already (by anyone on this server), else None."""
+    return _ANALYSES.peek(analysis_key(design))
+
+
+def head_view(design: Design, head: int) -> HeadTiles:
+    """One head as the paint canvas draws it: its tiles when the design was analysed or the
+    head alone is cheap to segment, else its blocks as untiled (``plain_tiles``)."""
+    if (found := analysed(design)) is not None:
+        return found.heads[head]
+    blocks = design.layout.to_numpy()[head]
+    ns = SEGMENT_NS_PER_CELL * blocks.size + SEGMENT_NS_PER_BLOCK * np.count_nonzero(blocks)
+    if ns <= INLINE_ANALYSIS_NS and SEGMENT_BYTES_PER_CELL * blocks.size <= INLINE_ANALYSIS_BYTES:
+        return head_tiles(blocks, design.effective_start_width)
+    return plain_tiles(blocks)
+
+
+def plain_tiles(blocks: np.ndarray) -> HeadTiles:
+    """One head's blocks as ``HeadTiles`` with no segmentation: every active block untiled."""
+    widths = np.asarray(blocks, dtype=bool) * np.uint16(UNTILED)
+    odd = np.zeros(blocks.shape, dtype=bool)
+    row_blocks = np.count_nonzero(blocks, axis=1)
+    for array in (widths, odd, row_blocks):
+        array.flags.writeable = False
+    return HeadTiles("plain-" + head_key(blocks), widths, odd, (), row_blocks)
+
+
 def head_tiles(blocks: np.ndarray, start_width: int) -> HeadTiles:
     """One head's segmentation at ``start_width``, cached by its content.
 
@@ -119,17 +180,28 @@ def design_digest(design: Design) -> str:
     return digest.hexdigest()
 
 
-def analyse(design: Design, key: str | None = None) -> Analysis:
+def analyse(
+    design: Design, key: str | None = None, progress: Callable[[float], None] | None = None
+) -> Analysis:
     """Segment ``design`` at its start width, head by head, and gather what the views show.
 
-    ``key`` is ``analysis_key(design)`` when the caller has it already.
+    ``key`` is ``analysis_key(design)`` when the caller has it already. With ``progress``, heads
+    are segmented one at a time (memory: one head's) and ``progress(done)`` is called after
+    each, ``done`` going from 0 to 1.
 
     >>> analysis = analyse(Design(Layout(torch.ones(1, 4, 4, dtype=torch.bool), 64)))
     >>> [(row.width, row.tiles) for row in analysis.stats.widths]
     [(2, 4)]
     """
     layout = design.layout
-    heads = _heads_tiles(layout.to_numpy(), head_keys(layout), design.effective_start_width)
+    blocks, names, width = layout.to_numpy(), head_keys(layout), design.effective_start_width
+    if progress is None:
+        heads = _heads_tiles(blocks, names, width)
+    else:
+        heads = ()
+        for h in range(layout.n_heads):
+            heads += _heads_tiles(blocks[h : h + 1], names[h : h + 1], width)
+            progress((h + 1) / (layout.n_heads + 1))
     counts: dict[int, int] = {}
     for head in heads:
         for width, tiles in head.tiles:
@@ -138,13 +210,17 @@ def analyse(design: Design, key: str | None = None) -> Analysis:
     stats = tile_count_stats(layout, counts, active, head_dim=HEAD_DIM)
     key = key or analysis_key(design)
     lints = _LINTS.get(key, lambda: tuple(lint_design(design)))
+    if progress is not None:
+        progress(1.0)
     return Analysis(heads, stats, lints)
 
 
-def cached_analysis(design: Design) -> tuple[str, Analysis]:
+def cached_analysis(
+    design: Design, progress: Callable[[float], None] | None = None
+) -> tuple[str, Analysis]:
     """``(analysis_key(design), analyse(design))``, both computed once per design."""
     key = analysis_key(design)
-    return key, _ANALYSES.get(key, lambda: analyse(design, key))
+    return key, _ANALYSES.get(key, lambda: analyse(design, key, progress))
 
 
 def _heads_tiles(
@@ -165,19 +241,12 @@ def _heads_tiles(
 
 
 def _segment_heads(blocks: np.ndarray, names: list[str], start_width: int) -> list[HeadTiles]:
-    segments = sdd_segment(blocks, start_width)  # heads run in parallel
-    widths, odd = tile_maps(blocks, segments)
-    counts = np.zeros((len(blocks), len(segments)), dtype=np.int64)
-    for p, (width, rows) in enumerate(segments):
-        counts[:, p] = np.bincount(rows[:, 0].numpy(), minlength=len(blocks)) // (width * width)
-    row_blocks = np.count_nonzero(blocks, axis=2)
+    """Each head segmented on its own (``head_tile_maps``): its memory is one head's."""
     heads = []
     for h in range(len(blocks)):
-        arrays = [array[h].copy() for array in (widths, odd, row_blocks)]  # own their memory
-        for array in arrays:
+        widths, odd, tiles = head_tile_maps(blocks[h], start_width)
+        row_blocks = np.count_nonzero(blocks[h], axis=1)
+        for array in (widths, odd, row_blocks):
             array.flags.writeable = False
-        tiles = tuple(
-            (width, int(counts[h, p])) for p, (width, _) in enumerate(segments) if counts[h, p]
-        )
-        heads.append(HeadTiles(names[h], arrays[0], arrays[1], tiles, arrays[2]))
+        heads.append(HeadTiles(names[h], widths, odd, tiles, row_blocks))
     return heads

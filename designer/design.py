@@ -14,6 +14,8 @@ if TYPE_CHECKING:
 
 #: Tokens on the side of the largest square tile the segmentation aims for by default.
 DEFAULT_TILE_TOKENS = 128
+#: Longest timestamp string a design keeps (ISO 8601 with an offset is 25 characters).
+MAX_STAMP_CHARS = 64
 
 
 def default_start_width(block_size: int) -> int:
@@ -56,6 +58,13 @@ class Design:
         check_bool("causal", self.causal)
         if self.start_width is not None:
             check_int("start_width", self.start_width, low=0, high=1 << 16)
+        for key in ("created", "modified"):
+            stamp = getattr(self, key)
+            if not isinstance(stamp, str) or len(stamp) > MAX_STAMP_CHARS:
+                raise ValueError(
+                    f"{key} must be a timestamp string of at most {MAX_STAMP_CHARS} characters, "
+                    f"got {shown(stamp)}"
+                )
 
     @property
     def effective_start_width(self) -> int:

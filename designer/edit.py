@@ -7,7 +7,8 @@ given in block coordinates ``(row, col)`` = ``(query block, key block)``:
 - ``Cells(((r, c), ...))``: the listed blocks;
 - ``Rect(row0, col0, row1, col1)``: the box between two corners, both included;
 - ``Row(row)`` / ``Column(col)``: one whole row or column;
-- ``Band(lo, hi)``: the diagonals ``lo <= col - row <= hi``, clipped to the grid.
+- ``Band(lo, hi)``: the diagonals ``lo <= col - row <= hi``, clipped to the grid;
+- ``Bitmap``: the set blocks of a bit-packed box (``Bitmap.of(mask, row0, col0)``).
 
 >>> layout = Layout.zeros(2, 4, 4, 16)
 >>> apply_edit(layout, EditOp("set", Band(-1, 0), heads=(1,))).blocks.sum(dim=(1, 2)).tolist()
@@ -24,6 +25,7 @@ from designer.regions import (
     MAX_EDIT_CELLS,
     REGIONS,
     Band,
+    Bitmap,
     Cells,
     Column,
     Rect,
@@ -37,6 +39,7 @@ __all__ = [
     "ACTIONS",
     "MAX_EDIT_CELLS",
     "Band",
+    "Bitmap",
     "Cells",
     "Column",
     "CopyHead",
@@ -72,11 +75,12 @@ def check_heads(name: str, heads: Any) -> tuple[int, ...]:
 
 def fit_heads(name: str, heads: tuple[int, ...], n_heads: int) -> None:
     """Raise naming the first of ``heads`` that a layout of ``n_heads`` heads does not have."""
-    for i, head in enumerate(heads):
-        if head >= n_heads:
-            raise ValueError(
-                f"{name}[{i}] = {head} is outside the layout's {n_heads} heads (0..{n_heads - 1})"
-            )
+    if not heads or max(heads) < n_heads:  # max at C speed: a head list may hold 1,024
+        return
+    i = next(i for i, head in enumerate(heads) if head >= n_heads)
+    raise ValueError(
+        f"{name}[{i}] = {heads[i]} is outside the layout's {n_heads} heads (0..{n_heads - 1})"
+    )
 
 
 @dataclass(frozen=True)

@@ -123,23 +123,22 @@ class Layout:
         return self.nnz / cells if cells else 0.0
 
     def head_stats(self) -> list[HeadStats]:
-        """Per-head density and per-row spread of active blocks."""
-        row_counts = self.blocks.sum(dim=2)  # [H, M]
-        per_head = row_counts.sum(dim=1)
+        """Per-head density and per-row spread of active blocks (numpy counts: no int64 copy
+        of the grid)."""
+        row_counts = np.count_nonzero(self.to_numpy(), axis=2)  # [H, M]
         cells = self.n_q_blocks * self.n_k_blocks
         stats = []
-        for h in range(self.n_heads):
-            rows = row_counts[h]
-            has_rows = rows.numel() > 0
+        for h, rows in enumerate(row_counts):
+            active = int(rows.sum())
             stats.append(
                 HeadStats(
                     head=h,
-                    active_blocks=int(per_head[h]),
-                    density=int(per_head[h]) / cells if cells else 0.0,
-                    empty_rows=int((rows == 0).sum()),
-                    min_row_blocks=int(rows.min()) if has_rows else 0,
-                    max_row_blocks=int(rows.max()) if has_rows else 0,
-                    mean_row_blocks=float(rows.float().mean()) if has_rows else 0.0,
+                    active_blocks=active,
+                    density=active / cells,
+                    empty_rows=int(np.count_nonzero(rows == 0)),
+                    min_row_blocks=int(rows.min()),
+                    max_row_blocks=int(rows.max()),
+                    mean_row_blocks=float(rows.mean()),
                 )
             )
         return stats

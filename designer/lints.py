@@ -58,6 +58,10 @@ class Lint:
     rows: tuple[tuple[int, int], ...] = ()
 
 
+#: Heads of at most this many cells are scanned for DeepSpeed's defects in parallel.
+PARALLEL_SCAN_CELLS = 1 << 22
+
+
 def lint_design(design: Design) -> list[Lint]:
     """Every finding about ``design``, errors first, then warnings, then information.
 
@@ -185,7 +189,7 @@ def _scattered_for_fused_tiles(layout: Layout) -> list[Lint]:
     padded = torch.nn.functional.pad(blocks, (0, -n_k % per_side, 0, -n_q % per_side))
     squares = padded.view(n_heads, padded.shape[1] // per_side, per_side, -1, per_side)
     visited = squares.any(dim=4).any(dim=2).sum(dim=(1, 2)) * per_side**2  # blocks, per head
-    active = blocks.sum(dim=(1, 2))
+    active = torch.from_numpy(np.count_nonzero(layout.to_numpy(), axis=(1, 2)))  # no int64 copy
     if not int(active.sum()):
         return []
     fill = float(active.sum()) / int(visited.sum())
@@ -290,7 +294,10 @@ def _layout_defects(layout: Layout, start_width: int) -> DeepSpeedDefects:
     def scan(h: int) -> DeepSpeedDefects:
         return deepspeed_defects(Layout(layout.blocks[h : h + 1], 1), start_width)
 
-    with ThreadPoolExecutor(max(1, min(len(missing), os.cpu_count() or 1))) as pool:
+    # Heads in parallel while their scratch is small (a scan takes about 20 bytes a cell)
+    parallel = layout.n_q_blocks * layout.n_k_blocks <= PARALLEL_SCAN_CELLS
+    workers = max(1, min(len(missing), os.cpu_count() or 1)) if parallel else 1
+    with ThreadPoolExecutor(workers) as pool:
         for h, found in zip(missing, pool.map(scan, missing), strict=True):  # scans drop the GIL
             _DEFECTS.put(keys[h], found)
     per_head = [_DEFECTS.peek(key) or scan(first_of[key]) for key in keys]

@@ -6,6 +6,10 @@ parameter has one value per listed head), then replays the edits. Random pattern
 parameter, so the same recipe always gives the same layout. ``to_dict`` / ``recipe_from_dict``
 carry it through JSON and ``.pt`` files; reading checks every key, name, range and parameter.
 
+Every recipe reads back: one past a limit of the readers (its estimated build time, its size in
+a file, its number of edits) is refused when made, and ``with_edit`` flattens a recipe rather
+than pass one (``recipe_size``), so painting never makes a design that cannot be saved.
+
 >>> from designer.edit import EditOp, Row
 >>> recipe = Recipe(2, 4, 4, 64, steps=(RecipeStep("causal"),))
 >>> recipe.with_edit(EditOp("clear", Row(0), heads=(1,))).build().blocks.sum().item()
@@ -25,6 +29,7 @@ import torch
 
 from designer.cache import LruCache
 from designer.edit import (
+    Bitmap,
     CopyHead,
     Edit,
     EditOp,
@@ -37,8 +42,20 @@ from designer.edit import (
 )
 from designer.layout import MAX_BLOCK_SIZE, Layout
 from designer.patterns.registry import PATTERNS, make_pattern
-from designer.recipe_cost import check_budget, copy_ns, edit_ns, step_ns
+from designer.recipe_cost import (
+    RecipeCost,
+    RecipeTooLarge,
+    build_bytes,
+    check_budget,
+    copy_ns,
+    edit_bytes,
+    edit_ns,
+    step_bytes,
+    step_ns,
+)
 from designer.recipe_replay import replay_edit
+from designer.recipe_size import check_size, compact, edit_size, snapshot_edits, step_size
+from designer.threads import one_thread
 from designer.validate import (
     check_choice,
     check_float,
@@ -153,7 +170,7 @@ def _check_items(name: str, values: Any, limit: int) -> list | tuple:
     if not isinstance(values, (list, tuple)):
         raise TypeError(f"{name} must be a list, got {type(values).__name__}")
     if len(values) > limit:
-        raise ValueError(f"{name} must have at most {limit} items, got {len(values)}")
+        raise RecipeTooLarge(f"{name} must have at most {limit} items, got {len(values)}")
     return values
 
 
@@ -222,21 +239,29 @@ class Recipe:
             if not isinstance(step, RecipeStep):
                 raise TypeError(f"steps[{i}] must be a RecipeStep, got {type(step).__name__}")
             fit_heads(f"steps[{i}].heads", step.heads or (), self.n_heads)
-        ns = 0
+        ns, chars, values, transient = 0, 0, 0, 0
         for step in steps:
             heads = self.n_heads if step.heads is None else len(step.heads)
             ns += step_ns(step.pattern, step.params, heads, *shape[1:])
+            transient = max(transient, step_bytes(step.pattern, step.params, heads, *shape[1:]))
+            size = step_size(step)
+            chars, values = chars + size[0] + 1, values + size[1] + 1
         edits = tuple(_check_items("edits", self.edits, MAX_EDITS))
+        edits = tuple(compact(op) if isinstance(op, EditOp) else op for op in edits)
         for i, op in enumerate(edits):
             new_shape = _edited_shape(i, op, shape)
             ns += edit_ns(op, shape)
+            transient = max(transient, edit_bytes(op, shape))
+            size = edit_size(op)
+            chars, values = chars + size[0] + 1, values + size[1] + 1
             shape = new_shape
         transposes = sum(isinstance(op, Transpose) for op in edits)
-        check_budget(ns + copy_ns(shape, transposes))
+        check_budget(ns + copy_ns(shape, transposes), build_bytes(shape, transient))
+        check_size(chars, values)
         object.__setattr__(self, "steps", steps)
         object.__setattr__(self, "edits", edits)
         self.__dict__["_shape_after_edits"] = shape  # what the next edit must fit
-        self.__dict__["_cost"] = (ns, transposes)  # estimated build time before the final copy
+        self.__dict__["_cost"] = RecipeCost(ns, transposes, chars, transient, values)
 
     def build(self) -> Layout:
         """The layout this recipe makes (built once, then shared: layouts are immutable)."""
@@ -245,6 +270,10 @@ class Recipe:
     @functools.cached_property
     def _layout(self) -> Layout:
         """Steps and edits applied in place to one working grid, then one ``Layout`` made."""
+        with one_thread():
+            return self._built()
+
+    def _built(self) -> Layout:
         blocks = torch.zeros(self.n_heads, self.n_q_blocks, self.n_k_blocks, dtype=torch.bool)
         for i, step in enumerate(self.steps):
             heads = slice(None) if step.heads is None else list(step.heads)
@@ -267,24 +296,76 @@ class Recipe:
 
         Only ``op`` is checked (against the shape the earlier edits leave), and if this recipe was
         built, the new one starts from that layout plus ``op`` instead of rebuilding, so painting
-        stays cheap however long the edit list grows.
+        stays cheap however long the edit list grows. When one more edit would pass a limit of
+        the readers (build time, size in a file, number of edits), the recipe flattens first
+        (``flattened``), and if even that is too large, into a snapshot of the layout with
+        ``op`` applied: the design is kept exactly, its steps and edits become its layout.
         """
+        op = compact(op)
+        try:
+            return self._extended(op)
+        except RecipeTooLarge:
+            pass
+        try:
+            return self.flattened()._extended(op)
+        except RecipeTooLarge:
+            return _snapshot(apply_edit(self.build(), op))
+
+    def _extended(self, op: Edit) -> Recipe:
         edits = tuple(_check_items("edits", (*self.edits, op), MAX_EDITS))
         before = self.__dict__["_shape_after_edits"]
         shape = _edited_shape(len(self.edits), op, before)
-        ns, transposes = self.__dict__["_cost"]
-        ns, transposes = ns + edit_ns(op, before), transposes + isinstance(op, Transpose)
-        check_budget(ns + copy_ns(shape, transposes))
+        cost, (chars, values) = self.__dict__["_cost"], edit_size(op)
+        cost = RecipeCost(
+            cost.ns + edit_ns(op, before),
+            cost.transposes + isinstance(op, Transpose),
+            cost.chars + chars + 1,
+            max(cost.transient_bytes, edit_bytes(op, before)),
+            cost.values + values + 1,
+        )
+        check_budget(
+            cost.ns + copy_ns(shape, cost.transposes), build_bytes(shape, cost.transient_bytes)
+        )
+        check_size(cost.chars, cost.values)
         extended = object.__new__(Recipe)  # fields already checked: no __post_init__ again
         extended.__dict__.update(
             {f.name: getattr(self, f.name) for f in fields(self)},
             edits=edits,
             _shape_after_edits=shape,
-            _cost=(ns, transposes),
+            _cost=cost,
         )
         if "_layout" in self.__dict__:
             extended.__dict__["_layout"] = apply_edit(self._layout, op)
         return extended
+
+    @property
+    def flat(self) -> bool:
+        """Whether this recipe is a snapshot of a layout: no steps, only ``set`` bitmaps."""
+        return not self.steps and all(
+            isinstance(op, EditOp) and op.action == "set" and isinstance(op.region, Bitmap)
+            for op in self.edits
+        )
+
+    def flattened(self) -> Recipe:
+        """The recipe of this one's layout alone: no steps, its blocks as ``set`` bitmaps
+        (``recipe_size.snapshot_edits``), the same layout."""
+        return _snapshot(self.build())
+
+    @property
+    def cost(self) -> RecipeCost:
+        """What building this recipe is estimated to take (``recipe_cost``)."""
+        return self.__dict__["_cost"]
+
+    @property
+    def shape_after_edits(self) -> tuple[int, int, int]:
+        """The shape of the layout this recipe builds (a transpose swaps the grid)."""
+        return self.__dict__["_shape_after_edits"]
+
+    @property
+    def build_ns(self) -> int:
+        """The estimated nanoseconds of ``build()`` from scratch, its final copy included."""
+        cost = self.cost
+        return cost.ns + copy_ns(self.__dict__["_shape_after_edits"], cost.transposes)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict that ``recipe_from_dict`` reads back to an equal recipe."""
@@ -298,11 +379,21 @@ class Recipe:
         }
 
 
-def recipe_from_dict(data: Any) -> Recipe:
+def _snapshot(layout: Layout) -> Recipe:
+    """A flat recipe that builds ``layout`` (already built: it is ``layout`` itself)."""
+    recipe = Recipe(*layout.shape, layout.block_size, edits=snapshot_edits(layout))
+    recipe.__dict__["_layout"] = layout
+    return recipe
+
+
+def recipe_from_dict(data: Any, *, read_ns: int = 0, build: bool = True) -> Recipe:
     """Read a recipe written by ``Recipe.to_dict()``, checking everything, parameters included.
 
     Parameters are checked by building the layout once (the registry validates them), so a recipe
-    that comes back from here always builds.
+    that comes back from here always builds. ``read_ns`` is what reading the file was estimated
+    to take: reading and building share one budget, checked before the build. ``build=False``
+    skips the build, for a recipe this designer wrote with the layout it built (the caller
+    gives it that layout, ``formats.settings.adopt_layout``).
     """
     keys = ("n_heads", "n_q_blocks", "n_k_blocks", "block_size", "steps", "edits")
     check_keys("recipe", data, keys)
@@ -326,5 +417,7 @@ def recipe_from_dict(data: Any) -> Recipe:
             tuple(read_steps),
             tuple(read_edits),
         )
-        recipe.build()
+        check_budget(read_ns + recipe.build_ns)
+        if build:
+            recipe.build()
     return recipe

@@ -49,14 +49,18 @@ def segment_head(present, widths, safe, rows, counts, repeats):  # pragma: no co
     """
     n_rows, n_cols = present.shape
     row_start = np.zeros(n_rows + 1, dtype=np.int64)
-    cols = np.empty(n_rows * n_cols, dtype=np.int32)
-    rank = np.empty((n_rows, n_cols), dtype=np.int32)
+    # Scratch sized by what is asked: the present blocks' columns, and their ranks only when
+    # rows are written (a scan for repeats alone writes none).
+    cols = np.empty(np.count_nonzero(present) + 1, dtype=np.int32)
+    ranked = rows.shape[0] > 0
+    rank = np.empty((n_rows, n_cols) if ranked else (1, 1), dtype=np.int32)
     nnz = 0
     for m in range(n_rows):
         for n in range(n_cols):  # branch-free: random layouts defeat the branch predictor
             is_present = present[m, n] != 0
             cols[nnz] = n
-            rank[m, n] = nnz if is_present else -1
+            if ranked:
+                rank[m, n] = nnz if is_present else -1
             nnz += is_present
         row_start[m + 1] = nnz
     remaining = present.copy()  # 1 where a block is present and not yet extracted

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from designer.layout import Layout
-from designer.segment import Segments, deepspeed_repeats, sdd_segment
+from designer.segment import Segments, deepspeed_repeats, scan_head, sdd_segment
 from designer.validate import check_int
 
 Cell = tuple[int, int, int]
@@ -237,3 +237,22 @@ def tile_maps(blocks: np.ndarray, segments: Segments) -> tuple[np.ndarray, np.nd
         widths[flat] = width
         odd[flat] = (np.arange(len(cells)) // (width * width)) & 1
     return widths.reshape(shape), odd.reshape(shape)
+
+
+def head_tile_maps(
+    blocks: np.ndarray, start_width: int
+) -> tuple[np.ndarray, np.ndarray, tuple[tuple[int, int], ...]]:
+    """``tile_maps`` of one ``[M, N]`` head at ``start_width`` and its ``(width, tiles)``
+    counts, widest first, from ``scan_head``'s compact rows (one head's memory: the maps, the
+    rows, one width's indices at a time)."""
+    n_cols = blocks.shape[1]
+    widths = (np.asarray(blocks) != 0) * np.uint16(UNTILED)
+    odd = np.zeros(blocks.shape, dtype=bool)
+    flat_widths, flat_odd = widths.reshape(-1), odd.reshape(-1)
+    tiles = []
+    for width, rows in scan_head(blocks, start_width):
+        flat = rows[:, 0].astype(np.int64) * n_cols + rows[:, 1]
+        flat_widths[flat] = width
+        flat_odd[flat] = (np.arange(len(rows)) // (width * width)) & 1
+        tiles.append((width, len(rows) // (width * width)))
+    return widths, odd, tuple(tiles)

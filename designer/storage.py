@@ -19,23 +19,30 @@ server; give each user their own with ``BSD_DATA_DIR``.
 
 Files are written with fsync on the file and its directory. ``tidy`` runs once per server start:
 it removes temporary files left by a crash mid-write and autosaves untouched for
-``$BSD_AUTOSAVE_DAYS`` days (default 30).
+``$BSD_AUTOSAVE_DAYS`` days (default 30). Nothing in the folder stops it (a directory where a
+file was expected, a file it may not remove, a read-only folder, a bad setting): it says what it
+could not do and goes on, and keeps every autosave when the setting is not a number of days.
+
+Library names are matched as people read them: NFKC-normalised and case-folded, so "ﬁle" and
+"file", "Ａ" and "A", "File" and "file" name one design, stored under the spelling last saved.
+Messages never show a server path (``reason`` words an ``OSError`` without its file name).
 """
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import secrets
+import stat
 import time
 import unicodedata
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from designer.design import Design, now_iso
 from designer.fileio import atomic_write
-from designer.formats import design_from_json, load_design, save_design
+from designer.formats import design_from_json, load_design
+from designer.formats.pt_file import design_file_bytes
 from designer.formats.reader import MAX_LEGACY_FILE_BYTES
 from designer.validate import shown
 
@@ -53,6 +60,9 @@ DEFAULT_DESIGN_FILE = Path(__file__).resolve().parent / "default_design.json"
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
 #: Letters and digits of any script, ``_``, then also spaces and ``. + -``: safe as a file name.
 _LIBRARY_NAME = re.compile(r"\w[\w .+-]{0,79}")
+#: Most UTF-8 bytes of a library name: its temporary file ``.<name>.pt.<8 random>.tmp`` must fit
+#: the 255-byte file names of common file systems (80 CJK characters are 240 bytes).
+MAX_NAME_BYTES = 200
 
 
 def default_data_dir() -> Path:
@@ -64,7 +74,8 @@ def default_data_dir() -> Path:
 
 
 def autosave_days() -> float:
-    """Days to keep autosaves: ``$BSD_AUTOSAVE_DAYS`` when set (a positive number), else 30."""
+    """Days to keep autosaves: ``$BSD_AUTOSAVE_DAYS`` when set (a positive, finite number), else
+    30; ``ValueError`` for anything else."""
     text = os.environ.get(AUTOSAVE_DAYS_ENV)
     if text is None:
         return AUTOSAVE_DAYS
@@ -72,16 +83,20 @@ def autosave_days() -> float:
         days = float(text)
     except ValueError:
         days = -1.0
-    if not days > 0:
+    if not 0 < days < float("inf"):
         raise ValueError(f"{AUTOSAVE_DAYS_ENV} must be a number of days > 0, got {text!r:.40}")
     return days
 
 
+def reason(error: OSError) -> str:
+    """What went wrong in an ``OSError``, in words, without the path it names."""
+    return error.strerror or type(error).__name__
+
+
 def design_bytes(design: Design) -> bytes:
-    """The design as the bytes of a ``.pt`` design file."""
-    buffer = io.BytesIO()
-    save_design(design, buffer)
-    return buffer.getvalue()
+    """The design as the bytes of a ``.pt`` design file (``ValueError`` if a reader would refuse
+    them: nothing is written then)."""
+    return design_file_bytes(design)
 
 
 def load_default_design() -> Design:
@@ -106,15 +121,39 @@ def check_session_id(session_id: object) -> str:
 
 
 def check_library_name(name: object) -> str:
-    """Return ``name`` stripped if it can name a library file, or raise saying what is allowed."""
+    """Return ``name`` stripped and NFKC-normalised if it can name a library file, or raise
+    saying what is allowed.
+
+    >>> check_library_name(" ﬁle Ａ ")
+    'file A'
+    """
     if isinstance(name, str):
-        name = unicodedata.normalize("NFC", name.strip())
+        name = unicodedata.normalize("NFKC", name.strip())
         if _LIBRARY_NAME.fullmatch(name):
+            size = len(name.encode("utf-8"))
+            if size > MAX_NAME_BYTES:
+                raise ValueError(
+                    f"design name must be at most {MAX_NAME_BYTES} bytes in UTF-8 to name a "
+                    f"file, got {size} ({len(name)} characters)"
+                )
             return name
     raise ValueError(
         "design name must be 1 to 80 letters (any script), digits, spaces or '_ . + -', not "
         f"starting with a space, '.' or '-', got {shown(name)}"
     )
+
+
+def name_key(name: str) -> str:
+    """What two library names must share to name the same design (NFKC, case-folded)."""
+    return unicodedata.normalize("NFKC", name).casefold()
+
+
+@dataclass(frozen=True)
+class Tidied:
+    """What ``DesignStore.tidy`` removed, and what it could not do, in words."""
+
+    removed: list[Path] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
 
 
 class DesignStore:
@@ -132,28 +171,38 @@ class DesignStore:
 
     # ----------------------------------------------------------------- library
     def names(self) -> list[str]:
-        """Names of the saved designs, sorted case-insensitively."""
+        """Names of the saved designs (regular files only), sorted case-insensitively."""
         if not self.library_dir.is_dir():
             return []
-        names = (p.name[: -len(SUFFIX)] for p in self.library_dir.glob(f"*{SUFFIX}"))
+        names = (p.name[: -len(SUFFIX)] for p in self.library_dir.glob(f"*{SUFFIX}") if _is_file(p))
         return sorted((n for n in names if _LIBRARY_NAME.fullmatch(n)), key=str.casefold)
 
+    def existing(self, name: str) -> str | None:
+        """The saved name that ``name`` would replace (the same, or a look-alike), if any."""
+        key = name_key(check_library_name(name))
+        return next((saved for saved in self.names() if name_key(saved) == key), None)
+
     def save(self, name: str, design: Design) -> Path:
-        """Save ``design`` under ``name`` (replacing one of that name) and return its path."""
+        """Save ``design`` under ``name``, replacing the design of that name or of a look-alike
+        (which then takes this spelling), and return its path."""
         path = self._library_path(name)
+        before = self.existing(name)
         atomic_write(path, design_bytes(design))
+        if before is not None and before != check_library_name(name):
+            self._library_path(before).unlink(missing_ok=True)
         return path
 
     def load(self, name: str) -> Design:
         """The design saved under ``name``; ``ValueError`` if there is none or it is unreadable."""
-        path = self._library_path(name)
-        if not path.is_file():
-            raise ValueError(f"no design named {name!r} in the library at {self.library_dir}")
-        return _read(path)
+        saved = self.existing(name)
+        if saved is None:
+            raise ValueError(f"no design named {name!r} in the library")
+        return _read(self._library_path(saved), f"library design {name!r}")
 
     def delete(self, name: str) -> None:
-        """Remove the design saved under ``name`` (no error if it is already gone)."""
-        self._library_path(name).unlink(missing_ok=True)
+        """Remove the design saved under ``name`` or a look-alike (no error if it is already
+        gone); ``OSError`` if the library cannot be changed."""
+        self._library_path(self.existing(name) or name).unlink(missing_ok=True)
 
     # ----------------------------------------------------------------- autosave
     def autosave(self, session_id: str, design: Design) -> None:
@@ -163,32 +212,52 @@ class DesignStore:
     def restore(self, session_id: str) -> Design | None:
         """The autosaved design of a session, or None if it never saved one."""
         path = self._autosave_path(session_id)
-        return _read(path) if path.is_file() else None
+        return _read(path, "the autosave") if _is_file(path) else None
 
     # ----------------------------------------------------------------- housekeeping
-    def tidy(self, max_age_days: float | None = None, *, now: float | None = None) -> list[Path]:
-        """Remove crash leftovers and old autosaves; return what was removed.
+    def tidy(self, max_age_days: float | None = None, *, now: float | None = None) -> Tidied:
+        """Remove crash leftovers and old autosaves; return what was removed and what not.
 
         Temporary files older than ``ORPHAN_SECONDS`` and autosaves not written for
-        ``max_age_days`` (default ``autosave_days()``) go; the library is never pruned.
+        ``max_age_days`` (default ``autosave_days()``) go; the library is never pruned. Only
+        regular files are touched; an entry that cannot be read or removed is left as it is.
         """
-        max_age = (autosave_days() if max_age_days is None else max_age_days) * 86400
+        problems = []
+        max_age = max_age_days
+        if max_age is None:
+            try:
+                max_age = autosave_days()
+            except ValueError as error:
+                problems.append(f"{error}: old autosaves are kept")
         now = time.time() if now is None else now
         removed = []
         for directory in (self.library_dir, self.autosave_dir):
-            if not directory.is_dir():
+            try:
+                entries = list(directory.iterdir()) if directory.is_dir() else []
+            except OSError as error:
+                problems.append(f"the {directory.name} folder cannot be read ({reason(error)})")
                 continue
-            for path in directory.iterdir():
+            for path in entries:
                 try:
-                    age = now - path.lstat().st_mtime
+                    info = path.lstat()
                 except OSError:
                     continue
+                age = now - info.st_mtime
                 orphan = path.name.startswith(".") and path.name.endswith(".tmp")
                 stale = directory == self.autosave_dir and path.suffix == SUFFIX
-                if (orphan and age > ORPHAN_SECONDS) or (stale and age > max_age):
+                if orphan:
+                    old = age > ORPHAN_SECONDS
+                else:
+                    old = stale and max_age is not None and age > max_age * 86400
+                if not old or not stat.S_ISREG(info.st_mode):
+                    continue
+                try:
                     path.unlink(missing_ok=True)
-                    removed.append(path)
-        return removed
+                except OSError as error:
+                    problems.append(f"an old file could not be removed ({reason(error)})")
+                    continue
+                removed.append(path)
+        return Tidied(removed, list(dict.fromkeys(problems)))
 
     def _library_path(self, name: str) -> Path:
         return self.library_dir / f"{check_library_name(name)}{SUFFIX}"
@@ -197,11 +266,25 @@ class DesignStore:
         return self.autosave_dir / f"{check_session_id(session_id)}{SUFFIX}"
 
 
-def _read(path: Path) -> Design:
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file (not a directory, device or broken entry)."""
     try:
-        # Our own files: version 1 too (int64 layout, recipe as lists in the pickle).
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+def _read(path: Path, what: str) -> Design:
+    try:
+        # Our own files: version 1 too (int64 layout, recipe as lists in the pickle), and
+        # checked when written (the recipe rebuilds the layout), so not rebuilt on every read.
         return load_design(
-            path, max_bytes=MAX_LEGACY_FILE_BYTES, max_pickle_bytes=MAX_LEGACY_FILE_BYTES
+            path,
+            max_bytes=MAX_LEGACY_FILE_BYTES,
+            max_pickle_bytes=MAX_LEGACY_FILE_BYTES,
+            rebuild_recipe=False,
         )
+    except OSError as error:
+        raise ValueError(f"cannot read {what}: {reason(error)}") from error
     except ValueError as error:
-        raise ValueError(f"cannot read {path}: {error}") from error
+        raise ValueError(f"cannot read {what}: {error}") from error

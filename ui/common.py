@@ -6,17 +6,31 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from designer.analysis import Analysis, cached_analysis
+from designer.analysis import (
+    Analysis,
+    analysed,
+    analysis_cost,
+    analysis_key,
+    cached_analysis,
+    runs_with_the_page,
+)
 from designer.design import Design
 from designer.storage import DesignStore, load_default_design
 from ui import keys, state
+from ui.text import plain
 
 
 def start_run(store: DesignStore) -> None:
-    """Every run begins here: the session's design (once), widget values, pending notices."""
+    """Every run begins here: the session's design (once), widget values, pending notices.
+
+    A new session also hears what the server's tidy of the data folder could not do.
+    """
     session = st.session_state
-    _tidy_once(str(store.root))
+    problems = _tidy_once(str(store.root))
+    new = keys.HISTORY not in session
     state.init_session(session, st.query_params, store, load_default_design)
+    for problem in problems if new else ():
+        state.notice(session, ":material/warning:", plain(f"Data folder: {problem}."))
     state.refresh_widgets(session)
     while session[keys.NOTICES]:
         icon, text = session[keys.NOTICES].pop(0)
@@ -52,17 +66,54 @@ def change_design(
 
 
 def show_message(place: str) -> None:
-    """Show the error waiting at ``place`` (under the widget that caused it)."""
+    """Show the error waiting at ``place`` (under the widget that caused it), as plain text:
+    messages quote what users typed."""
     if text := state.message(st.session_state, place):
-        st.error(text, icon=":material/error:")
+        st.error(plain(text), icon=":material/error:")
 
 
-def current_analysis() -> tuple[str, Analysis]:
-    """The current design's analysis key and analysis (each head segmented once per content)."""
-    return cached_analysis(state.design(st.session_state))
+def current_analysis() -> tuple[str, Analysis | None]:
+    """The current design's analysis key and analysis (each head segmented once per content).
+
+    The analysis is None for a design whose analysis costs more than a page may spend
+    (``runs_with_the_page``) until it is asked for (``analysis_offer``); then the first view to
+    want it runs it here, under a progress bar.
+    """
+    current = state.design(st.session_state)
+    if runs_with_the_page(current):
+        return cached_analysis(current)
+    key = analysis_key(current)
+    if (found := analysed(current)) is not None:
+        return key, found
+    if st.session_state.get(keys.ANALYSIS_ASKED) != key:
+        return key, None
+    bar = st.progress(0.0, text="Segmenting and linting, head by head…")
+    _, found = cached_analysis(current, progress=lambda done: bar.progress(done, text=(
+        f"Segmenting and linting, head by head: {done:.0%}")))  # fmt: skip
+    bar.empty()
+    return key, found
+
+
+def analysis_offer(key: str) -> None:
+    """Say that the design's tiles and lints are not computed with the page, and offer them."""
+    seconds = analysis_cost(state.design(st.session_state))[0] / 1e9
+    st.info(
+        f"Tiles and lints of a design this large take about {seconds:.0f} s, more than a page "
+        "may spend, so they run only when asked (the other figures are exact).",
+        icon=":material/hourglass_top:",
+    )
+    st.button(
+        f"Segment and lint (about {seconds:.0f} s)", icon=":material/play_arrow:",
+        key=f"analyse_{key}", on_click=_ask_analysis, args=(key,),
+    )  # fmt: skip
+
+
+def _ask_analysis(key: str) -> None:
+    st.session_state[keys.ANALYSIS_ASKED] = key
 
 
 @st.cache_resource(show_spinner=False)
-def _tidy_once(root: str) -> int:
-    """Housekeeping of the data directory, once per server process (see ``DesignStore.tidy``)."""
-    return len(DesignStore(root).tidy())
+def _tidy_once(root: str) -> tuple[str, ...]:
+    """Housekeeping of the data directory, once per server process (see ``DesignStore.tidy``):
+    what it could not do."""
+    return tuple(DesignStore(root).tidy().problems)

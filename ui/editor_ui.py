@@ -15,7 +15,7 @@ import numpy as np
 import streamlit as st
 
 from designer import changes
-from designer.analysis import HeadTiles, head_tiles
+from designer.analysis import HeadTiles, head_view
 from designer.design import Design
 from designer.edit import ACTIONS, Band, CopyHead, EditOp
 from designer.storage import DesignStore
@@ -150,7 +150,7 @@ def _on_copy(store: DesignStore) -> None:
 def _head_data(current: Design, head: int) -> dict:
     """The canvas payload of one head, from its segmentation cached by content."""
     blocks = current.layout.blocks[head].numpy()
-    tiles = head_tiles(blocks, current.effective_start_width)
+    tiles = head_view(current, head)  # untiled when segmenting it costs more than a page may
     return _head_payload(tiles.key, current.effective_start_width, blocks, tiles)
 
 

@@ -1,10 +1,13 @@
 """Files: download the design in every format (and see how a model uses the ``.pt``), load one
 back, and the library of named designs.
 
-An upload is recognised by its content (``read_design_file``): the app says what it found, and
-asks for a block size only for a bare tensor, which carries none. A file that does not load
-leaves the current design untouched and says why once, next to the upload. Replacing or deleting
-a library design asks first. Names are shown as plain text (``plain``), never as Markdown.
+An upload is recognised by its content (``read_design_file``), never by its name (the uploader
+filters no types: Streamlit would refuse a name it dislikes with an exception page): the app
+says what it found, and asks for a block size only for a bare tensor, which carries none. A file
+that does not load leaves the current design untouched and says why once, next to the upload.
+Replacing or deleting a library design asks first; a library that cannot be changed says so.
+Messages are stored as written and shown as plain text (``plain``), never as Markdown, and
+never with a server path.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from designer.formats import LoadedDesign, module_snippet, read_design_file
 from designer.formats.exports import design_file_name, exports
 from designer.formats.reader import BARE_BLOCK_SIZE, MAX_FILE_BYTES
 from designer.layout import MAX_BLOCK_SIZE
-from designer.storage import DesignStore
+from designer.storage import DesignStore, reason
 from ui import keys, state
 from ui.text import plain
 
@@ -59,9 +62,14 @@ def read_upload(file_name: str, data: bytes, bare_block_size: int) -> LoadedDesi
     the file's stem as their name. ``bare_block_size`` is used only for a bare tensor."""
     loaded = read_design_file(data, bare_block_size=bare_block_size)
     if loaded.kind in _UNNAMED_KINDS:
-        stem = PurePath(file_name).stem.strip()[:200] or "imported"
+        stem = PurePath(shown_name(file_name)).stem.strip()[:200] or "imported"
         loaded = replace(loaded, design=replace(loaded.design, name=stem))
     return loaded
+
+
+def shown_name(file_name: str) -> str:
+    """An uploaded file's name without control characters (a NUL, a newline), at most 200."""
+    return "".join(c for c in file_name if c.isprintable())[:200] or "upload"
 
 
 def _downloads_ui() -> None:
@@ -79,6 +87,8 @@ def _downloads_ui() -> None:
             key=f"download_{export.file_name.rsplit('.', 1)[-1]}_{export.label}",
             width="stretch",
         )
+        if export.note and not export.unavailable:
+            st.caption(export.note)
 
 
 def _upload_ui(store: DesignStore) -> None:
@@ -86,11 +96,16 @@ def _upload_ui(store: DesignStore) -> None:
     st.file_uploader(
         "A design (.pt or .json), FlexAttention BlockMask, CSR or MIT tensors, or a bare "
         "DeepSpeed-style layout tensor",
-        type=["pt", "pth", "json"],
         key=keys.UPLOAD,
         on_change=_on_upload,
         args=(store,),
         max_upload_size=MAX_UPLOAD_MIB,
+        help="Recognised by its content, whatever its name.",
+    )
+    st.caption(
+        f"Up to {MAX_UPLOAD_MIB} MiB: the browser refuses a larger file before sending it (a red "
+        "mark on the file). The Design (.pt) download of any design fits; downloads that do not "
+        "say so under their button."
     )
     pending = session.get(keys.UPLOAD_PENDING)
     if pending is not None:
@@ -114,7 +129,7 @@ def _upload_ui(store: DesignStore) -> None:
 def _show_once(place: str) -> None:
     """Show the error waiting at ``place`` in this run only: it answers one action."""
     if text := state.message(st.session_state, place):
-        st.error(text, icon=":material/error:")
+        st.error(plain(text), icon=":material/error:")
         state.say(st.session_state, place, None)
 
 
@@ -125,16 +140,16 @@ def _on_upload(store: DesignStore) -> None:
     upload = session[keys.UPLOAD]
     if upload is None:
         return
-    data = upload.getvalue()
+    data, name = upload.getvalue(), shown_name(upload.name)
     try:
-        loaded = read_upload(upload.name, data, BARE_BLOCK_SIZE)
+        loaded = read_upload(name, data, BARE_BLOCK_SIZE)
     except (ValueError, TypeError) as error:
-        state.say(session, keys.FILES_PLACE, plain(f"Could not load {upload.name}: {error}"))
+        state.say(session, keys.FILES_PLACE, f"Could not load {name}: {error}")
         return
     if loaded.bare:
-        session[keys.UPLOAD_PENDING] = (upload.name, data)
+        session[keys.UPLOAD_PENDING] = (name, data)
         return
-    _commit_upload(store, upload.name, loaded)
+    _commit_upload(store, name, loaded)
 
 
 def _on_load_bare(store: DesignStore) -> None:
@@ -143,7 +158,7 @@ def _on_load_bare(store: DesignStore) -> None:
     try:
         loaded = read_upload(name, data, session[keys.UPLOAD_BLOCK_SIZE])
     except (ValueError, TypeError) as error:
-        state.say(session, keys.FILES_PLACE, plain(f"Could not load {name}: {error}"))
+        state.say(session, keys.FILES_PLACE, f"Could not load {name}: {error}")
         return
     _commit_upload(store, name, loaded)
 
@@ -195,7 +210,7 @@ def _library_ui(store: DesignStore) -> None:
         on_click=_ask, args=("delete", picked), width="stretch",
     )  # fmt: skip
     _confirm_ui(store)
-    st.caption(f"Stored in {plain(store.library_dir)}, shared by everyone using this server.")
+    st.caption("Stored in the server's data folder, shared by everyone using this server.")
     _show_once(keys.LIBRARY_PLACE)
 
 
@@ -240,15 +255,18 @@ def _on_save(store: DesignStore, confirmed: str | None) -> None:
     _ask_nothing()
     name = confirmed or session[keys.LIBRARY_NAME]
     try:
-        exists = name.strip() in store.names()
+        exists = store.existing(name)
         if exists and confirmed is None:
-            _ask("replace", name.strip())
+            _ask("replace", exists)
             return
         current = state.design(session)
         named = current if current.name == name.strip() else replace(current, name=name.strip())
         store.save(name, named)
-    except (ValueError, OSError) as error:
-        state.say(session, keys.LIBRARY_PLACE, plain(f"Could not save: {error}"))
+    except ValueError as error:
+        state.say(session, keys.LIBRARY_PLACE, f"Could not save: {error}")
+        return
+    except OSError as error:
+        state.say(session, keys.LIBRARY_PLACE, f"Could not save: {reason(error)}")
         return
     if named is not current:
         state.replace_design(session, named, store)
@@ -263,8 +281,8 @@ def _on_load(store: DesignStore) -> None:
     name = session[keys.LIBRARY_PICKED]
     try:
         loaded = store.load(name)
-    except (ValueError, OSError) as error:
-        state.say(session, keys.LIBRARY_PLACE, plain(f"Could not open {name!r}: {error}"))
+    except ValueError as error:
+        state.say(session, keys.LIBRARY_PLACE, f"Could not open: {error}")
         return
     state.say(session, keys.LIBRARY_PLACE, None)
     opened: Design = replace(loaded, name=name)  # the library name is the design's name
@@ -275,6 +293,10 @@ def _on_load(store: DesignStore) -> None:
 def _on_delete(store: DesignStore, name: str) -> None:
     session = st.session_state
     _ask_nothing()
-    store.delete(name)
+    try:
+        store.delete(name)
+    except OSError as error:
+        state.say(session, keys.LIBRARY_PLACE, f"Could not delete “{name}”: {reason(error)}")
+        return
     session[keys.LIBRARY_PICKED] = None
     state.notice(session, ":material/delete:", f"Deleted “{plain(name)}” from the library.")

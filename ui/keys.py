@@ -20,6 +20,9 @@ NOTICES = "notices"
 PAINT_CANVAS = "paint_canvas"
 PAINT_APPLIED = "paint_applied"
 
+#: The analysis key of the design whose costly analysis the user asked for.
+ANALYSIS_ASKED = "analysis_asked"
+
 #: The open tab (``st.tabs``).
 TAB = "tab"
 UNDO, REDO = "undo", "redo"

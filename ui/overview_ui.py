@@ -6,6 +6,7 @@ import numpy as np
 import streamlit as st
 
 from designer.analysis import Analysis, HeadTiles
+from designer.cache import head_keys
 from ui import keys, state
 from ui.common import current_analysis
 from ui.figures import legend_html, png_bytes
@@ -30,16 +31,22 @@ def overview_ui() -> None:
     """Draw every head of the current design, and the tile-width legend."""
     current = state.design(st.session_state)
     _, analysis = current_analysis()
-    by_tiles = st.toggle("Colour by tile width", value=True, key=keys.SHOW_TILES)
+    by_tiles = st.toggle(
+        "Colour by tile width", value=True, key=keys.SHOW_TILES, disabled=analysis is None,
+        help=None if analysis else "Once segmented (the button above)",
+    )  # fmt: skip
+    by_tiles = by_tiles and analysis is not None
     layout = current.layout
     long_side = max(layout.n_q_blocks, layout.n_k_blocks)
     scale = scale_factors(long_side, max(THUMBNAIL_PX, min(long_side, MAX_UNSHRUNK_PX)))
+    heads = analysis.heads if analysis else [None] * layout.n_heads
     pictures = [
-        _head_png(head.key, by_tiles, scale, _head=head, _blocks=blocks)
-        for blocks, head in zip(layout.to_numpy(), analysis.heads, strict=True)
+        _head_png(name, by_tiles, scale, _head=head, _blocks=blocks)
+        for blocks, head, name in zip(layout.to_numpy(), heads, head_keys(layout), strict=True)
     ]
     cells = layout.n_q_blocks * layout.n_k_blocks
-    captions = [f"head {h} · {head.active / cells:.1%}" for h, head in enumerate(analysis.heads)]
+    active = [s.active_blocks for s in layout.head_stats()]
+    captions = [f"head {h} · {count / cells:.1%}" for h, count in enumerate(active)]
     # PNG as drawn: "auto" would re-encode RGB pictures as JPEG on every run (slow and blurry)
     st.image(pictures, caption=captions, width="content", output_format="PNG")
     if by_tiles:
@@ -48,9 +55,15 @@ def overview_ui() -> None:
         st.html(legend_html([(_hex(EMPTY_RGB), "inactive"), (_hex(ACTIVE_RGB), "active block")]))
 
 
-def legend_entries(analysis: Analysis) -> list[tuple[str, str]]:
+def legend_entries(analysis: Analysis | None) -> list[tuple[str, str]]:
     """One legend entry per tile width present (colour and a label with its counts), then
-    active blocks that no tile covers, if any, and inactive blocks."""
+    active blocks that no tile covers, if any, and inactive blocks (before segmentation:
+    active and inactive blocks)."""
+    if analysis is None:
+        return [
+            (_hex(ACTIVE_RGB), "active block (not segmented yet)"),
+            (_hex(EMPTY_RGB), "inactive"),
+        ]
     stats = analysis.stats
     entries = [
         (
@@ -67,7 +80,12 @@ def legend_entries(analysis: Analysis) -> list[tuple[str, str]]:
 
 @st.cache_data(max_entries=256, show_spinner=False)
 def _head_png(
-    key: str, by_tiles: bool, scale: tuple[int, int], *, _head: HeadTiles, _blocks: np.ndarray
+    key: str,
+    by_tiles: bool,
+    scale: tuple[int, int],
+    *,
+    _head: HeadTiles | None,
+    _blocks: np.ndarray,
 ) -> bytes:
     """One head's thumbnail, cached by its content: an edit redraws only the heads it changed."""
     shrink, grow = scale

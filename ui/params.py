@@ -13,11 +13,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from designer.patterns.registry import PATTERNS, ParamSpec
-from designer.recipe import RecipeStep
+from designer.recipe import MAX_PARAM_ITEMS, RecipeStep
 from ui.keys import per_head_key, step_key, values_key
 
 #: Number widgets in the browser hold JavaScript numbers: integers beyond 2**53 - 1 are refused.
 JS_SAFE_INT = 2**53 - 1
+#: Longest list text read: ``MAX_PARAM_ITEMS`` items of a 20-character number and a separator.
+#: The text boxes take no more (``max_chars``), and a longer text is refused before it is split.
+MAX_LIST_CHARS = MAX_PARAM_ITEMS * 22
 
 _TRUE = ("true", "yes", "on", "1")
 _FALSE = ("false", "no", "off", "0")
@@ -44,7 +47,14 @@ def parse_items(name: str, text: str, kind: str) -> list[Any]:
     >>> parse_items("window_blocks", "2, 4 8", "int")
     [2, 4, 8]
     """
+    if len(text) > MAX_LIST_CHARS:
+        raise ValueError(
+            f"{name} must be at most {MAX_LIST_CHARS:,} characters ({MAX_PARAM_ITEMS:,} items), "
+            f"got {len(text):,}"
+        )
     items = [item for item in text.replace(",", " ").split() if item]
+    if len(items) > MAX_PARAM_ITEMS:
+        raise ValueError(f"{name} must have at most {MAX_PARAM_ITEMS} items, got {len(items):,}")
     return [_parse_item(f"{name}[{i}]", item, kind) for i, item in enumerate(items)]
 
 

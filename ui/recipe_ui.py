@@ -17,7 +17,13 @@ from designer.recipe import COMBINES, RecipeStep
 from designer.storage import DesignStore
 from ui import keys, state
 from ui.common import change_design, show_message
-from ui.params import list_text, number_bounds, step_from_widgets, step_widget_values
+from ui.params import (
+    MAX_LIST_CHARS,
+    list_text,
+    number_bounds,
+    step_from_widgets,
+    step_widget_values,
+)
 
 #: Patterns in menu order: block-level generators first, then DeepSpeed's configs.
 PATTERN_ORDER = sorted(PATTERNS, key=lambda name: PATTERNS[name].family != "generator")
@@ -120,7 +126,9 @@ def _params_ui(store: DesignStore, index: int, params: tuple[ParamSpec, ...]) ->
             elif param.kind == "choice":
                 st.selectbox(param.name, param.choices, disabled=varies, **common)
             elif param.kind == "int_list":
-                st.text_input(param.name, placeholder="e.g. 0, 4, 8", **common)
+                st.text_input(
+                    param.name, placeholder="e.g. 0, 4, 8", max_chars=MAX_LIST_CHARS, **common
+                )
             else:
                 low, high = number_bounds(param)
                 step = 1 if param.kind == "int" else 0.01
@@ -152,6 +160,7 @@ def _params_ui(store: DesignStore, index: int, params: tuple[ParamSpec, ...]) ->
                     on_change=_on_step,
                     args=(store, index),
                     placeholder="e.g. 2, 4, 8, 16",
+                    max_chars=MAX_LIST_CHARS,
                     label_visibility="collapsed",
                     disabled=not session.get(keys.per_head_key(index, param.name), False),
                 )

@@ -14,7 +14,7 @@ from typing import Any
 
 from designer.design import Design
 from designer.history import History
-from designer.storage import DesignStore, check_session_id, new_session_id
+from designer.storage import DesignStore, check_session_id, new_session_id, reason
 from ui import keys
 from ui.params import step_widget_values
 from ui.text import plain
@@ -143,12 +143,9 @@ def autosave(state: State, store: DesignStore) -> None:
     try:
         store.autosave(state[keys.SESSION_ID], design(state))
         say(state, keys.AUTOSAVE_PLACE, None)
-    except OSError as error:
-        say(
-            state,
-            keys.AUTOSAVE_PLACE,
-            f"Autosave failed ({error}). Download the design to keep it.",
-        )
+    except (OSError, ValueError) as error:
+        why = reason(error) if isinstance(error, OSError) else str(error)
+        say(state, keys.AUTOSAVE_PLACE, f"Autosave failed ({why}). Download the design to keep it.")
 
 
 def widget_values(current: Design) -> dict[str, Any]:

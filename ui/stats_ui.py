@@ -7,11 +7,12 @@ from collections import Counter
 import streamlit as st
 
 from designer import changes
+from designer.analysis import Analysis
 from designer.lints import SEVERITIES, Lint
 from designer.storage import DesignStore
 from designer.units import bytes_text
 from ui import keys, state
-from ui.common import change_design, current_analysis, show_message
+from ui.common import analysis_offer, change_design, current_analysis, show_message
 from ui.figures import head_density_figure
 from ui.text import plain
 
@@ -25,7 +26,7 @@ def header_ui(store: DesignStore) -> None:
     session = st.session_state
     current = state.design(session)
     layout = current.layout
-    _, analysis = current_analysis()
+    key, analysis = current_analysis()
     title, buttons = st.columns([4, 1], vertical_alignment="bottom")
     title.title(plain(current.name), anchor=False)
     title.caption(
@@ -56,25 +57,33 @@ def header_ui(store: DesignStore) -> None:
     figures = st.columns(5)
     figures[0].metric("Density", f"{layout.density:.2%}", help="Active blocks over all blocks")
     figures[1].metric("Active blocks", f"{layout.nnz:,}", help=f"of {cells:,} over all heads")
-    stats = analysis.stats
-    figures[2].metric(
-        "Tiles",
-        f"{stats.tiles:,}",
-        help=f"Square tiles the segmentation makes at start width {current.effective_start_width}"
-        f" ({stats.mean_tile_blocks:.2f} blocks per tile on average)",
-    )
-    figures[3].metric(
-        "FLOPs vs dense",
-        f"{stats.flops / stats.dense_flops:.2%}",
-        help="QKᵀ of the tiles against dense attention's (PV scales the same way)",
-    )
+    if analysis is None:
+        figures[2].metric("Tiles", "—", help="Not segmented yet: see below")
+        figures[3].metric("FLOPs vs dense", "—", help="Counted from the tiles, once segmented")
+    else:
+        stats = analysis.stats
+        figures[2].metric(
+            "Tiles",
+            f"{stats.tiles:,}",
+            help=f"Square tiles the segmentation makes at start width "
+            f"{current.effective_start_width} ({stats.mean_tile_blocks:.2f} blocks per tile on "
+            "average)",
+        )
+        figures[3].metric(
+            "FLOPs vs dense",
+            f"{stats.flops / stats.dense_flops:.2%}",
+            help="QKᵀ of the tiles against dense attention's (PV scales the same way)",
+        )
     figures[4].metric(
         "Packed scores",
         bytes_text(packed),
         help="Memory of the block-sparse score tensor per batch element (bf16)",
     )
     show_message(keys.AUTOSAVE_PLACE)
-    lints_ui(store, analysis.lints)
+    if analysis is None:
+        analysis_offer(key)
+    else:
+        lints_ui(store, analysis.lints)
 
 
 def lints_ui(store: DesignStore, lints: tuple[Lint, ...]) -> None:
@@ -107,35 +116,12 @@ def analysis_ui() -> None:
     layout = current.layout
     _, analysis = current_analysis()
     left, right = st.columns([3, 2])
-    stats = analysis.stats
     with left:
-        st.subheader("Tiles per width", anchor=False)
-        st.dataframe(
-            [
-                {
-                    "width (blocks)": row.width,
-                    "tile (tokens)": row.tile_tokens,
-                    "tiles": row.tiles,
-                    "blocks": row.blocks,
-                    "coverage": f"{row.coverage:.1%}",
-                    f"QKᵀ GFLOP (D={stats.head_dim})": round(row.flops / 1e9, 3),
-                }
-                for row in stats.widths
-            ],
-            hide_index=True,
-        )
-        numbers = st.columns(3)
-        numbers[0].metric("Coverage", f"{stats.coverage:.1%}", help="Active blocks in a tile")
-        numbers[1].metric(
-            "Mean tile", f"{stats.mean_tile_blocks:.2f} blocks",
-            help=f"{stats.mean_tile_tokens2:,.0f} token² per tile",
-        )  # fmt: skip
-        numbers[2].metric(
-            "QKᵀ FLOPs",
-            f"{stats.flops / 1e9:,.1f} G",
-            help=f"Per batch element at head dim {stats.head_dim}; dense: "
-            f"{stats.dense_flops / 1e9:,.1f} G",
-        )
+        if analysis is not None:
+            _tiles_ui(analysis)
+        else:
+            st.subheader("Tiles per width", anchor=False)
+            st.caption("Not segmented yet: the button under the figures above runs it.")
     head_stats = layout.head_stats()
     with right:
         st.subheader("Density per head", anchor=False)
@@ -156,4 +142,36 @@ def analysis_ui() -> None:
             for s in head_stats
         ],
         hide_index=True,
+    )
+
+
+def _tiles_ui(analysis: Analysis) -> None:
+    """The tile table and totals of an analysed design."""
+    stats = analysis.stats
+    st.subheader("Tiles per width", anchor=False)
+    st.dataframe(
+        [
+            {
+                "width (blocks)": row.width,
+                "tile (tokens)": row.tile_tokens,
+                "tiles": row.tiles,
+                "blocks": row.blocks,
+                "coverage": f"{row.coverage:.1%}",
+                f"QKᵀ GFLOP (D={stats.head_dim})": round(row.flops / 1e9, 3),
+            }
+            for row in stats.widths
+        ],
+        hide_index=True,
+    )
+    numbers = st.columns(3)
+    numbers[0].metric("Coverage", f"{stats.coverage:.1%}", help="Active blocks in a tile")
+    numbers[1].metric(
+        "Mean tile", f"{stats.mean_tile_blocks:.2f} blocks",
+        help=f"{stats.mean_tile_tokens2:,.0f} token² per tile",
+    )  # fmt: skip
+    numbers[2].metric(
+        "QKᵀ FLOPs",
+        f"{stats.flops / 1e9:,.1f} G",
+        help=f"Per batch element at head dim {stats.head_dim}; dense: "
+        f"{stats.dense_flops / 1e9:,.1f} G",
     )

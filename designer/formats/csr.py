@@ -27,17 +27,31 @@ import torch
 from designer.layout import Layout
 from designer.validate import MAX_LAYOUT_CELLS, check_int
 
+#: Most blocks ``from_csr`` reads: its checks take about 40 bytes a block (320 MiB here).
+MAX_CSR_BLOCKS = 1 << 23
 
-def to_csr(layout: Layout) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(row_ptr [H, M + 1], col_idx [nnz])`` int64 of ``layout`` (see the module docstring)."""
+
+def to_csr(
+    layout: Layout, *, dtype: torch.dtype = torch.int64
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(row_ptr [H, M + 1], col_idx [nnz])`` of ``layout`` (see the module docstring), int64
+    or, for a smaller file, ``dtype=torch.int32``. Works a head at a time: the memory is the
+    result's and one head's indices."""
     if not isinstance(layout, Layout):
         raise TypeError(f"layout must be a Layout, got {type(layout).__name__}")
-    h, m, _ = layout.shape
-    counts = layout.blocks.sum(dim=-1).flatten()  # [H * M]
-    offsets = torch.zeros(h * m + 1, dtype=torch.int64)
-    offsets[1:] = torch.cumsum(counts, dim=0)
-    rows = torch.arange(h)[:, None] * m + torch.arange(m + 1)[None, :]
-    return offsets[rows], layout.blocks.nonzero()[:, 2].contiguous()
+    if dtype not in (torch.int64, torch.int32):
+        raise ValueError(f"dtype must be torch.int64 or torch.int32, got {dtype}")
+    h, m, n = layout.shape
+    blocks = layout.to_numpy()
+    counts = np.count_nonzero(blocks, axis=2).reshape(-1)  # [H * M]
+    offsets = np.zeros(h * m + 1, dtype=np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    rows = np.arange(h)[:, None] * m + np.arange(m + 1)[None, :]
+    col_idx = np.empty(int(offsets[-1]), dtype=np.int64 if dtype == torch.int64 else np.int32)
+    for head in range(h):
+        start, stop = offsets[head * m], offsets[(head + 1) * m]
+        col_idx[start:stop] = np.flatnonzero(blocks[head]) % n
+    return torch.from_numpy(offsets[rows].astype(col_idx.dtype)), torch.from_numpy(col_idx)
 
 
 def _index_tensor(name: str, value: Any, rank: int) -> torch.Tensor:
@@ -53,8 +67,16 @@ def _index_tensor(name: str, value: Any, rank: int) -> torch.Tensor:
 
 
 def from_csr(row_ptr: Any, col_idx: Any, n_k_blocks: int, block_size: int) -> Layout:
-    """The layout that ``to_csr`` would turn into ``(row_ptr, col_idx)``; checks everything."""
+    """The layout that ``to_csr`` would turn into ``(row_ptr, col_idx)``; checks everything.
+
+    At most ``MAX_CSR_BLOCKS`` blocks: the checks take about 40 bytes a block.
+    """
     n_k_blocks = check_int("n_k_blocks", n_k_blocks, low=1, high=1 << 16)
+    if hasattr(col_idx, "shape") and len(col_idx.shape) == 1 and col_idx.shape[0] > MAX_CSR_BLOCKS:
+        raise ValueError(
+            f"col_idx lists {col_idx.shape[0]:,} blocks, more than the {MAX_CSR_BLOCKS:,} read "
+            f"here (load the design file instead)"
+        )
     row_ptr = _index_tensor("row_ptr", row_ptr, 2)
     col_idx = _index_tensor("col_idx", col_idx, 1)
     h, m = row_ptr.shape[0], row_ptr.shape[1] - 1

@@ -4,6 +4,13 @@ Bytes are built only when asked (``Export.build``), so the page does not seriali
 256×256 layout into six formats on every rerun; the app hands ``build`` to Streamlit's deferred
 download. Files that hold tensors are ``torch.save`` dicts of tensors and plain values, which
 ``torch.load(..., weights_only=True)`` reads back.
+
+Every file reads back here, or says why not (``Export.note``). A tensor file whose plain form
+would pass what an upload takes (``MAX_FILE_BYTES``) is written compactly instead, as the
+importer reads it: its archive deflated (``torch_file.deflated``; ``torch.load`` reads it as it
+is), the DeepSpeed layout as bool (``.long()`` is ``make_layout``'s int64), CSR indices as
+int32. A file that would still not come back says what to load instead, and one whose making
+alone would take more than ``MAX_EXPORT_BYTES`` of memory is ``unavailable``, saying why.
 """
 
 from __future__ import annotations
@@ -28,7 +35,17 @@ from designer.formats import (
     to_base_blockmask,
     to_csr,
 )
+from designer.formats.csr import MAX_CSR_BLOCKS
+from designer.formats.flex_tiles import flex_tile_size
+from designer.formats.pt_file import MAX_FILE_BYTES
+from designer.formats.torch_file import MAX_UNPACKED_BYTES, deflated
 from designer.storage import design_bytes
+from designer.units import bytes_text
+
+#: Most memory making one download may take (its tensors and their bytes, a few times over).
+MAX_EXPORT_BYTES = 512 << 20
+#: What a ``torch.save`` archive adds to its tensors' bytes, at most (pickle, zip records).
+ARCHIVE_BYTES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -36,7 +53,8 @@ class Export:
     """One download: its button label, file name, MIME type, help, and how to make the bytes.
 
     ``unavailable`` says why this design cannot be written in this format (then ``build`` is
-    not called).
+    not called); ``note`` how the file was made smaller, or that it will not load back here
+    and what to load instead.
     """
 
     label: str
@@ -45,6 +63,7 @@ class Export:
     help: str
     build: Callable[[], bytes]
     unavailable: str | None = None
+    note: str | None = None
 
 
 def file_stem(name: str) -> str:
@@ -67,6 +86,14 @@ def exports(design: Design) -> list[Export]:
     """Every download the app offers for ``design``."""
     stem = file_stem(design.name)
     layout = design.layout
+    cells = layout.n_heads * layout.n_q_blocks * layout.n_k_blocks
+    nnz = layout.nnz
+    tile = flex_tile_size(layout.block_size)
+    tiles = layout.n_heads * -(-layout.seq_len_q // tile) * -(-layout.seq_len_k // tile)
+    deepspeed_int64 = 8 * cells + ARCHIVE_BYTES <= MAX_FILE_BYTES
+    csr_bytes = 8 * (nnz + layout.n_heads * (layout.n_q_blocks + 1))
+    csr_int64 = csr_bytes + ARCHIVE_BYTES <= MAX_FILE_BYTES
+    csr_dtype = torch.int64 if csr_int64 else torch.int32
     return [
         Export(
             "Design (.pt)",
@@ -84,6 +111,8 @@ def exports(design: Design) -> list[Export]:
             "mask_mod from it, since without one eager flex_attention attends to every token "
             "pair. The FlexAttention snippet shows how.",
             lambda: _torch_bytes(block_mask_tensors(layout, causal=design.causal)),
+            unavailable=_too_costly("BlockMask tile lists", 20 * tiles),
+            note=_size_note(8 * tiles + cells // 8, 8 * tiles + cells // 8),
         ),
         Export(
             "FlexAttention snippet",
@@ -97,8 +126,16 @@ def exports(design: Design) -> list[Export]:
             "DeepSpeed layout",
             f"{stem}_deepspeed.pt",
             "application/octet-stream",
-            "A bare int64 [heads, q_blocks, k_blocks] tensor, as make_layout returns.",
-            lambda: _torch_bytes(layout.to_int64()),
+            "A bare int64 [heads, q_blocks, k_blocks] tensor, as make_layout returns."
+            if deepspeed_int64
+            else "A bare bool [heads, q_blocks, k_blocks] tensor (.long() gives make_layout's "
+            "int64), in a deflated archive that torch.load reads as it is.",
+            lambda: _torch_bytes(layout.to_int64() if deepspeed_int64 else layout.blocks),
+            note=None
+            if deepspeed_int64
+            else f"Saved as bool: as int64 it would be {bytes_text(8 * cells)}, "
+            f"more than the {bytes_text(MAX_FILE_BYTES)} an upload takes. "
+            + (_size_note(cells, cells) or ""),
         ),
         Export(
             "DeepSpeed SparsityConfig",
@@ -114,8 +151,13 @@ def exports(design: Design) -> list[Export]:
             "CSR (row_ptr, col_idx)",
             f"{stem}_csr.pt",
             "application/octet-stream",
-            "row_ptr [heads, q_blocks + 1] and col_idx [nnz], int64.",
-            lambda: _torch_bytes(csr_tensors(design)),
+            f"row_ptr [heads, q_blocks + 1] and col_idx [nnz], {str(csr_dtype)[6:]}.",
+            lambda: _torch_bytes(csr_tensors(design, csr_dtype)),
+            unavailable=_too_costly("CSR", 16 * nnz),
+            note=f"{nnz:,} blocks: more than the {MAX_CSR_BLOCKS:,} a CSR upload may hold here; "
+            "load the Design (.pt) instead."
+            if nnz > MAX_CSR_BLOCKS
+            else _size_note(csr_bytes, csr_bytes // 2),
         ),
         Export(
             "MIT base_blockmask",
@@ -126,6 +168,7 @@ def exports(design: Design) -> list[Export]:
             unavailable=None
             if layout.block_size == MIT_BLOCK_SIZE
             else f"needs {MIT_BLOCK_SIZE}-token blocks (this design has {layout.block_size})",
+            note=_size_note(cells, cells),
         ),
         Export(
             "JSON recipe",
@@ -146,9 +189,34 @@ def exports(design: Design) -> list[Export]:
     ]
 
 
-def csr_tensors(design: Design) -> dict[str, Any]:
+def _too_costly(what: str, memory: int) -> str | None:
+    """Why a download is not offered when making it would take more than its memory budget."""
+    if memory <= MAX_EXPORT_BYTES:
+        return None
+    return (
+        f"the {what} of this design would take about {bytes_text(memory)} to make, more than "
+        f"{bytes_text(MAX_EXPORT_BYTES)}; download the Design (.pt) and convert it in a script"
+    )
+
+
+def _size_note(plain_bytes: int, unpacked_bytes: int) -> str | None:
+    """What to know about a tensor file whose plain form would pass an upload's limit."""
+    if plain_bytes + ARCHIVE_BYTES <= MAX_FILE_BYTES:
+        return None
+    if unpacked_bytes > MAX_UNPACKED_BYTES:
+        return (
+            f"Too large to load back here ({bytes_text(unpacked_bytes)} unpacked); load the "
+            "Design (.pt) instead."
+        )
+    return (
+        f"Deflated: it loads back here if it stays within {bytes_text(MAX_FILE_BYTES)} (a "
+        "sparse design's does); the Design (.pt) always does."
+    )
+
+
+def csr_tensors(design: Design, dtype: torch.dtype = torch.int64) -> dict[str, Any]:
     """``to_csr`` of the layout, with what it takes to read it back (``from_csr``)."""
-    row_ptr, col_idx = to_csr(design.layout)
+    row_ptr, col_idx = to_csr(design.layout, dtype=dtype)
     return {
         "row_ptr": row_ptr,
         "col_idx": col_idx,
@@ -158,6 +226,8 @@ def csr_tensors(design: Design) -> dict[str, Any]:
 
 
 def _torch_bytes(content: Any) -> bytes:
+    """``torch.save`` of ``content``, deflated when plain it would pass an upload's limit."""
     buffer = io.BytesIO()
     torch.save(content, buffer)
-    return buffer.getvalue()
+    data = buffer.getvalue()
+    return deflated(data) if len(data) > MAX_FILE_BYTES else data

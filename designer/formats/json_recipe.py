@@ -23,6 +23,8 @@ from designer.formats.settings import (
     design_settings,
 )
 from designer.recipe import recipe_from_dict
+from designer.recipe_cost import READ_NS_PER_VALUE
+from designer.recipe_size import MAX_JSON_VALUES
 from designer.validate import check_keys, error_context
 
 FORMAT = "blocksparse-design-recipe"
@@ -32,7 +34,9 @@ MAX_JSON_CHARS = 16 << 20
 
 
 def recipe_to_json(design: Design) -> str:
-    """The design's settings and recipe as indented JSON; the recipe must rebuild its layout.
+    """The design's settings and recipe as indented JSON (compact when indenting would pass
+    ``MAX_JSON_CHARS``); the recipe must rebuild its layout, and a text a reader would refuse
+    raises ``ValueError`` instead.
 
     >>> from designer.recipe import Recipe, RecipeStep
     >>> recipe = Recipe(1, 4, 4, 64, steps=(RecipeStep("causal"),))
@@ -47,7 +51,15 @@ def recipe_to_json(design: Design) -> str:
         )
     check_rebuilds(design.recipe, design.layout)
     content = {"format": FORMAT, "version": VERSION, **settings, "recipe": design.recipe.to_dict()}
-    return json.dumps(content, indent=2)
+    text = json.dumps(content, indent=2)
+    if len(text) > MAX_JSON_CHARS:
+        text = json.dumps(content, separators=(",", ":"))
+    if len(text) > MAX_JSON_CHARS:
+        raise ValueError(
+            f"JSON recipe would be {len(text):,} characters, more than the {MAX_JSON_CHARS:,} a "
+            f"reader takes; save the design as a .pt file instead"
+        )
+    return text
 
 
 def _refuse_constant(name: str) -> Any:
@@ -62,9 +74,15 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return dict(pairs)
 
 
+def json_values(text: str | bytes) -> int:
+    """How many values a JSON text holds at most (its commas + 1), counted at C speed."""
+    return text.count("," if isinstance(text, str) else b",") + 1
+
+
 def parse_json(text: str | bytes, what: str) -> Any:
-    """Strict, bounded ``json.loads``: UTF-8, at most ``MAX_JSON_CHARS``, no ``NaN``, no repeated
-    keys, not nested past the interpreter's limit; ``ValueError`` naming ``what`` otherwise."""
+    """Strict, bounded ``json.loads``: UTF-8, at most ``MAX_JSON_CHARS`` characters and
+    ``MAX_JSON_VALUES`` values (refused before parsing), no ``NaN``, no repeated keys, not nested
+    past the interpreter's limit; ``ValueError`` naming ``what`` otherwise."""
     if isinstance(text, (bytes, bytearray)):
         try:
             text = bytes(text).decode("utf-8")
@@ -75,6 +93,11 @@ def parse_json(text: str | bytes, what: str) -> Any:
     if len(text) > MAX_JSON_CHARS:
         raise ValueError(
             f"{what} has {len(text):,} characters, more than the limit of {MAX_JSON_CHARS:,}"
+        )
+    if (values := json_values(text)) > MAX_JSON_VALUES:
+        raise ValueError(
+            f"{what} holds about {values:,} values, more than the limit of {MAX_JSON_VALUES:,} "
+            f"(about {values * READ_NS_PER_VALUE / 1e9:.1f} s to read)"
         )
     try:
         return json.loads(text, parse_constant=_refuse_constant, object_pairs_hook=_unique_keys)
@@ -87,8 +110,9 @@ def parse_json(text: str | bytes, what: str) -> Any:
 def design_from_json(text: str | bytes) -> Design:
     """Read a design written by ``recipe_to_json``; raises ``ValueError`` saying what is wrong."""
     content = parse_json(text, "JSON recipe")
+    read_ns = json_values(text) * READ_NS_PER_VALUE
     with error_context("JSON recipe", as_value_error=True):
         check_keys("design", content, ("format", "version", *SETTING_KEYS, "recipe"))
         check_version("design", content, FORMAT, (VERSION,))
-        recipe = recipe_from_dict(content["recipe"])
+        recipe = recipe_from_dict(content["recipe"], read_ns=read_ns)
         return design_from_settings(content, recipe.build(), recipe)

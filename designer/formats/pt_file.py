@@ -20,6 +20,7 @@ sequence lengths and the recipe (it must rebuild the stored layout exactly).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Mapping
@@ -28,28 +29,37 @@ from typing import IO, Any
 import torch
 
 from designer.design import Design
-from designer.formats.json_recipe import parse_json
+from designer.formats.json_recipe import MAX_JSON_CHARS, json_values, parse_json
 from designer.formats.packing import pack_blocks, unpack_blocks
 from designer.formats.settings import (
     SETTING_KEYS,
+    adopt_layout,
     check_rebuilds,
     check_version,
     design_from_settings,
     design_settings,
 )
-from designer.formats.torch_file import file_tensor
+from designer.formats.torch_file import check_archive, file_tensor
 from designer.layout import Layout
 from designer.recipe import Recipe, recipe_from_dict
-from designer.validate import check_int, check_keys
+from designer.recipe_cost import READ_NS_PER_VALUE
+from designer.validate import MAX_LAYOUT_CELLS, check_int, check_keys, error_context
 
 FORMAT = "blocksparse-design"
 VERSION = 2
 #: Versions read: 1 (int64 layout) and 2 (bit-packed layout).
 READ_VERSIONS = (1, 2)
+#: Largest file read: a bit-packed layout of the largest size (8 MiB) plus room for a recipe as
+#: large as the largest JSON recipe. The upload limit in ``.streamlit/config.toml`` is this.
+MAX_FILE_BYTES = MAX_LAYOUT_CELLS // 8 + MAX_JSON_CHARS
 
 
 def save_design(design: Design, path_or_file: str | os.PathLike | IO[bytes]) -> None:
     """Write ``design`` as a version-2 ``.pt`` design file to a path or a binary file object.
+
+    The file is made and checked in memory first: a design that ``load_design`` would refuse (a
+    recipe that does not rebuild the layout, a file past the readers' limits) raises
+    ``ValueError`` saying why, and nothing is written.
 
     >>> import io
     >>> buffer = io.BytesIO()
@@ -57,13 +67,28 @@ def save_design(design: Design, path_or_file: str | os.PathLike | IO[bytes]) -> 
     >>> len(buffer.getvalue()) <= 8 * 2**20 + 4096
     True
     """
-    settings = design_settings(design)
     if not isinstance(path_or_file, (str, os.PathLike)) and not hasattr(path_or_file, "write"):
         raise TypeError(
             "path_or_file must be a path or a binary file object, "
             f"got {type(path_or_file).__name__}"
         )
+    data = design_file_bytes(design)
+    if isinstance(path_or_file, (str, os.PathLike)):
+        with open(path_or_file, "wb") as file:
+            file.write(data)
+    else:
+        path_or_file.write(data)
+
+
+def design_file_bytes(design: Design) -> bytes:
+    """The bytes of ``design``'s ``.pt`` file, refused (``ValueError``) if a reader would be."""
+    settings = design_settings(design)
     layout = design.layout
+    recipe = None
+    if design.recipe is not None:
+        with error_context("design", as_value_error=True):
+            check_rebuilds(design.recipe, layout)
+        recipe = _recipe_tensor(design.recipe)
     content = {
         "format": FORMAT,
         "version": VERSION,
@@ -72,27 +97,45 @@ def save_design(design: Design, path_or_file: str | os.PathLike | IO[bytes]) -> 
         "seq_len_q": layout.seq_len_q,
         "seq_len_k": layout.seq_len_k,
         **settings,
-        "recipe": None if design.recipe is None else _recipe_tensor(design.recipe),
+        "recipe": recipe,
     }
-    torch.save(content, path_or_file)
+    buffer = io.BytesIO()
+    torch.save(content, buffer)
+    data = buffer.getvalue()
+    check_archive(data, MAX_FILE_BYTES, "design file")
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(
+            f"design file would be {len(data):,} bytes, more than the {MAX_FILE_BYTES:,} a "
+            f"reader takes"
+        )
+    return data
 
 
 def _recipe_tensor(recipe: Recipe) -> torch.Tensor:
     text = json.dumps(recipe.to_dict(), separators=(",", ":"))
+    if len(text) > MAX_JSON_CHARS:
+        raise ValueError(
+            f"design recipe would be {len(text):,} characters, more than the {MAX_JSON_CHARS:,} "
+            f"a reader takes"
+        )
     return torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8)
 
 
-def _read_recipe(value: Any, version: int) -> Recipe:
+def _read_recipe(value: Any, version: int, build: bool) -> Recipe:
     if version == 1:
-        return recipe_from_dict(value)
+        return recipe_from_dict(value, build=build)
     tensor = file_tensor("recipe", value)
     if tensor.dtype != torch.uint8 or tensor.dim() != 1:
         raise ValueError(f"recipe must be a uint8 [n] tensor of JSON text, got {tensor.dtype}")
-    return recipe_from_dict(parse_json(tensor.numpy().tobytes(), "recipe"))
+    text = tensor.numpy().tobytes()
+    read_ns = json_values(text) * READ_NS_PER_VALUE
+    return recipe_from_dict(parse_json(text, "recipe"), read_ns=read_ns, build=build)
 
 
-def design_from_content(content: Mapping[str, Any]) -> Design:
-    """The design in the dict ``torch.load`` read from a design file, every value checked."""
+def design_from_content(content: Mapping[str, Any], *, rebuild_recipe: bool = True) -> Design:
+    """The design in the dict ``torch.load`` read from a design file, every value checked;
+    without ``rebuild_recipe``, the recipe is taken to build the file's layout (its shape is
+    checked, not its blocks: for files this designer wrote, see ``settings.adopt_layout``)."""
     version = check_version("design file", content, FORMAT, READ_VERSIONS)
     sizes = ("layout", "block_size", "seq_len_q", "seq_len_k")
     check_keys("design file", content, ("format", "version", *sizes, *SETTING_KEYS, "recipe"))
@@ -113,6 +156,6 @@ def design_from_content(content: Mapping[str, Any]) -> Design:
             )
     recipe = None
     if content["recipe"] is not None:
-        recipe = _read_recipe(content["recipe"], version)
-        check_rebuilds(recipe, layout)
+        recipe = _read_recipe(content["recipe"], version, build=rebuild_recipe)
+        (check_rebuilds if rebuild_recipe else adopt_layout)(recipe, layout)
     return design_from_settings(content, layout, recipe)

@@ -29,7 +29,7 @@ from designer.formats.block_mask_file import layout_from_tensors
 from designer.formats.csr import from_csr
 from designer.formats.json_recipe import MAX_JSON_CHARS, design_from_json
 from designer.formats.mit_blockmask import from_base_blockmask
-from designer.formats.pt_file import design_from_content
+from designer.formats.pt_file import MAX_FILE_BYTES, design_from_content
 from designer.formats.torch_file import (
     MAX_PICKLE_BYTES,
     ZIP_MAGIC,
@@ -40,13 +40,11 @@ from designer.formats.torch_file import (
     read_torch_file,
 )
 from designer.layout import MAX_BLOCK_SIZE, Layout
+from designer.threads import one_thread
 from designer.validate import MAX_LAYOUT_CELLS, capped, check_int, check_keys, error_context
 
 #: Tokens per block of a bare tensor when no block size is given (DeepSpeed's default).
 BARE_BLOCK_SIZE = 16
-#: Largest file read: a bit-packed layout of the largest size (8 MiB) plus room for a recipe as
-#: large as the largest JSON recipe. The upload limit in ``.streamlit/config.toml`` is this.
-MAX_FILE_BYTES = MAX_LAYOUT_CELLS // 8 + MAX_JSON_CHARS
 #: Largest version-1 file (int64 layout) read from the designer's own data directory.
 MAX_LEGACY_FILE_BYTES = 8 * MAX_LAYOUT_CELLS + MAX_JSON_CHARS
 
@@ -95,11 +93,13 @@ def read_design_file(
     bare_block_size: int = BARE_BLOCK_SIZE,
     max_bytes: int = MAX_FILE_BYTES,
     max_pickle_bytes: int = MAX_PICKLE_BYTES,
+    rebuild_recipe: bool = True,
 ) -> LoadedDesign:
     """Read any file the table above lists, from bytes, a path or a binary file object.
 
     Raises ``ValueError`` (message capped) for any content, ``TypeError`` for wrong arguments and
-    ``OSError`` when a path cannot be opened.
+    ``OSError`` when a path cannot be opened. ``rebuild_recipe=False`` is for design files this
+    designer wrote itself (its data folder): their recipe is not built again to check it.
 
     >>> import io, torch
     >>> buffer = io.BytesIO()
@@ -112,7 +112,8 @@ def read_design_file(
     max_bytes = check_int("max_bytes", max_bytes, low=1)
     data = read_bytes(path_or_file, max_bytes, "design file")
     try:
-        return _read(data, bare_block_size, max_bytes, max_pickle_bytes)
+        with one_thread():
+            return _read(data, bare_block_size, max_bytes, max_pickle_bytes, rebuild_recipe)
     except (ValueError, TypeError) as error:
         raise ValueError(capped(str(error))) from error
     except RecursionError as error:
@@ -131,6 +132,7 @@ def load_design(
     block_size: int | None = None,
     max_bytes: int = MAX_FILE_BYTES,
     max_pickle_bytes: int = MAX_PICKLE_BYTES,
+    rebuild_recipe: bool = True,
 ) -> Design:
     """The design in any file ``read_design_file`` reads (a ``.pt`` design file, most often).
 
@@ -151,6 +153,7 @@ def load_design(
         bare_block_size=block_size or BARE_BLOCK_SIZE,
         max_bytes=max_bytes,
         max_pickle_bytes=max_pickle_bytes,
+        rebuild_recipe=rebuild_recipe,
     )
     found = loaded.design.layout.block_size
     if block_size is not None and not loaded.bare and block_size != found:
@@ -160,7 +163,9 @@ def load_design(
     return loaded.design
 
 
-def _read(data: bytes, bare_block_size: int, max_bytes: int, max_pickle_bytes: int) -> LoadedDesign:
+def _read(
+    data: bytes, bare_block_size: int, max_bytes: int, max_pickle_bytes: int, rebuild_recipe: bool
+) -> LoadedDesign:
     text = data.removeprefix(b"\xef\xbb\xbf")  # a byte-order mark some editors write
     if text.lstrip(b" \t\r\n").startswith(b"{"):
         return LoadedDesign(design_from_json(text), "recipe")
@@ -177,6 +182,8 @@ def _read(data: bytes, bare_block_size: int, max_bytes: int, max_pickle_bytes: i
             return LoadedDesign(Design(Layout.from_array(tensor, bare_block_size)), "bare")
     kind = _kind(content)
     with error_context(_PREFIXES[kind], as_value_error=True):
+        if kind == "design":
+            return LoadedDesign(design_from_content(content, rebuild_recipe=rebuild_recipe), kind)
         return LoadedDesign(_design(kind, content), kind)
 
 
@@ -197,8 +204,6 @@ def _kind(content: Mapping[str, Any]) -> str:
 
 
 def _design(kind: str, content: Mapping[str, Any]) -> Design:
-    if kind == "design":
-        return design_from_content(content)
     if kind == "blockmask":
         check_keys("file", content, (*_BLOCKMASK_KEYS, "BLOCK_SIZE", "seq_lengths"), ("layout",))
         layout, causal = layout_from_tensors(content)

@@ -11,7 +11,7 @@ from designer.analysis import HEAD_DIM, analyse, design_digest, head_tiles
 from designer.design import Design
 from designer.layout import Layout
 from designer.segment import sdd_segment
-from designer.segment_stats import UNTILED, segment_stats
+from designer.segment_stats import UNTILED, head_tile_maps, segment_stats, tile_maps
 from tests.factories import random_layout
 
 
@@ -56,13 +56,13 @@ def test_head_by_head_stats_equal_the_whole_layouts(seed, density, start_width):
 def segmented(monkeypatch):
     """The number of heads of each segmentation the analysis runs from now on."""
     calls = []
-    real = analysis_module.sdd_segment
+    real = analysis_module.head_tile_maps
 
     def counting(blocks, start_width):
-        calls.append(len(blocks))
+        calls.append(len(blocks[None]))
         return real(blocks, start_width)
 
-    monkeypatch.setattr(analysis_module, "sdd_segment", counting)
+    monkeypatch.setattr(analysis_module, "head_tile_maps", counting)
     return calls
 
 
@@ -99,3 +99,14 @@ def test_equal_heads_are_segmented_once(rng, segmented):
     assert segmented == [1]
     assert analysis.heads[0] is analysis.heads[1] is analysis.heads[2]
     assert analysis.stats.active_blocks == layout.nnz
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**16), density=st.floats(0, 1), start_width=st.integers(0, 5))
+def test_one_heads_compact_maps_equal_the_full_segmentations(seed, density, start_width):
+    blocks = random_layout(np.random.default_rng(seed), 1, 11, 9, density=density).to_numpy()
+    widths, odd, tiles = head_tile_maps(blocks[0], start_width)
+    segments = sdd_segment(blocks, start_width)
+    expected = tile_maps(blocks, segments)
+    assert np.array_equal(widths, expected[0][0]) and np.array_equal(odd, expected[1][0])
+    assert tiles == tuple((w, len(rows) // (w * w)) for w, rows in segments)

@@ -1,4 +1,7 @@
+import base64
 import json
+import time
+import zlib
 
 import numpy as np
 import pytest
@@ -8,6 +11,7 @@ from hypothesis import strategies as st
 
 from designer.edit import (
     Band,
+    Bitmap,
     Cells,
     Column,
     CopyHead,
@@ -31,6 +35,13 @@ def reference_cells(region, n_rows, n_cols):
     """The set of (row, col) a region covers, one cell at a time."""
     if isinstance(region, Cells):
         return set(region.cells)
+    if isinstance(region, Bitmap):  # the file's bytes, read bit by bit
+        packed = zlib.decompress(base64.b64decode(region.deflated))
+        return {
+            (region.row0 + i // region.cols, region.col0 + i % region.cols)
+            for i in range(region.rows * region.cols)
+            if packed[i // 8] >> (7 - i % 8) & 1
+        }
     covered = set()
     for r in range(n_rows):
         for c in range(n_cols):
@@ -279,3 +290,48 @@ def test_bad_edit_dicts_are_refused(data, error, message):
 def test_region_from_dict_reads_every_kind():
     for region in (Cells(((0, 1),)), Rect(0, 1, 2, 3), Row(2), Column(0), Band(-1, 2)):
         assert region_from_dict(region.to_dict()) == region
+
+
+def test_a_bitmap_is_its_mask_cropped_and_reads_back_from_its_dict():
+    mask = np.zeros((6, 7), dtype=bool)
+    mask[[1, 2, 4], [2, 6, 3]] = True
+    region = Bitmap.of(mask, 10, 20)
+    assert (region.row0, region.col0, region.rows, region.cols, region.count) == (11, 22, 4, 5, 3)
+    assert reference_cells(region, 40, 40) == {(11, 22), (12, 26), (14, 23)}
+    assert region_from_dict(json.loads(json.dumps(region.to_dict()))) == region
+    assert Bitmap.of(np.zeros((3, 3), dtype=bool)) is None
+    with pytest.raises(ValueError, match=r"bitmap corner .* = \(14, 26\) is outside the grid"):
+        region.check_fits(14, 40)
+
+
+def _deflated(raw: bytes) -> str:
+    return base64.b64encode(zlib.compress(raw)).decode()
+
+
+@pytest.mark.parametrize(
+    ("fields", "error", "message"),
+    [
+        ((0, 0, 2, 4, "not base64!"), ValueError, "not base64 of zlib data"),
+        ((0, 0, 2, 4, base64.b64encode(b"plain").decode()), ValueError, "not base64 of zlib"),
+        ((0, 0, 2, 4, _deflated(b"\x01\x02")), ValueError, r"must be 1 bytes .*, got 2"),
+        ((0, 0, 2, 4, _deflated(b"")), ValueError, r"must be 1 bytes for 8 blocks, got 0"),
+        ((0, 0, 1, 3, _deflated(b"\x01")), ValueError, "past the last block must be 0"),
+        ((0, 0, 2, 4, _deflated(b"\x00")), ValueError, "must set at least one block"),
+        ((0, 0, 2, 4, 7), TypeError, "deflated must be a base64 string"),
+        ((0, 0, 0, 4, _deflated(b"\x01")), ValueError, r"rows must be in \[1, "),
+        ((65536, 0, 2, 4, _deflated(b"\x01")), ValueError, r"rows must be in \[1, 1\], got 2"),
+        ((0, 0, 1 << 14, 1 << 14, "A" * 10), ValueError, "at most 67,108,864 blocks"),
+        ((0, 0, 1, 8, "A" * 200), ValueError, r"at most \d+ characters for 8 blocks"),
+    ],
+)
+def test_bad_bitmaps_are_refused(fields, error, message):
+    with pytest.raises(error, match=message):
+        Bitmap(*fields)
+
+
+def test_a_zlib_bomb_in_a_bitmap_is_refused_without_inflating_it():
+    bomb = _deflated(bytes(64 << 20))  # 64 MiB of zeros in 65 KB
+    start = time.process_time()
+    with pytest.raises(ValueError, match="must be 8 bytes for 64 blocks, got 9 or more"):
+        Bitmap(0, 0, 8, 8, bomb[:100])  # within the length bound; inflates past the box
+    assert time.process_time() - start < 0.1

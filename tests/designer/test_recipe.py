@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from designer.edit import Band, Cells, EditOp, Rect, Row, Transpose
+from designer.edit import Band, Cells, EditOp, Rect, Row, Transpose, apply_edit
 from designer.layout import Layout
 from designer.patterns.registry import make_pattern
 from designer.recipe import MAX_PARAM_ITEMS, Params, Recipe, RecipeStep, recipe_from_dict
@@ -133,9 +133,16 @@ def test_with_edit_checks_only_the_new_edit(monkeypatch):
         recipe.with_edit(EditOp("set", Rect(0, 0, 4, 3)))  # after the transpose: 5 x 3 blocks
     with pytest.raises(TypeError, match=r"^edits\[5\] must be an EditOp, CopyHead or .*got Row"):
         recipe.with_edit(Row(0))
-    full = Recipe(1, 2, 2, 16, edits=(Transpose(),) * 10_000)
     with pytest.raises(ValueError, match="edits must have at most 10000 items, got 10001"):
-        full.with_edit(Transpose())
+        Recipe(1, 2, 2, 16, edits=(Transpose(),) * 10_001)
+
+
+def test_an_edit_past_the_edit_limit_flattens_the_recipe_and_keeps_the_layout():
+    full = Recipe(1, 2, 3, 16, steps=(RecipeStep("causal"),), edits=(Transpose(),) * 10_000)
+    flat = full.with_edit(EditOp("toggle", Row(0)))
+    expected = apply_edit(full.build(), EditOp("toggle", Row(0)))
+    assert flat.build() == expected and len(flat.edits) == 2 and flat.flattened().flat
+    assert recipe_from_dict(json.loads(json.dumps(flat.to_dict()))).build() == expected
 
 
 def test_a_31k_cell_lasso_applies_quickly():

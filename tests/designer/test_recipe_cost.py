@@ -52,16 +52,17 @@ def test_many_steps_at_the_largest_size_are_refused():
     Recipe(16, 2048, 2048, 16, steps=(step,) * 2)  # a few steps still fit
 
 
-def test_many_edits_at_the_largest_size_are_refused_and_so_is_the_next_one():
-    base = Recipe(16, 2048, 2048, 16, steps=(RecipeStep("causal"),))
+def test_many_edits_are_refused_when_made_and_flattened_when_painted():
     band = EditOp("toggle", Band(-3, 3))
     quickly(lambda: Recipe(16, 2048, 2048, 16, edits=(band,) * 100))
-    recipe = base
-    with pytest.raises(ValueError, match="recipe would take about"):
-        for _ in range(100):
-            recipe = recipe.with_edit(band)
+    recipe = Recipe(16, 1024, 1024, 16, steps=(RecipeStep("causal"),))
+    for _ in range(41):  # past the build budget after about 30: the recipe flattens
+        recipe = recipe.with_edit(band)
+    assert not recipe.steps and len(recipe.edits) < 41
+    expected = torch.ones(1024, 1024, dtype=torch.bool).tril() ^ Band(-3, 3).mask(1024, 1024)
+    assert torch.equal(recipe.build().blocks, expected.expand(16, -1, -1))
     small = EditOp("set", Rect(0, 0, 3, 3), heads=(0,))
-    assert len(base.with_edit(small).with_edit(small).edits) == 2  # small strokes are cheap
+    assert len(recipe.with_edit(small).with_edit(small).edits) == len(recipe.edits) + 2
 
 
 def test_transposes_are_views_but_a_transposed_copy_is_counted():
@@ -113,3 +114,17 @@ def test_200_transposes_at_the_largest_size_build_in_time():
     layout = recipe.build()
     assert time.perf_counter() - start < 5.0  # once 44.6 s; a generous guard for CI
     assert torch.equal(layout.blocks[0, :3, :3], torch.ones(3, 3, dtype=torch.bool).tril())
+
+
+def test_a_wide_grid_counts_its_index_temporaries():
+    """1 x 1024 x 65536 blocks: the default dilated window took 9 s and 1.9 GB in the app (its
+    index grids are one head's grid, uncached), the sliding window 1 s and 700 MB."""
+    quickly(lambda: Recipe(1, 1024, 65536, 16, steps=(RecipeStep("dilated_window"),)))
+    start = time.perf_counter()
+    with pytest.raises(
+        ValueError, match=r"would need about \d{3} MiB to build .*, more than the limit of 512 MiB"
+    ):
+        Recipe(1, 1024, 65536, 16, steps=(RecipeStep("sliding_window"),))
+    assert time.perf_counter() - start < 0.5
+    Recipe(16, 2048, 2048, 16, steps=(RecipeStep("dilated_window"),))  # a 16 times smaller grid
+    Recipe(1, 1024, 65536, 16, steps=(RecipeStep("causal"),))  # no index grid to speak of

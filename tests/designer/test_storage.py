@@ -1,4 +1,6 @@
+import errno
 import os
+from pathlib import Path
 
 import pytest
 
@@ -72,8 +74,83 @@ def test_library_load_of_a_missing_or_broken_design(tmp_path, rng):
         store.load("nope")
     store.library_dir.mkdir(parents=True)
     (store.library_dir / "broken.pt").write_bytes(b"not a zip")
-    with pytest.raises(ValueError, match=r"cannot read .*broken\.pt"):
+    with pytest.raises(
+        ValueError, match=r"^cannot read library design 'broken': design file"
+    ) as error:
         store.load("broken")
+    assert str(tmp_path) not in str(error.value)  # no server paths in messages
+
+
+def test_an_unreadable_autosave_says_so_without_its_path(tmp_path):
+    store = DesignStore(tmp_path)
+    store.autosave_dir.mkdir(parents=True)
+    (store.autosave_dir / "session-one.pt").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match=r"^cannot read the autosave: design file") as error:
+        store.restore("session-one")
+    assert str(tmp_path) not in str(error.value)
+
+
+def test_a_directory_where_a_design_was_expected_is_no_design_and_tidy_passes_it(tmp_path):
+    store = DesignStore(tmp_path)
+    for folder in (store.autosave_dir / "session-dir.pt", store.library_dir / "folder.pt"):
+        folder.mkdir(parents=True)
+        os.utime(folder, (0, 0))  # as old as can be: tidy would prune an autosave this old
+    tidied = store.tidy()
+    assert tidied.removed == [] and tidied.problems == []
+    assert store.restore("session-dir") is None and store.names() == []
+    assert (store.autosave_dir / "session-dir.pt").is_dir()
+
+
+def test_tidy_goes_on_past_files_it_cannot_remove(tmp_path, rng, monkeypatch):
+    store = DesignStore(tmp_path)
+    store.save("kept", design(rng))
+    stale = store.library_dir / ".kept.pt.abcdefgh.tmp"
+    stale.write_bytes(b"half a file")
+    os.utime(stale, (0, 0))
+
+    def read_only(path, missing_ok=False):
+        raise OSError(errno.EROFS, "Read-only file system", str(path))
+
+    monkeypatch.setattr(Path, "unlink", read_only)
+    tidied = store.tidy()
+    assert tidied.removed == [] and stale.exists()
+    assert tidied.problems == ["an old file could not be removed (Read-only file system)"]
+
+
+@pytest.mark.parametrize("days", ["0", "30d", "nan", "inf", "-1", ""])
+def test_a_bad_autosave_days_setting_keeps_every_autosave_and_says_why(
+    tmp_path, rng, monkeypatch, days
+):
+    from designer.storage import AUTOSAVE_DAYS_ENV
+
+    store = DesignStore(tmp_path)
+    store.autosave("ancient-session", design(rng))
+    os.utime(store.autosave_dir / "ancient-session.pt", (0, 0))
+    monkeypatch.setenv(AUTOSAVE_DAYS_ENV, days)
+    tidied = store.tidy()
+    assert tidied.removed == [] and store.restore("ancient-session") is not None
+    (problem,) = tidied.problems
+    assert problem.startswith("BSD_AUTOSAVE_DAYS must be a number of days > 0, got ")
+    assert problem.endswith(": old autosaves are kept")
+
+
+def test_names_longer_than_a_file_name_allows_are_refused(tmp_path, rng):
+    store = DesignStore(tmp_path)
+    with pytest.raises(ValueError, match=r"at most 200 bytes in UTF-8 to name a file, got 240"):
+        store.save("設計" * 40, design(rng))
+    store.save("設計" * 33, design(rng))  # 198 bytes
+    assert store.names() == ["設計" * 33]
+
+
+def test_look_alike_names_are_one_design(tmp_path, rng):
+    store = DesignStore(tmp_path)
+    first, second = design(rng), design(rng)
+    store.save("ﬁle", first)
+    assert store.names() == ["file"] and store.existing("FILE") == "file"
+    store.save("File", second)  # replaces "file", under the spelling saved last
+    assert store.names() == ["File"] and store.load("file") == second
+    store.save("Ａ", first)
+    assert store.existing("A") == "A" and store.load("A") == first
 
 
 @pytest.mark.parametrize(
@@ -138,7 +215,7 @@ def test_tidy_removes_orphaned_temporaries_and_old_autosaves_only(tmp_path, rng)
     os.utime(store.autosave_dir / "stale-session-1.pt", (old, old))
     os.utime(store.library_dir / "kept forever.pt", (old, old))
     os.utime(orphan, (now - 3600, now - 3600))
-    removed = store.tidy(now=now)
+    removed = store.tidy(now=now).removed
     assert sorted(p.name for p in removed) == [".x.pt.abc.tmp", "stale-session-1.pt"]
     assert store.restore("fresh-session-1") is not None and writing.exists()
     assert store.names() == ["kept forever"]
@@ -153,7 +230,7 @@ def test_autosave_days_come_from_the_environment(tmp_path, rng, monkeypatch):
     store.autosave("three-days-old", design(rng))
     path = store.autosave_dir / "three-days-old.pt"
     now = os.path.getmtime(path) + 3 * 86400
-    assert store.tidy(now=now) == [path]
+    assert store.tidy(now=now).removed == [path]
     monkeypatch.setenv(AUTOSAVE_DAYS_ENV, "soon")
     with pytest.raises(ValueError, match="BSD_AUTOSAVE_DAYS must be a number of days > 0"):
         autosave_days()
@@ -205,3 +282,16 @@ def test_version_1_autosaves_still_restore(tmp_path, rng):
     )  # fmt: skip
     (store.autosave_dir / "old-session-1.pt").write_bytes(buffer.getvalue())
     assert store.restore("old-session-1") == old
+
+
+def test_own_files_are_read_without_building_their_recipe_again(tmp_path, monkeypatch):
+    """The writer checked that the recipe rebuilds the layout; a restore only reads it."""
+    from designer.recipe import Recipe, RecipeStep
+
+    recipe = Recipe(2, 64, 64, 16, steps=(RecipeStep("random_per_row", {"seed": 1}),))
+    saved = Design(recipe.build(), name="r", recipe=recipe)
+    store = DesignStore(tmp_path)
+    store.autosave("session-one", saved)
+    monkeypatch.setattr(Recipe, "_built", lambda self: pytest.fail("rebuilt on restore"))
+    restored = store.restore("session-one")
+    assert restored == saved and restored.recipe.build() == saved.layout

@@ -104,7 +104,7 @@ def test_impossible_parameter_shows_a_message_and_keeps_the_design(data_dir):
     at = open_app()
     at.number_input(key=GLOBALS).set_value(65).run()
     assert_clean(at)
-    assert any("Number of global blocks" in e.value for e in at.error)
+    assert any("Number of global blocks" in unescaped(e.value) for e in at.error)
     assert metric(at, "Density") == "16.24%"
     at.number_input(key=GLOBALS).set_value(3).run()
     assert not at.error and metric(at, "Density") != "16.24%"
@@ -113,7 +113,9 @@ def test_impossible_parameter_shows_a_message_and_keeps_the_design(data_dir):
 def test_sequence_length_must_be_a_multiple_of_the_block(data_dir):
     at = open_app()
     at.number_input(key=keys.SEQ_LEN_K).set_value(4100).run()
-    assert any("key tokens must be a multiple of the block size 64" in e.value for e in at.error)
+    assert any(
+        "key tokens must be a multiple of the block size 64" in unescaped(e.value) for e in at.error
+    )
     assert current(at).layout.seq_len_k == 4096
 
 
@@ -159,7 +161,9 @@ def test_per_head_values(data_dir):
     counts = current(at).layout.blocks.sum(dim=(1, 2)).tolist()
     assert counts[0] == 64 and counts[1] == 64 + 63  # causal windows of 1 and 2 blocks
     at.text_input(key=keys.values_key(0, "window_blocks")).input("1 2 x").run()
-    assert any("window_blocks[2] must be an integer, got 'x'" in e.value for e in at.error)
+    assert any(
+        "window_blocks[2] must be an integer, got 'x'" in unescaped(e.value) for e in at.error
+    )
 
 
 def test_square_only_pattern_on_cross_attention_is_refused(data_dir):
@@ -169,7 +173,7 @@ def test_square_only_pattern_on_cross_attention_is_refused(data_dir):
     assert current(at).layout.shape == (8, 64, 128)
     at.selectbox(key=keys.step_key(0, "pattern")).set_value("deepspeed_fixed").run()
     assert_clean(at)
-    assert any("needs n_q_blocks == n_k_blocks" in e.value for e in at.error)
+    assert any("needs n_q_blocks == n_k_blocks" in unescaped(e.value) for e in at.error)
     assert at.selectbox(key=keys.step_key(0, "pattern")).value == "sliding_window"
 
 
@@ -373,7 +377,7 @@ def test_library_refuses_a_bad_name(data_dir):
     at = open_app(tab="Files")
     at.text_input(key=keys.LIBRARY_NAME).input("../../escape")
     at.button(key="library_save").click().run()
-    assert any("design name must be 1 to 80 letters" in e.value for e in at.error)
+    assert any("design name must be 1 to 80 letters" in unescaped(e.value) for e in at.error)
     assert DesignStore(data_dir).names() == []
 
 

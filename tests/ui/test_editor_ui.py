@@ -8,6 +8,7 @@ import pytest
 from streamlit.testing.v1 import AppTest
 
 from designer.storage import DATA_DIR_ENV
+from tests.ui.test_app import unescaped
 from ui import keys
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
@@ -33,10 +34,10 @@ def test_an_expander_showing_its_error_stays_open(paint):
     at.number_input(key=keys.BAND_HIGH).set_value(1).run()
     at.button(key="apply_band").click().run()
     band = expander(at, "Diagonal band")
-    assert band.proto.expanded and "lo <= hi" in band.error[0].value
+    assert band.proto.expanded and "lo <= hi" in unescaped(band.error[0].value)
     at.button(key="copy_head").click().run()
     copy = expander(at, "Copy this head")
-    assert copy.proto.expanded and "Pick the heads" in copy.error[0].value
+    assert copy.proto.expanded and "Pick the heads" in unescaped(copy.error[0].value)
     assert not at.session_state[keys.HISTORY].can_undo
 
 

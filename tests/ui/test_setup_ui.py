@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from streamlit.runtime.media_file_manager import MediaFileManager
 
-from tests.ui.test_app import assert_clean, current, data_dir, open_app  # noqa: F401
+from tests.ui.test_app import assert_clean, current, data_dir, open_app, unescaped  # noqa: F401
 from ui import keys
 
 
@@ -24,7 +24,9 @@ def test_a_negative_start_width_is_refused_with_a_message(data_dir):  # noqa: F8
     before = current(at)
     at.number_input(key=keys.START_WIDTH).set_value(-1).run()
     assert_clean(at)
-    assert [e.value for e in at.error] == ["segmentation start width must be in [0, 65536], got -1"]
+    assert [unescaped(e.value) for e in at.error] == [
+        "segmentation start width must be in [0, 65536], got -1"
+    ]
     assert current(at).start_width == before.start_width
 
 
@@ -41,8 +43,8 @@ def test_out_of_range_numbers_say_what_is_allowed(data_dir, key, value, message)
     before = current(at).layout
     at.number_input(key=key).set_value(value).run()
     assert_clean(at)
-    assert len(at.error) == 1 and at.error[0].value.startswith(message), at.error
-    assert f"got {value}" in at.error[0].value
+    assert len(at.error) == 1 and unescaped(at.error[0].value).startswith(message), at.error
+    assert f"got {value}" in unescaped(at.error[0].value)
     assert current(at).layout.shape == before.shape
 
 
@@ -79,9 +81,9 @@ def test_recipe_messages_name_steps_as_the_app_does(data_dir):  # noqa: F811
     at.toggle(key=keys.per_head_key(1, "window_blocks")).set_value(True).run()
     at.text_input(key=keys.values_key(1, "window_blocks")).input("3").run()
     assert_clean(at)
-    (error,) = at.error
-    assert error.value.startswith("Step 2 (sliding_window): window_blocks must be one value or")
-    assert "steps[" not in error.value
+    (error,) = (unescaped(e.value) for e in at.error)
+    assert error.startswith("Step 2 (sliding_window): window_blocks must be one value or")
+    assert "steps[" not in error
 
 
 @pytest.mark.parametrize("pattern", ["packed_documents", "neighborhood_2d"])
@@ -116,6 +118,6 @@ def test_out_of_range_pattern_parameters_say_what_is_allowed(data_dir):  # noqa:
     before = current(at).layout
     at.number_input(key=keys.step_key(0, "window_blocks")).set_value(0).run()
     assert_clean(at)
-    (error,) = at.error
-    assert "window_blocks must be in [1, " in error.value and error.value.endswith("got 0")
+    (error,) = (unescaped(e.value) for e in at.error)
+    assert "window_blocks must be in [1, " in error and error.endswith("got 0")
     assert current(at).layout == before

@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from designer.edit import ACTIONS, MAX_EDIT_CELLS, Cells, Rect, Region, region_from_dict
+from designer.edit import ACTIONS, Bitmap, Cells, Rect, Region, region_from_dict
+from designer.regions import COMPACT_CELLS
 from designer.segment_stats import UNTILED
 from designer.validate import check_choice, check_int, check_keys
 from ui.pictures import ALTERNATE_SHADE, EMPTY_RGB, max_pool, width_colour
@@ -240,7 +241,8 @@ def _read_mask(region: dict[str, Any], n_rows: int, n_cols: int) -> Region:
 
 def mask_region(mask: np.ndarray, row0: int = 0, col0: int = 0) -> Region | None:
     """The smallest edit region for a bool mask placed at ``(row0, col0)``: a ``Rect`` when it
-    is one, else ``Cells``; None when it selects nothing.
+    is one, else ``Cells`` of a few blocks or a ``Bitmap`` of many (a lasso of any size); None
+    when it selects nothing.
 
     >>> mask_region(np.eye(2, dtype=bool), 5, 0)
     Cells(cells=((5, 0), (6, 1)))
@@ -251,9 +253,6 @@ def mask_region(mask: np.ndarray, row0: int = 0, col0: int = 0) -> Region | None
     r0, r1, c0, c1 = rows.min(), rows.max(), cols.min(), cols.max()
     if len(rows) == (r1 - r0 + 1) * (c1 - c0 + 1):
         return Rect(int(r0 + row0), int(c0 + col0), int(r1 + row0), int(c1 + col0))
-    if len(rows) > MAX_EDIT_CELLS:
-        raise ValueError(
-            f"one stroke may paint at most {MAX_EDIT_CELLS:,} scattered blocks, got {len(rows):,}; "
-            "paint it as a few rectangles"
-        )
+    if len(rows) > COMPACT_CELLS:
+        return Bitmap.of(mask, row0, col0)
     return Cells(tuple(zip((rows + row0).tolist(), (cols + col0).tolist(), strict=True)))

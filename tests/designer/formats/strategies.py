@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import strategies as st
 
 from designer.design import Design
-from designer.edit import Band, Cells, Column, CopyHead, EditOp, Rect, Row, Transpose
+from designer.edit import Band, Bitmap, Cells, Column, CopyHead, EditOp, Rect, Row, Transpose
 from designer.recipe import COMBINES, Recipe, RecipeStep
 from tests.factories import random_layout
 
@@ -14,7 +14,12 @@ from tests.factories import random_layout
 @st.composite
 def regions(draw, n_rows, n_cols):
     """A region of any kind that fits an ``n_rows x n_cols`` grid (a band may overhang it)."""
-    kind = draw(st.sampled_from(["cells", "rect", "row", "column", "band"]))
+    kind = draw(st.sampled_from(["cells", "rect", "row", "column", "band", "bitmap"]))
+    if kind == "bitmap":
+        bits = draw(st.lists(st.booleans(), min_size=n_rows * n_cols, max_size=n_rows * n_cols))
+        mask = np.array(bits, dtype=bool).reshape(n_rows, n_cols)
+        mask[draw(st.integers(0, n_rows - 1)), draw(st.integers(0, n_cols - 1))] = True
+        return Bitmap.of(mask)
     if kind == "cells":
         cell = st.tuples(st.integers(0, n_rows - 1), st.integers(0, n_cols - 1))
         return Cells(tuple(draw(st.lists(cell, min_size=1, max_size=12))))

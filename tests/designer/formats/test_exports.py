@@ -1,4 +1,6 @@
 import io
+import time
+import zipfile
 
 import numpy as np
 import pytest
@@ -6,8 +8,16 @@ import torch
 from torch.nn.attention.flex_attention import BlockMask
 
 from designer.design import Design
-from designer.formats import design_from_json, from_block_mask, from_csr, load_design
+from designer.formats import (
+    design_from_json,
+    from_block_mask,
+    from_csr,
+    load_design,
+    read_design_file,
+)
 from designer.formats.exports import design_file_name, exports, file_stem
+from designer.formats.pt_file import MAX_FILE_BYTES
+from designer.layout import Layout
 from designer.recipe import Recipe, RecipeStep
 from tests.factories import random_layout
 
@@ -73,3 +83,39 @@ def test_exports_say_why_they_are_unavailable(rng):
     assert (
         "needs 128-token blocks (this design has 16)" in files["bare_base_blockmask.pt"].unavailable
     )
+
+
+def test_files_too_large_to_upload_are_made_compact_and_still_read_back(rng, monkeypatch):
+    """Past the upload limit (here 4 KiB for a small design; really 24 MiB): the DeepSpeed
+    layout goes bool, CSR indices int32, the archives deflated, and each says so."""
+    monkeypatch.setattr("designer.formats.exports.MAX_FILE_BYTES", 4096)
+    recipe = Recipe(2, 128, 128, 128, steps=(RecipeStep("random_per_row", {"seed": 3}),))
+    design = Design(recipe.build(), name="small", recipe=recipe)
+    files = by_name(design)
+    deepspeed = files["small_deepspeed.pt"]
+    assert deepspeed.note.startswith("Saved as bool: as int64 it would be 256.0 KiB, more than")
+    assert load(deepspeed.build()).dtype == torch.bool
+    assert load(files["small_csr.pt"].build())["col_idx"].dtype == torch.int32
+    for name in ("small_deepspeed.pt", "small_csr.pt", "small_base_blockmask.pt"):
+        data = files[name].build()
+        assert zipfile.ZipFile(io.BytesIO(data)).infolist()[0].compress_type == zipfile.ZIP_DEFLATED
+        assert read_design_file(data, bare_block_size=128).design.layout == design.layout, name
+        assert "Deflated: it loads back here if it stays within 4.0 KiB" in files[name].note
+
+
+def test_the_largest_deepspeed_layout_is_a_file_that_uploads_back():
+    blocks = torch.rand(4, 4096, 4096, generator=torch.Generator().manual_seed(0)) < 0.05
+    design = Design(Layout(blocks, 16), name="largest")
+    export = by_name(design)["largest_deepspeed.pt"]
+    start = time.process_time()
+    data = export.build()
+    assert time.process_time() - start < 2.0
+    assert len(data) <= MAX_FILE_BYTES  # 537 MB as int64; a few MiB as deflated bool
+    assert read_design_file(data, bare_block_size=16).design.layout == design.layout
+
+
+def test_downloads_too_costly_to_make_say_what_to_use_instead(monkeypatch):
+    monkeypatch.setattr("designer.formats.exports.MAX_EXPORT_BYTES", 1000)
+    files = by_name(Design(Layout(torch.ones(1, 64, 64, dtype=torch.bool), 16), name="dense"))
+    assert files["dense_csr.pt"].unavailable.startswith("the CSR of this design would take about")
+    assert "download the Design (.pt)" in files["dense_blockmask.pt"].unavailable

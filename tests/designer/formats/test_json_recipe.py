@@ -1,11 +1,14 @@
 import copy
 import json
+import time
 
+import numpy as np
 import pytest
+import torch
 from hypothesis import given, settings
 
 from designer.design import Design
-from designer.edit import EditOp, Rect
+from designer.edit import Bitmap, EditOp, Rect
 from designer.formats import design_from_json, recipe_to_json
 from designer.formats.json_recipe import MAX_JSON_CHARS
 from designer.recipe import Recipe, RecipeStep
@@ -130,3 +133,34 @@ def test_bad_recipes_are_refused_without_building_anything_else(content, path, v
 def test_type_of_text_is_checked():
     with pytest.raises(TypeError, match="text must be a str or bytes, got dict"):
         design_from_json({"format": "blocksparse-design-recipe"})
+
+
+def _cells_recipe(cells: list[list[int]]) -> str:
+    recipe = Recipe(1, 2048, 2048, 16, steps=(RecipeStep("causal"),))
+    content = json.loads(recipe_to_json(Design(recipe.build(), recipe=recipe)))
+    edit = {"op": "edit", "action": "toggle", "heads": [0], "region": {"kind": "cells",
+            "cells": cells}}  # fmt: skip
+    content["recipe"]["edits"] = [edit]
+    return json.dumps(content)
+
+
+def test_a_long_cell_list_of_an_older_file_reads_as_the_same_blocks_in_a_bitmap():
+    rng = np.random.default_rng(0)
+    cells = rng.integers(0, 2048, size=(200_000, 2)).tolist()
+    start = time.process_time()
+    design = design_from_json(_cells_recipe(cells))
+    assert time.process_time() - start < 1.0
+    (op,) = design.recipe.edits
+    assert isinstance(op.region, Bitmap)
+    expected = torch.ones(2048, 2048, dtype=torch.bool).tril()
+    index = torch.tensor(cells)
+    expected[index[:, 0], index[:, 1]] ^= True
+    assert torch.equal(design.layout.blocks[0], expected)
+
+
+def test_a_text_of_too_many_values_is_refused_before_it_is_parsed():
+    text = _cells_recipe([[1, 2]]).replace("[[1, 2]]", "[" + "[1,2]," * 1_100_000 + "[1,2]]")
+    start = time.process_time()
+    with pytest.raises(ValueError, match=r"holds about 2,200,\d{3} values, more than the limit"):
+        design_from_json(text)
+    assert time.process_time() - start < 0.1

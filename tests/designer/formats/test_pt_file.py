@@ -14,6 +14,7 @@ from designer.design import Design
 from designer.edit import EditOp, Row
 from designer.formats import LoadedDesign, load_design, read_design_file, save_design
 from designer.formats.packing import pack_blocks
+from designer.formats.torch_file import MAX_UNPACKED_BYTES
 from designer.layout import Layout
 from designer.recipe import Recipe, RecipeStep
 from tests.designer.formats.strategies import designs
@@ -208,12 +209,18 @@ def test_size_limits_come_before_loading(tmp_path, recipe_design):
 
 
 def test_zip_bombs_are_refused_by_unpacked_size():
+    """A deflated archive may unpack to a bool layout of the largest size, and no more."""
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", compression=zipfile.ZIP_DEFLATED) as archive:
-        archive.writestr("archive/data.pkl", bytes(8 << 20))
-    assert len(buffer.getvalue()) < 100_000
-    with pytest.raises(ValueError, match="unpacks to 8,388,608 bytes, more than the limit of 1,"):
+        archive.writestr("archive/data/0", bytes(MAX_UNPACKED_BYTES + 1))
+    assert len(buffer.getvalue()) < 200_000
+    with pytest.raises(ValueError, match=f"unpacks to {MAX_UNPACKED_BYTES + 1:,} bytes, more than"):
         load_design(buffer.getvalue(), max_bytes=1 << 20)
+    pickle = io.BytesIO()
+    with zipfile.ZipFile(pickle, "w", compression=zipfile.ZIP_DEFLATED) as archive:
+        archive.writestr("archive/data.pkl", bytes(8 << 20))
+    with pytest.raises(ValueError, match="8,388,608-byte pickle, more than the limit"):
+        load_design(pickle.getvalue(), max_bytes=1 << 20)
 
 
 # --------------------------------------------------------------------------- invalid contents
