@@ -37,18 +37,19 @@ def change_design(
     after an error, the unchanged) design, for changes that also reshape the widgets.
     """
     session = st.session_state
-    try:
-        new = make(state.design(session))
-    except (ValueError, TypeError) as error:
+    with state.session_lock(session):
+        try:
+            new = make(state.design(session))
+        except (ValueError, TypeError) as error:
+            if sync:
+                state.sync_widgets(session)
+            state.say(session, place, str(error))
+            return False
+        changed = state.commit(session, new, store)
         if sync:
             state.sync_widgets(session)
-        state.say(session, place, str(error))
-        return False
-    changed = state.commit(session, new, store)
-    if sync:
-        state.sync_widgets(session)
-    state.say(session, place, None)
-    return changed
+        state.say(session, place, None)
+        return changed
 
 
 def show_message(place: str) -> None:

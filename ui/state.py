@@ -8,6 +8,7 @@ design changes other than through them (start, undo, redo, load).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import fields, replace
 from typing import Any
@@ -26,10 +27,27 @@ State = MutableMapping[str, Any]
 HISTORY_LIMIT = 50
 HISTORY_BYTES = 512 << 20
 
+_MAKING_LOCKS = threading.Lock()
+
 
 def design(state: State) -> Design:
     """The current design."""
     return state[keys.HISTORY].present
+
+
+def session_lock(state: State) -> threading.RLock:
+    """The lock every change of this session's design holds, from reading the design to
+    committing the new one.
+
+    Streamlit starts a new rerun as soon as the browser asks (``runner.fastReruns``) while the
+    old one may still be running its callbacks, so two threads can change one session at once;
+    without the lock both would start from the same design and one change would be lost.
+    """
+    with _MAKING_LOCKS:
+        lock = state.get(keys.SESSION_LOCK)
+        if lock is None:
+            lock = state[keys.SESSION_LOCK] = threading.RLock()
+    return lock
 
 
 def init_session(
@@ -98,16 +116,22 @@ def same_design(new: Design, old: Design) -> bool:
 
 def commit(state: State, new: Design, store: DesignStore) -> bool:
     """Make ``new`` the current design (undoable) and autosave it; False if nothing changed."""
-    history = state[keys.HISTORY]
+    with session_lock(state):
+        history = sized_history(state[keys.HISTORY], new)
+        pushed = history.push(new)
+        if pushed is history:
+            return False
+        state[keys.HISTORY] = pushed
+        autosave(state, store)
+        return True
+
+
+def sized_history(history: History, new: Design) -> History:
+    """``history`` with the limit for designs the size of ``new`` (its oldest steps dropped)."""
     limit = history_limit(new)
-    if limit != history.limit:
-        history = replace(history, past=history.past[len(history.past) - limit :], limit=limit)
-    pushed = history.push(new)
-    if pushed is history:
-        return False
-    state[keys.HISTORY] = pushed
-    autosave(state, store)
-    return True
+    if limit == history.limit:
+        return history
+    return replace(history, past=history.past[len(history.past) - limit :], limit=limit)
 
 
 def history_limit(current: Design) -> int:
@@ -126,16 +150,18 @@ def replace_design(state: State, new: Design, store: DesignStore) -> bool:
 
 def undo(state: State, store: DesignStore) -> None:
     """Step back one change, autosave and sync the widgets."""
-    state[keys.HISTORY] = state[keys.HISTORY].undo()
-    autosave(state, store)
-    sync_widgets(state)
+    with session_lock(state):
+        state[keys.HISTORY] = state[keys.HISTORY].undo()
+        autosave(state, store)
+        sync_widgets(state)
 
 
 def redo(state: State, store: DesignStore) -> None:
     """Step forward one undone change, autosave and sync the widgets."""
-    state[keys.HISTORY] = state[keys.HISTORY].redo()
-    autosave(state, store)
-    sync_widgets(state)
+    with session_lock(state):
+        state[keys.HISTORY] = state[keys.HISTORY].redo()
+        autosave(state, store)
+        sync_widgets(state)
 
 
 def autosave(state: State, store: DesignStore) -> None:
