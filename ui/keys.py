@@ -16,9 +16,12 @@ SESSION_QUERY_PARAM = "session"
 MESSAGES = "messages"
 #: One-shot notices ``(icon, text)`` shown as toasts on the next run.
 NOTICES = "notices"
-#: The paint canvas, and the number of its last stroke applied (it redraws the rest on top).
+#: The paint canvas, and ``(client, seq)``: the canvas last heard from and its last stroke done
+#: (the canvas keeps every later stroke, drawn on top, until it sees it done).
 PAINT_CANVAS = "paint_canvas"
-PAINT_APPLIED = "paint_applied"
+PAINT_DONE = "paint_done"
+#: The session's lock: every change of the design holds it (see ``state.session_lock``).
+SESSION_LOCK = "session_lock"
 
 #: The open tab (``st.tabs``).
 TAB = "tab"

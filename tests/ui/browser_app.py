@@ -95,17 +95,17 @@ def canvas_point(page, row: float, col: float) -> tuple[float, float]:
     ) / rows
 
 
-def wait_canvas(page, applied: int = 0, timeout_s: float = 30) -> None:
-    """Wait until the canvas shows Python's head with stroke ``applied`` and those before it."""
+def wait_canvas(page, done: int = 0, timeout_s: float = 30) -> None:
+    """Wait until the canvas shows Python's head with stroke ``done`` and those before it done."""
     canvas = page.locator(CANVAS)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if canvas.count() and canvas.evaluate(
-            "(c, n) => c.dataset.ready === 'true' && Number(c.dataset.applied) >= n", applied
+            "(c, n) => c.dataset.ready === 'true' && Number(c.dataset.done) >= n", done
         ):
             return
         time.sleep(0.05)
-    raise TimeoutError(f"the canvas did not show stroke {applied} within {timeout_s} s")
+    raise TimeoutError(f"the canvas did not show stroke {done} done within {timeout_s} s")
 
 
 #: JavaScript: the RGB at the centre of cell (row, col) of canvas c, read back from the canvas.
