@@ -17,6 +17,8 @@ def start_run(store: DesignStore) -> None:
     session = st.session_state
     _tidy_once(str(store.root))
     state.init_session(session, st.query_params, store, load_default_design)
+    if st.query_params.get(keys.SESSION_QUERY_PARAM) != session[keys.SESSION_ID]:
+        st.query_params[keys.SESSION_QUERY_PARAM] = session[keys.SESSION_ID]  # a forked session
     state.refresh_widgets(session)
     while session[keys.NOTICES]:
         icon, text = session[keys.NOTICES].pop(0)

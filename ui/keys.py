@@ -12,6 +12,8 @@ HISTORY = "history"
 #: This browser session's id: names its autosave file and sits in the URL as ``?session=``.
 SESSION_ID = "session_id"
 SESSION_QUERY_PARAM = "session"
+#: The version of the autosave this session last read or wrote (``DesignStore.autosave``).
+AUTOSAVE_VERSION = "autosave_version"
 #: ``{place: text}``: messages shown next to the widgets that caused them.
 MESSAGES = "messages"
 #: One-shot notices ``(icon, text)`` shown as toasts on the next run.

@@ -15,7 +15,13 @@ from typing import Any
 
 from designer.design import Design
 from designer.history import History
-from designer.storage import DesignStore, check_session_id, new_session_id
+from designer.storage import (
+    NO_AUTOSAVE,
+    AutosaveConflict,
+    DesignStore,
+    check_session_id,
+    new_session_id,
+)
 from ui import keys
 from ui.params import step_widget_values
 from ui.text import plain
@@ -26,6 +32,13 @@ State = MutableMapping[str, Any]
 #: (1 MiB at 16 × 256 × 256 blocks: 50 steps; 64 MiB at 16 × 2048 × 2048: 8 steps).
 HISTORY_LIMIT = 50
 HISTORY_BYTES = 512 << 20
+
+#: Said when another tab changed this session's autosave and this tab's design went to a copy.
+FORKED = (
+    "This design is also open in another tab, which saved changes to it. So that neither tab's "
+    "work is lost, this tab now keeps its design as a copy at its own address (the address bar "
+    "shows it); the other tab's design stays at the old address."
+)
 
 _MAKING_LOCKS = threading.Lock()
 
@@ -67,10 +80,10 @@ def init_session(
         return
     state[keys.MESSAGES] = {}
     state[keys.NOTICES] = []
-    restored = None
+    restored, version = None, NO_AUTOSAVE
     session_id = query_params.get(keys.SESSION_QUERY_PARAM)
     try:
-        restored = store.restore(check_session_id(session_id))
+        restored, version = store.restore_versioned(check_session_id(session_id)) or (None, version)
     except ValueError as error:
         if session_id is not None:
             notice(
@@ -80,6 +93,7 @@ def init_session(
         session_id = new_session_id()
     query_params[keys.SESSION_QUERY_PARAM] = session_id
     state[keys.SESSION_ID] = session_id
+    state[keys.AUTOSAVE_VERSION] = version
     if restored is not None:
         notice(
             state, ":material/history:", f"Restored “{plain(restored.name)}” from your last visit."
@@ -165,10 +179,22 @@ def redo(state: State, store: DesignStore) -> None:
 
 
 def autosave(state: State, store: DesignStore) -> None:
-    """Write the current design to this session's autosave; a failure becomes a message."""
+    """Write the current design to this session's autosave; a failure becomes a message.
+
+    If another tab on the same session id wrote the autosave since this one last did, neither
+    overwrites the other: this tab's design goes to a new session id (and the URL follows).
+    """
+    session_id = state[keys.SESSION_ID]
     try:
-        store.autosave(state[keys.SESSION_ID], design(state))
+        state[keys.AUTOSAVE_VERSION] = store.autosave(
+            session_id, design(state), expected=state.get(keys.AUTOSAVE_VERSION)
+        )
         say(state, keys.AUTOSAVE_PLACE, None)
+    except AutosaveConflict:
+        state[keys.SESSION_ID] = new_session_id()
+        state[keys.AUTOSAVE_VERSION] = NO_AUTOSAVE
+        autosave(state, store)
+        say(state, keys.AUTOSAVE_PLACE, FORKED)
     except OSError as error:
         say(
             state,
