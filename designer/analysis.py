@@ -33,8 +33,10 @@ HEAD_CACHE_BYTES = 384 << 20
 CACHE_SECONDS = 15 * 60
 #: Whole-design lint lists kept (they are small).
 LINT_CACHE_ENTRIES = 16
-#: Whole analyses kept (they share their heads with the head cache).
+#: Whole analyses kept, and the memory of the heads they hold: they share their heads with the
+#: head cache, but keep them after it lets them go (a 16 x 2048 x 2048-block analysis: 192 MiB).
 ANALYSIS_CACHE_ENTRIES = 4
+ANALYSIS_CACHE_BYTES = 256 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -84,7 +86,20 @@ class Analysis:
 
 _HEADS = LruCache(HEAD_CACHE_BYTES, size=lambda head: head.nbytes, ttl_seconds=CACHE_SECONDS)
 _LINTS = LruCache(LINT_CACHE_ENTRIES, ttl_seconds=CACHE_SECONDS)
-_ANALYSES = LruCache(ANALYSIS_CACHE_ENTRIES, ttl_seconds=CACHE_SECONDS)
+_ANALYSES = LruCache(
+    ANALYSIS_CACHE_BYTES,
+    # A small analysis counts as its share of the entries, so no more than those are kept.
+    size=lambda found: max(
+        sum(head.nbytes for head in found.heads), ANALYSIS_CACHE_BYTES // ANALYSIS_CACHE_ENTRIES
+    ),
+    ttl_seconds=CACHE_SECONDS,
+)
+
+
+def clear_caches() -> None:
+    """Forget every cached segmentation, lint list and analysis (an idle server shrinks back)."""
+    for cache in (_HEADS, _LINTS, _ANALYSES):
+        cache.clear()
 
 
 def head_tiles(blocks: np.ndarray, start_width: int) -> HeadTiles:

@@ -10,12 +10,14 @@ from designer.analysis import Analysis, cached_analysis
 from designer.design import Design
 from designer.storage import DesignStore, load_default_design
 from ui import keys, state
+from ui.sessions import REGISTRY
 
 
 def start_run(store: DesignStore) -> None:
     """Every run begins here: the session's design (once), widget values, pending notices."""
     session = st.session_state
     _tidy_once(str(store.root))
+    REGISTRY.sweep()  # sessions gone a while give their memory back
     state.init_session(session, st.query_params, store, load_default_design)
     if st.query_params.get(keys.SESSION_QUERY_PARAM) != session[keys.SESSION_ID]:
         st.query_params[keys.SESSION_QUERY_PARAM] = session[keys.SESSION_ID]  # a forked session

@@ -24,6 +24,7 @@ from designer.storage import (
 )
 from ui import keys
 from ui.params import step_widget_values
+from ui.sessions import REGISTRY, HistoryBox, current_owner
 from ui.text import plain
 
 State = MutableMapping[str, Any]
@@ -44,8 +45,21 @@ _MAKING_LOCKS = threading.Lock()
 
 
 def design(state: State) -> Design:
-    """The current design."""
-    return state[keys.HISTORY].present
+    """The current design (``sessions.HistoryReleased``, a ``ValueError``, if the server let
+    this session's history go while it was away)."""
+    return history(state).present
+
+
+def history(state: State) -> History:
+    """The session's undo history."""
+    return state[keys.HISTORY].history
+
+
+def set_history(state: State, new: History) -> None:
+    """Make ``new`` the session's history, within the server-wide cap on undo steps."""
+    box = state[keys.HISTORY]
+    box.history = new
+    REGISTRY.fit(box)
 
 
 def session_lock(state: State) -> threading.RLock:
@@ -76,7 +90,7 @@ def init_session(
     a link carrying an id the server never issued does not make a session adopt it, and a
     broken autosave is never overwritten.
     """
-    if keys.HISTORY in state:
+    if keys.HISTORY in state and not state[keys.HISTORY].released:
         return
     state[keys.MESSAGES] = {}
     state[keys.NOTICES] = []
@@ -99,7 +113,8 @@ def init_session(
             state, ":material/history:", f"Restored “{plain(restored.name)}” from your last visit."
         )
     current = restored or default_design()
-    state[keys.HISTORY] = History(current, limit=history_limit(current), same=same_design)
+    start = History(current, limit=history_limit(current), same=same_design)
+    state[keys.HISTORY] = REGISTRY.add(HistoryBox(start, current_owner(), session_lock(state)))
     if restored is None:
         autosave(state, store)  # the new id is known from now on
     sync_widgets(state)
@@ -131,21 +146,21 @@ def same_design(new: Design, old: Design) -> bool:
 def commit(state: State, new: Design, store: DesignStore) -> bool:
     """Make ``new`` the current design (undoable) and autosave it; False if nothing changed."""
     with session_lock(state):
-        history = sized_history(state[keys.HISTORY], new)
-        pushed = history.push(new)
-        if pushed is history:
+        before = sized_history(history(state), new)
+        pushed = before.push(new)
+        if pushed is before:
             return False
-        state[keys.HISTORY] = pushed
+        set_history(state, pushed)
         autosave(state, store)
         return True
 
 
-def sized_history(history: History, new: Design) -> History:
-    """``history`` with the limit for designs the size of ``new`` (its oldest steps dropped)."""
+def sized_history(steps: History, new: Design) -> History:
+    """``steps`` with the limit for designs the size of ``new`` (its oldest steps dropped)."""
     limit = history_limit(new)
-    if limit == history.limit:
-        return history
-    return replace(history, past=history.past[len(history.past) - limit :], limit=limit)
+    if limit == steps.limit:
+        return steps
+    return replace(steps, past=steps.past[len(steps.past) - limit :], limit=limit)
 
 
 def history_limit(current: Design) -> int:
@@ -165,7 +180,7 @@ def replace_design(state: State, new: Design, store: DesignStore) -> bool:
 def undo(state: State, store: DesignStore) -> None:
     """Step back one change, autosave and sync the widgets."""
     with session_lock(state):
-        state[keys.HISTORY] = state[keys.HISTORY].undo()
+        set_history(state, history(state).undo())
         autosave(state, store)
         sync_widgets(state)
 
@@ -173,7 +188,7 @@ def undo(state: State, store: DesignStore) -> None:
 def redo(state: State, store: DesignStore) -> None:
     """Step forward one undone change, autosave and sync the widgets."""
     with session_lock(state):
-        state[keys.HISTORY] = state[keys.HISTORY].redo()
+        set_history(state, history(state).redo())
         autosave(state, store)
         sync_widgets(state)
 

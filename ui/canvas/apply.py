@@ -25,6 +25,7 @@ from designer.storage import DesignStore
 from designer.validate import capped
 from ui import keys, state
 from ui.canvas.strokes import Mask, Paint, Step, Unreadable, read_trigger
+from ui.sessions import HistoryReleased
 
 #: CPU time and extra memory one trigger may ask for (the whole path's budget).
 MAX_SECONDS = MAX_BUILD_SECONDS
@@ -35,8 +36,9 @@ STROKE_NS_PER_CELL = 4
 STROKE_NS = 2_000_000
 #: Building a scattered-cell region and recording it, per painted cell of a mask (0.75 µs).
 MASK_NS_PER_CELL = 1_000
-#: Layout copies alive at once while a stroke is applied (the new layout is kept).
-STROKE_COPIES = 3
+#: Layout-sized buffers alive at once while a stroke is applied: the copy, its painted heads,
+#: the region's mask and the new layout (kept).
+STROKE_COPIES = 4
 #: The autosave: the bit-packed layout (0.2 to 0.4 ns per cell), each scattered cell the recipe
 #: lists (1.7 µs), and the fsync of the file and its folder.
 AUTOSAVE_NS_PER_CELL = 1
@@ -49,7 +51,10 @@ STEP_NS = 100_000
 def apply_trigger(session: state.State, value: Any, store: DesignStore) -> None:
     """Do the new strokes of the trigger ``value`` (see the module docstring)."""
     with state.session_lock(session):
-        layout = state.design(session).layout
+        try:
+            layout = state.design(session).layout
+        except HistoryReleased:
+            return  # the rerun brings the design back from its autosave; the canvas sends again
         try:
             trigger = read_trigger(value, *layout.shape)
         except (ValueError, TypeError) as error:
@@ -64,12 +69,12 @@ def apply_trigger(session: state.State, value: Any, store: DesignStore) -> None:
             say(session, f"The canvas skipped strokes {done + 1} to {todo[0][0] - 1}, so none "
                          "of the strokes after them was applied.")  # fmt: skip
             return
-        batch = Batch(state.sized_history(session[keys.HISTORY], state.design(session)))
+        batch = Batch(state.sized_history(state.history(session), state.design(session)))
         for seq, stroke in todo:
             if not batch.do(stroke):
                 break
             done = seq
-        session[keys.HISTORY] = batch.history
+        state.set_history(session, batch.history)
         session[keys.PAINT_DONE] = (trigger.client, done)
         if batch.changed:
             state.autosave(session, store)
@@ -113,8 +118,10 @@ class Batch:
     def _paint(self, stroke: Paint) -> bool:
         current = self.history.present
         ns, transient = estimate_paint(current.layout, stroke)
-        kept = min(self.history.limit, len(self.history.past) + self.kept + 1)
-        extra = transient + (kept - len(self.history.past)) * current.layout.blocks.numel()
+        # The session holds the history as it was until the trigger ends, so every new layout
+        # still in the batch's history is extra memory.
+        kept = min(self.history.limit, self.kept + 1)
+        extra = transient + kept * current.layout.blocks.numel()
         total_ns = self.spent_ns + ns + estimate_autosave(current)
         if total_ns > MAX_SECONDS * 1e9 or extra > MAX_EXTRA_BYTES:
             if self.spent_ns:
@@ -142,7 +149,7 @@ def estimate_paint(layout: Layout, stroke: Paint) -> tuple[int, int]:
     """``(CPU ns, transient bytes)`` of applying ``stroke`` to ``layout`` and recording it.
 
     >>> estimate_paint(Layout.zeros(1, 4, 4, 16), Paint(0, "set", Rect(0, 0, 0, 0)))
-    (2000064, 48)
+    (2000064, 64)
     """
     cells = layout.blocks.numel()
     ns = STROKE_NS + cells * STROKE_NS_PER_CELL
