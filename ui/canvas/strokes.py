@@ -211,7 +211,7 @@ def _read_mask(region: dict[str, Any], n_rows: int, n_cols: int) -> Mask:
         packed = np.frombuffer(base64.b64decode(bits, validate=True), dtype=np.uint8)
     except (binascii.Error, ValueError) as error:
         raise ValueError(f"mask bits are not valid base64: {error}") from None
-    cells = np.unpackbits(packed, count=rows * cols).astype(bool).reshape(rows, cols)
+    cells = np.unpackbits(packed, count=rows * cols).view(bool).reshape(rows, cols)
     if not cells.any():
         raise ValueError("mask selects no cells")
     return Mask(row0, col0, cells)
@@ -224,15 +224,17 @@ def mask_region(mask: np.ndarray, row0: int = 0, col0: int = 0) -> Region | None
     >>> mask_region(np.eye(2, dtype=bool), 5, 0)
     Cells(cells=((5, 0), (6, 1)))
     """
-    rows, cols = np.nonzero(mask)
-    if len(rows) == 0:
+    count = int(np.count_nonzero(mask))
+    if count == 0:
         return None
-    r0, r1, c0, c1 = rows.min(), rows.max(), cols.min(), cols.max()
-    if len(rows) == (r1 - r0 + 1) * (c1 - c0 + 1):
+    rows_with, cols_with = np.flatnonzero(mask.any(axis=1)), np.flatnonzero(mask.any(axis=0))
+    r0, r1, c0, c1 = rows_with[0], rows_with[-1], cols_with[0], cols_with[-1]
+    if count == (r1 - r0 + 1) * (c1 - c0 + 1):  # a box: no per-cell index is ever built
         return Rect(int(r0 + row0), int(c0 + col0), int(r1 + row0), int(c1 + col0))
-    if len(rows) > MAX_EDIT_CELLS:
+    if count > MAX_EDIT_CELLS:
         raise ValueError(
-            f"one stroke may paint at most {MAX_EDIT_CELLS:,} scattered blocks, got {len(rows):,}; "
+            f"one stroke may paint at most {MAX_EDIT_CELLS:,} scattered blocks, got {count:,}; "
             "paint it as a few rectangles"
         )
+    rows, cols = np.nonzero(mask)
     return Cells(tuple(zip((rows + row0).tolist(), (cols + col0).tolist(), strict=True)))
