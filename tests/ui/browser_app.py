@@ -40,7 +40,8 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serve_app(home: Path) -> Iterator[tuple[str, Path]]:
-    """Run the app with its data under ``home``; yields its URL and the server's log file.
+    """Run the app with its data under ``home``; yields its URL and the server's log file (its
+    process id is in ``home / "server.pid"``, for tools that watch its memory).
 
     Raises ``RuntimeError`` (with the log) if it exits or does not answer within ``STARTUP_S``.
     """
@@ -54,6 +55,7 @@ def serve_app(home: Path) -> Iterator[tuple[str, Path]]:
     env = {**os.environ, "BSD_DATA_DIR": str(home / "data")}
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    (home / "server.pid").write_text(str(process.pid))
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, process, log_path)
