@@ -171,10 +171,11 @@ def main() -> None:
         )
         result = results[case] = json.loads(done.stdout.strip().splitlines()[-1])
         render = result["render_after"]
+        worst_cpu, worst_mb = result["worst_trigger_cpu_s"], result["worst_trigger_extra_peak_mb"]
         print(
-            f"{case:48} {len(result['triggers']):2} triggers, worst cpu "
-            f"{result['worst_trigger_cpu_s']:5.2f} s, peak +{result['worst_trigger_extra_peak_mb']:5.0f}"
-            f" MB; render after: cpu {render['cpu_s']:5.2f} s, +{render['extra_peak_mb']:5.0f} MB"
+            f"{case:48} {len(result['triggers']):2} triggers, worst cpu {worst_cpu:5.2f} s, "
+            f"peak +{worst_mb:5.0f} MB; render after: cpu {render['cpu_s']:5.2f} s, "
+            f"+{render['extra_peak_mb']:5.0f} MB"
         )
     if args.json:
         import streamlit
