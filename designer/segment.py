@@ -165,6 +165,7 @@ def _segment_heads(
     counts = np.zeros((n_heads, widths.size), dtype=np.int64)
     repeats = np.zeros(present.shape, dtype=np.int32)  # its pages are touched only if written
     row_offsets = np.concatenate(([0], np.cumsum(capacity)))
+
     def run(heads: np.ndarray) -> None:
         segment_heads(present, heads, widths, safe, row_offsets, rows, counts, repeats)
 
