@@ -399,3 +399,16 @@ def test_hostile_triggers_leave_painting_working(browser, server):
     assert paint.done()[cells[4]]
     error.wait_for(state="detached")
     paint.assert_no_errors()
+
+
+def test_a_stroke_drawn_just_before_leaving_the_tab_is_kept(browser, server):
+    paint = Paint(browser, server)
+    page = paint.page
+    before = paint.blocks()
+    (cell,) = empty_cells(before, 1, range(30, 64), range(0, 64))
+    page.mouse.click(*canvas_point(page, *cell))
+    page.get_by_role("tab", name="Analysis").click()  # at once: the canvas goes away
+    page.get_by_role("tab", name="Paint").click()
+    assert paint.done()[cell]  # sent by the canvas that came back, if not before
+    paint.assert_shows(paint.blocks(), [cell])
+    paint.assert_no_errors()
