@@ -24,7 +24,6 @@ import base64
 import json
 import os
 import platform
-import resource
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from bounded_cost import _cpu_s, _memory_kib  # noqa: E402  (one way to measure, shared)
 
 CLIENT = "canvascost01"
 CASES = (
@@ -81,18 +83,6 @@ def strokes_for(case: str, shape: tuple[int, int, int]) -> list[dict]:
 def paint(seq: int, action: str, heads, region: dict) -> dict:
     return {"seq": seq, "op": "paint", "head": 0, "action": action, "heads": heads,
             "region": region}  # fmt: skip
-
-
-def _memory_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no {field} in /proc/self/status")
-
-
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def measured(work) -> dict:
@@ -178,18 +168,22 @@ def main() -> None:
             f"+{render['extra_peak_mb']:5.0f} MB"
         )
     if args.json:
-        import streamlit
-        import torch
-
-        meta = {
-            "date": time.strftime("%Y-%m-%d"),
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "streamlit": streamlit.__version__,
-            "targets": {"trigger_cpu_s": 2.0, "trigger_extra_peak_mb": 512},
-        }
+        meta = {**run_meta(), "targets": {"trigger_cpu_s": 2.0, "trigger_extra_peak_mb": 512}}
         args.json.write_text(json.dumps({"meta": meta, "cases": results}, indent=2) + "\n")
+
+
+def run_meta() -> dict:
+    """What a result was measured on: the date, the CPUs and the versions that matter."""
+    import streamlit
+    import torch
+
+    return {
+        "date": time.strftime("%Y-%m-%d"),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "streamlit": streamlit.__version__,
+    }
 
 
 if __name__ == "__main__":

@@ -21,8 +21,6 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
-import platform
 import secrets
 import sys
 import tempfile
@@ -33,19 +31,20 @@ from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
 
 import torch  # noqa: E402
+from canvas_cost import run_meta  # noqa: E402
 
 from designer.design import Design  # noqa: E402
 from designer.formats import save_design  # noqa: E402
 from designer.layout import Layout  # noqa: E402
 from designer.storage import DesignStore  # noqa: E402
-from tests.ui.browser_app import CANVAS, grid_point, launch, serve_app  # noqa: E402
+from tests.ui.browser_app import CANVAS, grid_point, launch, serve_app, settle  # noqa: E402
 
 TARGET_MEMORY_MB = 512
 TARGET_VICTIM_S = 1.0
 WAIT_S = 300
-STATUS = '[data-testid="stStatusWidget"]'
 
 
 def rss_mb(pid: int) -> float:
@@ -59,22 +58,6 @@ def random_design(shape: tuple[int, int, int], block_size: int, seed: int) -> De
     generator = torch.Generator().manual_seed(seed)
     blocks = torch.rand(shape, generator=generator) < 0.05
     return Design(Layout(blocks, block_size), name=f"random {seed}")
-
-
-def settle(page, quiet_s: float = 1.0) -> None:
-    """Wait until the app has finished its reruns (no status widget for ``quiet_s``)."""
-    status = page.locator(STATUS)
-    quiet_since = None
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if status.count():
-            quiet_since = None
-        elif quiet_since is None:
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since > quiet_s:
-            return
-        page.wait_for_timeout(100)
-    raise TimeoutError(f"the app did not settle within {WAIT_S} s")
 
 
 def open_page(browser, url: str, session: str | None = None, tab: str | None = None):
@@ -250,16 +233,7 @@ def main() -> None:
                     f" target <= {TARGET_VICTIM_S} s)"
                 )
     if args.json:
-        import streamlit
-
-        meta = {
-            "date": time.strftime("%Y-%m-%d"),
-            "cpus": os.cpu_count(),
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "streamlit": streamlit.__version__,
-        }
-        args.json.write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"meta": run_meta(), **results}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -164,3 +164,20 @@ def grid_point(page, row: float, col: float) -> tuple[float, float]:
     """Page coordinates of the grid point ``(row, col)`` in blocks (``(0, 0)``: the top-left
     corner of block 0) at the canvas's current zoom."""
     return zoomed_point(page, row - 0.5, col - 0.5)
+
+
+# --------------------------------------------------------------------------- the whole app
+def settle(page, quiet_s: float = 1.0, timeout_s: float = 300) -> None:
+    """Wait until the app has finished its reruns: no status widget for ``quiet_s`` seconds."""
+    status = page.locator('[data-testid="stStatusWidget"]')
+    quiet_since = None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if status.count():
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > quiet_s:
+            return
+        page.wait_for_timeout(100)
+    raise TimeoutError(f"the app did not settle within {timeout_s} s")
