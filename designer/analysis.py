@@ -39,7 +39,8 @@ HEAD_CACHE_BYTES = 384 << 20
 CACHE_SECONDS = 15 * 60
 #: Whole-design lint lists kept (they are small).
 LINT_CACHE_ENTRIES = 16
-#: Whole analyses kept (they share their heads with the head cache).
+#: Whole analyses kept, and the memory of the heads they hold: they share their heads with the
+#: head cache, but keep them after it lets them go (a 16 x 2048 x 2048-block analysis: 192 MiB).
 ANALYSIS_CACHE_ENTRIES = 4
 #: What an analysis costs, per cell and per active block (one core, 2026-12-01: 64M cells took
 #: 1.3-5.7 s to segment and 1.5-3.8 s to lint, at 1 % to 50 % density), with a margin.
@@ -52,6 +53,7 @@ LINT_BYTES_PER_CELL = 12
 #: reading, building, drawing and the autosave); a costlier one runs when asked.
 INLINE_ANALYSIS_NS = 1.0e9
 INLINE_ANALYSIS_BYTES = 256 << 20
+ANALYSIS_CACHE_BYTES = 256 << 20
 
 
 @dataclass(frozen=True, eq=False)
@@ -101,7 +103,20 @@ class Analysis:
 
 _HEADS = LruCache(HEAD_CACHE_BYTES, size=lambda head: head.nbytes, ttl_seconds=CACHE_SECONDS)
 _LINTS = LruCache(LINT_CACHE_ENTRIES, ttl_seconds=CACHE_SECONDS)
-_ANALYSES = LruCache(ANALYSIS_CACHE_ENTRIES, ttl_seconds=CACHE_SECONDS)
+_ANALYSES = LruCache(
+    ANALYSIS_CACHE_BYTES,
+    # A small analysis counts as its share of the entries, so no more than those are kept.
+    size=lambda found: max(
+        sum(head.nbytes for head in found.heads), ANALYSIS_CACHE_BYTES // ANALYSIS_CACHE_ENTRIES
+    ),
+    ttl_seconds=CACHE_SECONDS,
+)
+
+
+def clear_caches() -> None:
+    """Forget every cached segmentation, lint list and analysis (an idle server shrinks back)."""
+    for cache in (_HEADS, _LINTS, _ANALYSES):
+        cache.clear()
 
 
 def analysis_cost(design: Design) -> tuple[float, int]:

@@ -103,6 +103,12 @@ class LruCache:
         with self._lock:
             return self._used
 
+    def clear(self) -> None:
+        """Forget every value (their memory goes back once nobody else holds them)."""
+        with self._lock:
+            self._items.clear()
+            self._used = 0
+
     def _expire(self) -> None:
         if self._ttl is None:
             return

@@ -68,6 +68,11 @@ class History(Generic[T]):
             return self
         if self.same is not None and self.same(value, self.present):
             return self
+        return self.record(value)
+
+    def record(self, value: T) -> History[T]:
+        """``push`` for a value the caller knows to be a change (a stroke that painted blocks):
+        no comparison, which for a large value costs as much as making it."""
         past = (*self.past, self.present)[-self.limit :]
         return replace(self, present=value, past=past, future=())
 

@@ -246,8 +246,12 @@ class Band(_Region):
         object.__setattr__(self, "hi", hi)
 
     def mask(self, n_rows: int, n_cols: int) -> torch.Tensor:
-        offset = torch.arange(n_cols)[None, :] - torch.arange(n_rows)[:, None]
-        return (offset >= self.lo) & (offset <= self.hi)
+        """Filled row by row: a grid-sized table of offsets would take 8 bytes a cell."""
+        mask = torch.zeros(n_rows, n_cols, dtype=torch.bool)
+        cells = mask.numpy()
+        for row in range(max(0, -self.hi), min(n_rows, n_cols - self.lo)):
+            cells[row, max(0, row + self.lo) : row + self.hi + 1] = True
+        return mask
 
     def index(self, n_rows: int, n_cols: int) -> tuple[Any, ...]:
         return (self.mask(n_rows, n_cols),)

@@ -9,14 +9,17 @@ before (duplicates): ``mode="deepspeed"`` reproduces them, ``mode="safe"`` refus
 
 Heads run on a small thread pool (the compiled scan releases the GIL) and are gathered in
 ascending head order, so results never depend on timing. Numba's ``parallel=True`` is avoided on
-purpose: its fallback threading layer aborts when two app sessions call it at once.
+purpose: its fallback threading layer aborts when two app sessions call it at once. The pool's
+threads run at a lower priority (``SCAN_NICENESS``): alone they have every core, but beside
+them another session's rerun gets a core at once instead of waiting for a large layout's scan.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -34,6 +37,9 @@ _DEEPSPEED_SPARE_ROWS = 0.25
 
 #: Below this many cells a layout is segmented on the calling thread (threads cost more).
 _THREADED_MIN_CELLS = 1 << 16
+#: The scan threads' niceness (Linux): 10 gives a thread at the default 0 about ten times the
+#: CPU share of a scan thread when both want a core.
+SCAN_NICENESS = 10
 
 Segments = list[tuple[int, torch.Tensor]]
 
@@ -168,26 +174,34 @@ def _segment_heads(
 
     ``rows`` holds head ``h``'s ``(row, col, rank in head)`` rows in a slot of ``capacity[h]``,
     ``counts[h, p]`` is how many rows pass ``p`` of head ``h`` emitted, and ``repeats`` is as in
-    ``deepspeed_repeats``. Heads are shared out round-robin between the usable CPUs; the calling
-    thread takes one share.
+    ``deepspeed_repeats``. Heads are shared out round-robin between the usable CPUs, each share
+    on a scan thread (``SCAN_NICENESS``) while the calling thread waits; a small layout is
+    scanned on the calling thread.
     """
     n_heads = present.shape[0]
     rows = np.empty((int(capacity.sum()), 3), dtype=np.int32)
     counts = np.zeros((n_heads, widths.size), dtype=np.int64)
     repeats = np.zeros(present.shape, dtype=np.int32)  # its pages are touched only if written
     row_offsets = np.concatenate(([0], np.cumsum(capacity)))
-    workers = min(n_heads, _usable_cpus()) if present.size >= _THREADED_MIN_CELLS else 1
-    shares = [np.arange(first, n_heads, workers) for first in range(workers)]
 
     def run(heads: np.ndarray) -> None:
         segment_heads(present, heads, widths, safe, row_offsets, rows, counts, repeats)
 
-    with ThreadPoolExecutor(workers - 1) if workers > 1 else nullcontext() as pool:
-        others = [pool.submit(run, share) for share in shares[1:]]
-        run(shares[0])
-        for other in others:
-            other.result()
+    if present.size < _THREADED_MIN_CELLS:
+        run(np.arange(n_heads))
+        return rows, counts, repeats
+    workers = min(n_heads, _usable_cpus())
+    with ThreadPoolExecutor(workers, initializer=_lower_priority) as pool:
+        shares = [pool.submit(run, np.arange(first, n_heads, workers)) for first in range(workers)]
+        for share in shares:
+            share.result()
     return rows, counts, repeats
+
+
+def _lower_priority() -> None:
+    """Make this (scan) thread yield to the app's other threads (Linux; elsewhere a no-op)."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SCAN_NICENESS)
 
 
 def _usable_cpus() -> int:

@@ -17,6 +17,12 @@ autosave of that name) starts a fresh session under a new id. Opening a copied U
 tab shares that session on purpose. The library, by contrast, is shared by everyone using the
 server; give each user their own with ``BSD_DATA_DIR``.
 
+Two tabs on one session id must not overwrite each other's work: each remembers the version of
+the autosave it last read or wrote (``autosave_version``: the file's inode, time and size) and
+passes it to ``autosave``, which raises ``AutosaveConflict`` instead of writing when the file has
+changed since (the app then saves that tab's design under a new id). The check and the write
+hold one lock, within one server process.
+
 Files are written with fsync on the file and its directory. ``tidy`` runs once per server start:
 it removes temporary files left by a crash mid-write and autosaves untouched for
 ``$BSD_AUTOSAVE_DAYS`` days (default 30). Nothing in the folder stops it (a directory where a
@@ -34,6 +40,7 @@ import os
 import re
 import secrets
 import stat
+import threading
 import time
 import unicodedata
 from dataclasses import dataclass, field, replace
@@ -57,12 +64,20 @@ SUFFIX = ".pt"
 #: package data beside this module, so an installed package opens on it as a checkout does.
 DEFAULT_DESIGN_FILE = Path(__file__).resolve().parent / "default_design.json"
 
+#: ``autosave_version`` of a session with no autosave.
+NO_AUTOSAVE = ""
+
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
+_AUTOSAVING = threading.Lock()
 #: Letters and digits of any script, ``_``, then also spaces and ``. + -``: safe as a file name.
 _LIBRARY_NAME = re.compile(r"\w[\w .+-]{0,79}")
 #: Most UTF-8 bytes of a library name: its temporary file ``.<name>.pt.<8 random>.tmp`` must fit
 #: the 255-byte file names of common file systems (80 CJK characters are 240 bytes).
 MAX_NAME_BYTES = 200
+
+
+class AutosaveConflict(ValueError):
+    """The autosave changed since this session last read or wrote it (another tab wrote it)."""
 
 
 def default_data_dir() -> Path:
@@ -205,14 +220,44 @@ class DesignStore:
         self._library_path(self.existing(name) or name).unlink(missing_ok=True)
 
     # ----------------------------------------------------------------- autosave
-    def autosave(self, session_id: str, design: Design) -> None:
-        """Write the current design of one browser session."""
-        atomic_write(self._autosave_path(session_id), design_bytes(design))
+    def autosave(self, session_id: str, design: Design, *, expected: str | None = None) -> str:
+        """Write the current design of one browser session; return the new version.
+
+        With ``expected`` (a version from ``autosave_version``, ``restore_versioned`` or the last
+        ``autosave``; ``NO_AUTOSAVE`` for none yet), raise ``AutosaveConflict`` and write nothing
+        if the autosave is no longer that version.
+        """
+        path = self._autosave_path(session_id)
+        data = design_bytes(design)
+        with _AUTOSAVING:
+            found = _version(path)
+            if expected is not None and found != expected:
+                raise AutosaveConflict(
+                    "the autosave of this session changed since this tab last saved it"
+                )
+            atomic_write(path, data)
+            return _version(path)
+
+    def autosave_version(self, session_id: str) -> str:
+        """The version of a session's autosave (``NO_AUTOSAVE`` if it has none)."""
+        return _version(self._autosave_path(session_id))
 
     def restore(self, session_id: str) -> Design | None:
         """The autosaved design of a session, or None if it never saved one."""
+        restored = self.restore_versioned(session_id)
+        return None if restored is None else restored[0]
+
+    def restore_versioned(self, session_id: str) -> tuple[Design, str] | None:
+        """``(design, version)`` of a session's autosave, or None if it never saved one.
+
+        The version is the one before reading: if a write came in between, the next
+        ``autosave(expected=version)`` sees a conflict rather than overwriting what it missed.
+        """
         path = self._autosave_path(session_id)
-        return _read(path, "the autosave") if _is_file(path) else None
+        version = _version(path)
+        if version == NO_AUTOSAVE or not _is_file(path):
+            return None
+        return _read(path, "the autosave"), version
 
     # ----------------------------------------------------------------- housekeeping
     def tidy(self, max_age_days: float | None = None, *, now: float | None = None) -> Tidied:
@@ -264,6 +309,16 @@ class DesignStore:
 
     def _autosave_path(self, session_id: str) -> Path:
         return self.autosave_dir / f"{check_session_id(session_id)}{SUFFIX}"
+
+
+def _version(path: Path) -> str:
+    """A file's version: its inode, modification time and size (an atomic write changes the
+    inode), or ``NO_AUTOSAVE`` when there is none."""
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return NO_AUTOSAVE
+    return f"{info.st_ino}-{info.st_mtime_ns}-{info.st_size}"
 
 
 def _is_file(path: Path) -> bool:

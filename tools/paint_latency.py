@@ -23,7 +23,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -41,6 +40,7 @@ from tests.ui.browser_app import (  # noqa: E402
     launch,
     pick,
     serve_app,
+    settle,
     wait_canvas,
     zoom_at,
     zoomed_point,
@@ -93,18 +93,8 @@ def metric(page, label: str) -> int:
 
 def settled_metric(page, label: str) -> int:
     """The statistic once the app has finished its reruns (the status widget gone for 1 s)."""
-    status = page.locator('[data-testid="stStatusWidget"]')
-    quiet_since = None
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if status.count():
-            quiet_since = None
-        elif quiet_since is None:
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since > 1:
-            return metric(page, label)
-        time.sleep(0.1)
-    raise TimeoutError(f"the app did not settle within {WAIT_S} s")
+    settle(page, timeout_s=WAIT_S)
+    return metric(page, label)
 
 
 def empty_cells(page, row: int, cols: range) -> list[int]:

@@ -17,6 +17,7 @@ from designer.analysis import (
 from designer.design import Design
 from designer.storage import DesignStore, load_default_design
 from ui import keys, state
+from ui.sessions import REGISTRY
 from ui.text import plain
 
 
@@ -27,10 +28,13 @@ def start_run(store: DesignStore) -> None:
     """
     session = st.session_state
     problems = _tidy_once(str(store.root))
+    REGISTRY.sweep()  # sessions gone a while give their memory back
     new = keys.HISTORY not in session
     state.init_session(session, st.query_params, store, load_default_design)
     for problem in problems if new else ():
         state.notice(session, ":material/warning:", plain(f"Data folder: {problem}."))
+    if st.query_params.get(keys.SESSION_QUERY_PARAM) != session[keys.SESSION_ID]:
+        st.query_params[keys.SESSION_QUERY_PARAM] = session[keys.SESSION_ID]  # a forked session
     state.refresh_widgets(session)
     while session[keys.NOTICES]:
         icon, text = session[keys.NOTICES].pop(0)
@@ -51,18 +55,19 @@ def change_design(
     after an error, the unchanged) design, for changes that also reshape the widgets.
     """
     session = st.session_state
-    try:
-        new = make(state.design(session))
-    except (ValueError, TypeError) as error:
+    with state.session_lock(session):
+        try:
+            new = make(state.design(session))
+        except (ValueError, TypeError) as error:
+            if sync:
+                state.sync_widgets(session)
+            state.say(session, place, str(error))
+            return False
+        changed = state.commit(session, new, store)
         if sync:
             state.sync_widgets(session)
-        state.say(session, place, str(error))
-        return False
-    changed = state.commit(session, new, store)
-    if sync:
-        state.sync_widgets(session)
-    state.say(session, place, None)
-    return changed
+        state.say(session, place, None)
+        return changed
 
 
 def show_message(place: str) -> None:

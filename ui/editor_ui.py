@@ -1,10 +1,12 @@
 """The paint editor: one head at a time on a canvas, coloured by tile width, painted by strokes.
 
-The canvas draws each stroke as the pointer moves and sends it on release; the callback applies
-it as one edit (one undo step) in the page's rerun, so the statistics follow and the canvas gets
-the head back as it now is. Not a fragment: a stroke must rerun the whole page anyway, and a
-fragment would cost a second rerun. The tools (brush, rectangle, lasso, row, column, band) live
-in the canvas itself; the action and the heads an edit applies to are widgets beside it.
+The canvas draws each stroke as the pointer moves and queues it on release, numbered; it sends
+its queue when Python is not busy with the last one, and ``canvas.apply`` does each new stroke
+once, in order (one edit and one undo step each), in the page's rerun, so the statistics follow
+and the canvas gets the head back with the number of the last stroke done. Not a fragment: a
+stroke must rerun the whole page anyway, and a fragment would cost a second rerun. The tools
+(brush, rectangle, lasso, row, column, band) live in the canvas itself; the action and the heads
+an edit applies to are widgets beside it.
 """
 
 from __future__ import annotations
@@ -21,7 +23,9 @@ from designer.edit import ACTIONS, Band, CopyHead, EditOp
 from designer.storage import DesignStore
 from ui import keys, state
 from ui.canvas import edit_value, paint_canvas
-from ui.canvas.payload import Paint, head_payload, newest_seq, read_strokes
+from ui.canvas.apply import apply_trigger
+from ui.canvas.payload import head_payload
+from ui.canvas.strokes import MAX_STROKES, bits_chars
 from ui.common import change_design, current_analysis, show_message
 from ui.figures import legend_html
 from ui.overview_ui import legend_entries
@@ -35,7 +39,6 @@ DEFAULTS = {
     keys.BAND_LOW: 0,
     keys.BAND_HIGH: 0,
     keys.COPY_TARGETS: [],
-    keys.PAINT_APPLIED: 0,
 }
 HINT = (
     "Drag to paint; the tool and brush size stay until you change them. "
@@ -57,11 +60,17 @@ def editor_ui(store: DesignStore) -> None:
         head = _tools_ui(store, layout.n_heads)
     with canvas:
         show_message(keys.EDITOR_PLACE)
+        client, done = session.get(keys.PAINT_DONE) or (None, 0)
+        heads = target_heads(session, layout.n_heads, head)
         data = {
             **_head_data(current, head),
             "head": head,
             "action": session[keys.EDIT_ACTION],
-            "applied": session[keys.PAINT_APPLIED],
+            "heads": None if heads is None else list(heads),
+            "client": client,
+            "done": done,
+            "max_strokes": MAX_STROKES,
+            "max_mask_chars": 2 * bits_chars(layout.n_q_blocks * layout.n_k_blocks),
         }
         paint_canvas(data, key=keys.PAINT_CANVAS, on_edit=functools.partial(_on_edit, store))
         st.caption(HINT)
@@ -103,27 +112,10 @@ def target_heads(session: state.State, n_heads: int, head: int) -> tuple[int, ..
 
 
 def _on_edit(store: DesignStore) -> None:
-    """Apply the canvas's new strokes, each one edit and one undo step, then rerun the page."""
-    session = st.session_state
+    """Do the canvas's new strokes (``canvas.apply``), then the page reruns."""
     value = edit_value(keys.PAINT_CANVAS)
-    if value is None:
-        return
-    layout = state.design(session).layout
-    try:
-        strokes = read_strokes(value, *layout.shape, applied=session[keys.PAINT_APPLIED])
-    except (ValueError, TypeError) as error:
-        session[keys.PAINT_APPLIED] = newest_seq(value, session[keys.PAINT_APPLIED])
-        state.say(session, keys.EDITOR_PLACE, f"A stroke was not applied: {error}")
-        return
-    for seq, stroke in strokes:
-        session[keys.PAINT_APPLIED] = seq
-        history = session[keys.HISTORY]
-        if isinstance(stroke, Paint):
-            heads = target_heads(session, layout.n_heads, stroke.head)
-            op = EditOp(stroke.action, stroke.region, heads)
-            change_design(store, keys.EDITOR_PLACE, lambda d, op=op: changes.edit(d, op))
-        elif history.can_undo if stroke.back else history.can_redo:
-            (state.undo if stroke.back else state.redo)(session, store)
+    if value is not None:
+        apply_trigger(st.session_state, value, store)
 
 
 def _on_band(store: DesignStore, n_heads: int) -> None:

@@ -12,13 +12,18 @@ HISTORY = "history"
 #: This browser session's id: names its autosave file and sits in the URL as ``?session=``.
 SESSION_ID = "session_id"
 SESSION_QUERY_PARAM = "session"
+#: The version of the autosave this session last read or wrote (``DesignStore.autosave``).
+AUTOSAVE_VERSION = "autosave_version"
 #: ``{place: text}``: messages shown next to the widgets that caused them.
 MESSAGES = "messages"
 #: One-shot notices ``(icon, text)`` shown as toasts on the next run.
 NOTICES = "notices"
-#: The paint canvas, and the number of its last stroke applied (it redraws the rest on top).
+#: The paint canvas, and ``(client, seq)``: the canvas last heard from and its last stroke done
+#: (the canvas keeps every later stroke, drawn on top, until it sees it done).
 PAINT_CANVAS = "paint_canvas"
-PAINT_APPLIED = "paint_applied"
+PAINT_DONE = "paint_done"
+#: The session's lock: every change of the design holds it (see ``state.session_lock``).
+SESSION_LOCK = "session_lock"
 
 #: The analysis key of the design whose costly analysis the user asked for.
 ANALYSIS_ASKED = "analysis_asked"

@@ -8,15 +8,24 @@ design changes other than through them (start, undo, redo, load).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import fields, replace
 from typing import Any
 
 from designer.design import Design
 from designer.history import History
-from designer.storage import DesignStore, check_session_id, new_session_id, reason
+from designer.storage import (
+    NO_AUTOSAVE,
+    AutosaveConflict,
+    DesignStore,
+    check_session_id,
+    new_session_id,
+    reason,
+)
 from ui import keys
 from ui.params import step_widget_values
+from ui.sessions import REGISTRY, HistoryBox, current_owner
 from ui.text import plain
 
 State = MutableMapping[str, Any]
@@ -26,10 +35,47 @@ State = MutableMapping[str, Any]
 HISTORY_LIMIT = 50
 HISTORY_BYTES = 512 << 20
 
+#: Said when another tab changed this session's autosave and this tab's design went to a copy.
+FORKED = (
+    "This design is also open in another tab, which saved changes to it. So that neither tab's "
+    "work is lost, this tab now keeps its design as a copy at its own address (the address bar "
+    "shows it); the other tab's design stays at the old address."
+)
+
+_MAKING_LOCKS = threading.Lock()
+
 
 def design(state: State) -> Design:
-    """The current design."""
-    return state[keys.HISTORY].present
+    """The current design (``sessions.HistoryReleased``, a ``ValueError``, if the server let
+    this session's history go while it was away)."""
+    return history(state).present
+
+
+def history(state: State) -> History:
+    """The session's undo history."""
+    return state[keys.HISTORY].history
+
+
+def set_history(state: State, new: History) -> None:
+    """Make ``new`` the session's history, within the server-wide cap on undo steps."""
+    box = state[keys.HISTORY]
+    box.history = new
+    REGISTRY.fit(box)
+
+
+def session_lock(state: State) -> threading.RLock:
+    """The lock every change of this session's design holds, from reading the design to
+    committing the new one.
+
+    Streamlit starts a new rerun as soon as the browser asks (``runner.fastReruns``) while the
+    old one may still be running its callbacks, so two threads can change one session at once;
+    without the lock both would start from the same design and one change would be lost.
+    """
+    with _MAKING_LOCKS:
+        lock = state.get(keys.SESSION_LOCK)
+        if lock is None:
+            lock = state[keys.SESSION_LOCK] = threading.RLock()
+    return lock
 
 
 def init_session(
@@ -45,14 +91,14 @@ def init_session(
     a link carrying an id the server never issued does not make a session adopt it, and a
     broken autosave is never overwritten.
     """
-    if keys.HISTORY in state:
+    if keys.HISTORY in state and not state[keys.HISTORY].released:
         return
     state[keys.MESSAGES] = {}
     state[keys.NOTICES] = []
-    restored = None
+    restored, version = None, NO_AUTOSAVE
     session_id = query_params.get(keys.SESSION_QUERY_PARAM)
     try:
-        restored = store.restore(check_session_id(session_id))
+        restored, version = store.restore_versioned(check_session_id(session_id)) or (None, version)
     except ValueError as error:
         if session_id is not None:
             notice(
@@ -62,12 +108,14 @@ def init_session(
         session_id = new_session_id()
     query_params[keys.SESSION_QUERY_PARAM] = session_id
     state[keys.SESSION_ID] = session_id
+    state[keys.AUTOSAVE_VERSION] = version
     if restored is not None:
         notice(
             state, ":material/history:", f"Restored “{plain(restored.name)}” from your last visit."
         )
     current = restored or default_design()
-    state[keys.HISTORY] = History(current, limit=history_limit(current), same=same_design)
+    start = History(current, limit=history_limit(current), same=same_design)
+    state[keys.HISTORY] = REGISTRY.add(HistoryBox(start, current_owner(), session_lock(state)))
     if restored is None:
         autosave(state, store)  # the new id is known from now on
     sync_widgets(state)
@@ -98,16 +146,22 @@ def same_design(new: Design, old: Design) -> bool:
 
 def commit(state: State, new: Design, store: DesignStore) -> bool:
     """Make ``new`` the current design (undoable) and autosave it; False if nothing changed."""
-    history = state[keys.HISTORY]
+    with session_lock(state):
+        before = sized_history(history(state), new)
+        pushed = before.push(new)
+        if pushed is before:
+            return False
+        set_history(state, pushed)
+        autosave(state, store)
+        return True
+
+
+def sized_history(steps: History, new: Design) -> History:
+    """``steps`` with the limit for designs the size of ``new`` (its oldest steps dropped)."""
     limit = history_limit(new)
-    if limit != history.limit:
-        history = replace(history, past=history.past[len(history.past) - limit :], limit=limit)
-    pushed = history.push(new)
-    if pushed is history:
-        return False
-    state[keys.HISTORY] = pushed
-    autosave(state, store)
-    return True
+    if limit == steps.limit:
+        return steps
+    return replace(steps, past=steps.past[len(steps.past) - limit :], limit=limit)
 
 
 def history_limit(current: Design) -> int:
@@ -126,23 +180,37 @@ def replace_design(state: State, new: Design, store: DesignStore) -> bool:
 
 def undo(state: State, store: DesignStore) -> None:
     """Step back one change, autosave and sync the widgets."""
-    state[keys.HISTORY] = state[keys.HISTORY].undo()
-    autosave(state, store)
-    sync_widgets(state)
+    with session_lock(state):
+        set_history(state, history(state).undo())
+        autosave(state, store)
+        sync_widgets(state)
 
 
 def redo(state: State, store: DesignStore) -> None:
     """Step forward one undone change, autosave and sync the widgets."""
-    state[keys.HISTORY] = state[keys.HISTORY].redo()
-    autosave(state, store)
-    sync_widgets(state)
+    with session_lock(state):
+        set_history(state, history(state).redo())
+        autosave(state, store)
+        sync_widgets(state)
 
 
 def autosave(state: State, store: DesignStore) -> None:
-    """Write the current design to this session's autosave; a failure becomes a message."""
+    """Write the current design to this session's autosave; a failure becomes a message.
+
+    If another tab on the same session id wrote the autosave since this one last did, neither
+    overwrites the other: this tab's design goes to a new session id (and the URL follows).
+    """
+    session_id = state[keys.SESSION_ID]
     try:
-        store.autosave(state[keys.SESSION_ID], design(state))
+        state[keys.AUTOSAVE_VERSION] = store.autosave(
+            session_id, design(state), expected=state.get(keys.AUTOSAVE_VERSION)
+        )
         say(state, keys.AUTOSAVE_PLACE, None)
+    except AutosaveConflict:
+        state[keys.SESSION_ID] = new_session_id()
+        state[keys.AUTOSAVE_VERSION] = NO_AUTOSAVE
+        autosave(state, store)
+        say(state, keys.AUTOSAVE_PLACE, FORKED)
     except (OSError, ValueError) as error:
         why = reason(error) if isinstance(error, OSError) else str(error)
         say(state, keys.AUTOSAVE_PLACE, f"Autosave failed ({why}). Download the design to keep it.")

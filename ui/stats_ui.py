@@ -34,7 +34,7 @@ def header_ui(store: DesignStore) -> None:
         f"blocks of {layout.block_size} · {layout.n_q_blocks} × {layout.n_k_blocks} blocks"
         + (" · causal" if current.causal else "")
     )
-    history = session[keys.HISTORY]
+    history = state.history(session)
     with buttons.container(horizontal=True, horizontal_alignment="right"):
         st.button(
             "Undo",

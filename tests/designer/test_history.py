@@ -115,3 +115,9 @@ def test_a_push_the_history_calls_the_same_records_no_step():
     assert pushed.present == "b" and pushed.past == ("a",)
     assert pushed.push("B").past == ("a",)
     assert pushed.undo().redo().push("B") == pushed  # undo and redo keep the equivalence
+
+
+def test_record_pushes_without_comparing():
+    history = History([1], same=lambda new, old: True).record([1])  # equal, recorded anyway
+    assert history.can_undo and history.present == [1]
+    assert History(1, limit=2).record(2).record(3).record(4).past == (2, 3)

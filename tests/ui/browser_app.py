@@ -40,7 +40,8 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def serve_app(home: Path) -> Iterator[tuple[str, Path]]:
-    """Run the app with its data under ``home``; yields its URL and the server's log file.
+    """Run the app with its data under ``home``; yields its URL and the server's log file (its
+    process id is in ``home / "server.pid"``, for tools that watch its memory).
 
     Raises ``RuntimeError`` (with the log) if it exits or does not answer within ``STARTUP_S``.
     """
@@ -54,6 +55,7 @@ def serve_app(home: Path) -> Iterator[tuple[str, Path]]:
     env = {**os.environ, "BSD_DATA_DIR": str(home / "data")}
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    (home / "server.pid").write_text(str(process.pid))
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_healthy(url, process, log_path)
@@ -95,17 +97,17 @@ def canvas_point(page, row: float, col: float) -> tuple[float, float]:
     ) / rows
 
 
-def wait_canvas(page, applied: int = 0, timeout_s: float = 30) -> None:
-    """Wait until the canvas shows Python's head with stroke ``applied`` and those before it."""
+def wait_canvas(page, done: int = 0, timeout_s: float = 30) -> None:
+    """Wait until the canvas shows Python's head with stroke ``done`` and those before it done."""
     canvas = page.locator(CANVAS)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if canvas.count() and canvas.evaluate(
-            "(c, n) => c.dataset.ready === 'true' && Number(c.dataset.applied) >= n", applied
+            "(c, n) => c.dataset.ready === 'true' && Number(c.dataset.done) >= n", done
         ):
             return
         time.sleep(0.05)
-    raise TimeoutError(f"the canvas did not show stroke {applied} within {timeout_s} s")
+    raise TimeoutError(f"the canvas did not show stroke {done} done within {timeout_s} s")
 
 
 #: JavaScript: the RGB at the centre of cell (row, col) of canvas c, read back from the canvas.
@@ -162,3 +164,20 @@ def grid_point(page, row: float, col: float) -> tuple[float, float]:
     """Page coordinates of the grid point ``(row, col)`` in blocks (``(0, 0)``: the top-left
     corner of block 0) at the canvas's current zoom."""
     return zoomed_point(page, row - 0.5, col - 0.5)
+
+
+# --------------------------------------------------------------------------- the whole app
+def settle(page, quiet_s: float = 1.0, timeout_s: float = 300) -> None:
+    """Wait until the app has finished its reruns: no status widget for ``quiet_s`` seconds."""
+    status = page.locator('[data-testid="stStatusWidget"]')
+    quiet_since = None
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if status.count():
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since > quiet_s:
+            return
+        page.wait_for_timeout(100)
+    raise TimeoutError(f"the app did not settle within {timeout_s} s")

@@ -166,3 +166,22 @@ def test_same_design_tells_real_changes_apart():
     union = RecipeStep("sliding_window", {"window_blocks": 1}, combine="union")
     more = changes.set_step(old, 1, union)  # a step that adds no block is still a change
     assert more.layout == old.layout and not state.same_design(more, old)
+
+
+def test_two_tabs_on_one_session_id_keep_both_designs(store):
+    """Once the last autosave won: a second tab silently replaced the first tab's work."""
+    first, params = start(store)
+    second, _ = start(store, params)  # the same URL in another tab
+    assert first[keys.SESSION_ID] == second[keys.SESSION_ID]
+    state.commit(first, make_design(window=3, name="first tab"), store)
+    state.commit(second, make_design(window=4, name="second tab"), store)
+    assert store.restore(first[keys.SESSION_ID]).name == "first tab"
+    assert second[keys.SESSION_ID] != first[keys.SESSION_ID]
+    assert store.restore(second[keys.SESSION_ID]).name == "second tab"
+    assert state.message(second, keys.AUTOSAVE_PLACE) == state.FORKED
+    state.commit(second, make_design(window=5, name="second tab again"), store)
+    state.commit(first, make_design(window=5, name="first tab again"), store)
+    assert store.restore(second[keys.SESSION_ID]).name == "second tab again"
+    assert store.restore(first[keys.SESSION_ID]).name == "first tab again"
+    assert state.message(first, keys.AUTOSAVE_PLACE) is None
+    assert state.message(second, keys.AUTOSAVE_PLACE) is None

@@ -1,24 +1,68 @@
 """The paint canvas: a Streamlit components-v2 element drawing one head on a ``<canvas>``.
 
 Its JavaScript and CSS are plain files beside this module (package data, no build step, nothing
-fetched from the network), read once at import. ``payload`` holds what Python and the canvas send
-each other.
+fetched from the network), read once at import. ``payload`` holds what Python sends the canvas,
+``strokes`` what it sends back, ``apply`` what that does to the session.
+
+What a component sends is JSON that Streamlit parses before any of our code sees it, and
+Streamlit's parser lets ``RecursionError`` (5,000 nested lists) and ``ValueError`` (an integer of
+more than 4,300 digits) escape, failing the whole rerun with a traceback. ``guard_component_json``
+wraps that parser so such a value, or one longer than ``MAX_COMPONENT_JSON_CHARS``, reads as
+nothing sent (the real canvas sends its strokes again; it never sends such a thing).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import streamlit as st
+from streamlit.components.v2.bidi_component import serialization
 
 _HERE = Path(__file__).parent
 #: The canvas's JavaScript, joined in this order into the one module Streamlit loads: the pure
-#: helpers, the editor (state, strokes, the default export), its toolbar and drawing, its input.
-JS_FILES = ("paint_cells.js", "paint_canvas.js", "paint_view.js", "paint_input.js")
+#: helpers, the outbox of strokes, the editor (state, strokes, the default export), its toolbar
+#: and drawing, its input.
+JS_FILES = (
+    "paint_cells.js",
+    "paint_outbox.js",
+    "paint_canvas.js",
+    "paint_view.js",
+    "paint_input.js",
+)
 #: The trigger the canvas fires with the strokes Python has not applied yet.
 EDIT_TRIGGER = "edit"
+#: Longest JSON text a component may send: the canvas's largest trigger (two whole-grid masks of
+#: a 4096 x 4096-block head, 64 strokes) is under 6 MB.
+MAX_COMPONENT_JSON_CHARS = 16 << 20
+_LOG = logging.getLogger(__name__)
+
+
+def guard_component_json(parse: Callable[[str | None], Any]) -> Callable[[str | None], Any]:
+    """``parse`` (Streamlit's JSON reader for component values), giving None for text too long
+    or too deep to read, or holding too large an integer, instead of raising."""
+    if getattr(parse, "guarded", False):
+        return parse
+
+    @functools.wraps(parse)
+    def read(text: str | None) -> Any:
+        if text is not None and len(text) > MAX_COMPONENT_JSON_CHARS:
+            _LOG.warning("ignored a component value of %s characters", f"{len(text):,}")
+            return None
+        try:
+            return parse(text)
+        except (RecursionError, ValueError) as error:
+            _LOG.warning("ignored a component value that cannot be read: %.200s", error)
+            return None
+
+    read.guarded = True  # type: ignore[attr-defined]
+    return read
+
+
+serialization.handle_deserialize = guard_component_json(serialization.handle_deserialize)
 
 _component = st.components.v2.component(
     "blocksparse_designer.paint_canvas",
@@ -28,8 +72,9 @@ _component = st.components.v2.component(
 
 
 def paint_canvas(data: dict[str, Any], *, key: str, on_edit: Callable[[], None]) -> None:
-    """Draw the canvas for ``data`` (``payload.head_payload`` plus ``head``, ``action`` and
-    ``applied``); ``on_edit`` runs when strokes arrive, readable with ``edit_value(key)``."""
+    """Draw the canvas for ``data`` (``payload.head_payload`` plus the head, the action, the heads
+    a stroke applies to, the canvas and stroke last done and the trigger's limits); ``on_edit``
+    runs when strokes arrive, readable with ``edit_value(key)``."""
     _component(key=key, data=data, on_edit_change=on_edit)
 
 

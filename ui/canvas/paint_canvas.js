@@ -1,16 +1,21 @@
 // The paint canvas: one head of a block-sparse layout, painted with the pointer.
 //
 // Python sends one head (see payload.py): bit-packed cells and run-length tile codes, both
-// deflated and base64, the palette, the action and `applied`, the number of the last stroke it
-// has applied. Each stroke is drawn here at once; on release it is queued with the next stroke
-// number and the whole queue of strokes Python has not applied yet goes back as the trigger
-// value `edit` ({strokes: [...]}), so a stroke is never lost when two triggers coalesce. When
-// the new head arrives, strokes up to `applied` leave the queue and the picture is rebuilt from
-// Python's cells with the strokes still queued drawn on top: what stays is exactly the design.
+// deflated and base64, the palette, the action and the heads a stroke applies to, and `done`:
+// the number of the last stroke of this canvas (`client`) that it has done. Each stroke is drawn
+// here at once and, on release, numbered and queued in the outbox. The outbox sends its queue as
+// the trigger value `edit` ({client, strokes: [...]}, see strokes.py) when no trigger is waiting
+// for its answer: strokes drawn meanwhile go together in the next one. A trigger is answered
+// when a new head arrives with `done` at its last stroke; strokes up to `done` leave the queue
+// and the picture is rebuilt from Python's cells with the strokes still queued drawn on top, so
+// what stays is exactly the design. Python may do the first strokes of a large trigger and leave
+// the rest for later (its budget): those go again at once. A trigger with no answer goes again
+// after a while (a rerun started meanwhile can take its place), and Python skips what it has
+// done already, so every stroke is done once, in order.
 //
-// Streamlit loads one module: paint_cells.js (helpers), this file (the editor's state and
-// strokes), paint_view.js (its toolbar and drawing) and paint_input.js (its pointer and keys),
-// joined in that order (see __init__.py).
+// Streamlit loads one module: paint_cells.js (helpers), paint_outbox.js (the strokes not yet
+// done), this file (the editor's state and strokes), paint_view.js (its toolbar and drawing) and
+// paint_input.js (its pointer and keys), joined in that order (see __init__.py).
 
 const TOOLS = [
   ["brush", "Brush", "b"],
@@ -33,8 +38,10 @@ export default function paintCanvas({ data, parentElement, setTriggerValue }) {
   if (!editor) {
     editor = new Editor(parentElement);
     editors.set(parentElement, editor);
+    outbox.waiting = 0; // a trigger sent by a canvas that is gone may have been dropped with it
   }
-  editor.send = setTriggerValue;
+  outbox.send = setTriggerValue;
+  outbox.limits = { strokes: data.max_strokes, maskChars: data.max_mask_chars };
   editor.update(data);
   return () => {
     editor.destroy();
@@ -46,8 +53,6 @@ export default function paintCanvas({ data, parentElement, setTriggerValue }) {
 class Editor {
   constructor(parent) {
     this.parent = parent;
-    this.seq = 0;
-    this.queue = []; // strokes sent, not yet applied by Python: {seq, head, region, action}
     this.stroke = null;
     this.view = { scale: 1, x: 0, y: 0, fit: 1, fitted: true };
     this.shape = null;
@@ -67,16 +72,12 @@ class Editor {
   update(data) {
     const { rows, cols, head } = data;
     const reshaped = !this.shape || this.shape.rows !== rows || this.shape.cols !== cols;
-    if (reshaped || this.shape.head !== head) {
-      this.queue = this.queue.filter((s) => !reshaped && (s.op || s.head === head));
-      this.cancel();
-    }
-    this.seq = Math.max(this.seq, data.applied);
-    this.queue = this.queue.filter((s) => s.seq > data.applied);
+    if (reshaped || this.shape.head !== head) this.cancel();
+    answered(data);
     this.data = data;
     this.action = data.action;
     this.shape = { rows, cols, head };
-    Object.assign(this.canvas.dataset, { rows, cols, head }); // strings, for tests
+    Object.assign(this.canvas.dataset, { rows, cols, head, action: data.action }); // for tests
     this.layout(reshaped);
     const token = ++this.loading;
     this.canvas.dataset.ready = "false";
@@ -94,7 +95,8 @@ class Editor {
       this.empty = rgba(data.empty);
       this.rebuild();
       this.canvas.dataset.ready = "true";
-      this.canvas.dataset.applied = String(data.applied);
+      this.canvas.dataset.done = String(outbox.done);
+      this.showPending();
     });
   }
 
@@ -102,8 +104,9 @@ class Editor {
   rebuild() {
     const { rows, cols } = this.shape;
     this.shown = this.base.slice();
-    for (const stroke of this.queue) {
-      eachCell(stroke.region, rows, cols, (i) => this.apply(i, stroke.action));
+    for (const { draw } of outbox.queue) {
+      const here = draw && draw.head === this.shape.head && draw.rows === rows && draw.cols === cols;
+      if (here) eachCell(draw.region, rows, cols, (i) => this.apply(i, draw.action));
     }
     const drawing = this.stroke;
     if (drawing && drawing.visited) for (const i of drawing.visited) this.apply(i, drawing.action);
@@ -258,8 +261,10 @@ class Editor {
       this.repaint(changed);
     }
     this.draw();
-    this.queue.push({ seq: ++this.seq, head: s.head, action: s.action, region });
-    this.flush();
+    const { rows, cols } = this.shape;
+    const { heads } = this.data;
+    enqueue({ head: s.head, action: s.action, heads, region, rows, cols });
+    this.showPending();
   }
 
   cancel() {
@@ -270,15 +275,15 @@ class Editor {
 
   queueStep(op) {
     this.cancel();
-    this.queue.push({ seq: ++this.seq, op });
-    this.flush();
+    enqueue({ op });
+    this.showPending();
   }
 
-  flush() {
-    const strokes = this.queue.map(({ seq, op, head, action, region }) =>
-      op ? { seq, op } : { seq, op: "paint", head, action, region: wireRegion(region) },
-    );
-    this.send("edit", { strokes });
+  // How many strokes are not saved yet, in the toolbar (and for tests).
+  showPending() {
+    const n = outbox.queue.length;
+    this.canvas.dataset.pending = String(n);
+    this.status.textContent = n ? `saving ${n} stroke${n > 1 ? "s" : ""}…` : "";
   }
 
   destroy() {

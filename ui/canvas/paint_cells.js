@@ -1,6 +1,6 @@
 // The paint canvas's pure helpers: decoding what Python sends (base64, deflate, bit-packed cells,
 // run-length tile codes), encoding what goes back, and the cells of each region a stroke paints
-// (the same regions payload.read_stroke reads).
+// (the same regions strokes.read_stroke reads).
 
 // ------------------------------------------------------------------ decoding and encoding
 function fromBase64(text) {
@@ -59,7 +59,7 @@ function packRGBA([r, g, b]) {
 }
 
 // ------------------------------------------------------------------ regions
-// Every region is what Python reads (payload.read_edit) plus, for masks, the cells unpacked.
+// Every region is what Python reads (strokes.read_stroke) plus, for masks, the cells unpacked.
 function eachCell(region, rows, cols, visit) {
   const { kind } = region;
   if (kind === "rect") {

@@ -27,6 +27,10 @@ Object.assign(Editor.prototype, {
       if (id === "fit") this.fit();
       else this.queueStep(id);
     });
+    this.status = document.createElement("span");
+    this.status.className = "paint-status";
+    this.status.setAttribute("aria-live", "polite");
+    bar.appendChild(this.status);
     this.stage = document.createElement("div");
     this.stage.className = "paint-stage";
     this.stage.tabIndex = 0;

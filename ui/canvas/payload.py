@@ -1,4 +1,5 @@
-"""What the paint canvas and Python send each other: compact head payloads and checked edits.
+"""What Python sends the paint canvas: one head as compact payloads (``strokes`` reads what
+comes back).
 
 Pure numpy, no Streamlit. Python sends the canvas one head (``head_payload``):
 
@@ -8,11 +9,6 @@ Pure numpy, no Streamlit. Python sends the canvas one head (``head_payload``):
   darker). When the runs would pass ``MAX_CODE_BYTES`` the codes are max-pooled ``codes_scale``
   times per side first (huge heads of scattered single blocks), and the readout says so.
 
-The canvas sends back its strokes (``read_strokes``): each a paint with its action and region
-(``rect``, ``row``, ``column``, ``band``, or ``mask``: a bit-packed box of cells), or undo/redo.
-Everything it sends is checked before any of it is used: a malformed or oversized edit raises a
-``ValueError``/``TypeError`` naming what is wrong and changes nothing.
-
 >>> eye = np.eye(3, dtype=bool)
 >>> read_head(head_payload(eye, eye.astype(np.uint16), ~eye))[0].astype(int).tolist()
 [[1, 0, 0], [0, 1, 0], [0, 0, 1]]
@@ -21,32 +17,20 @@ Everything it sends is checked before any of it is used: a malformed or oversize
 from __future__ import annotations
 
 import base64
-import binascii
 import zlib
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from designer.edit import ACTIONS, Bitmap, Cells, Rect, Region, region_from_dict
-from designer.regions import COMPACT_CELLS
 from designer.segment_stats import UNTILED
-from designer.validate import check_choice, check_int, check_keys
 from ui.pictures import ALTERNATE_SHADE, EMPTY_RGB, max_pool, width_colour
 
 #: Most bytes of run-length tile codes sent for one head before they are downsampled.
 MAX_CODE_BYTES = 1 << 20
 #: The odd-tile flag in a tile code.
 ODD_FLAG = 128
-#: Regions the canvas sends as their own kind; ``mask`` carries any other set of cells.
-PAINT_KINDS = ("rect", "row", "column", "band", "mask")
-#: Most strokes one trigger may carry (those drawn while Python was busy).
-MAX_STROKES = 64
-#: Largest stroke number (the largest integer a JavaScript number holds exactly).
-MAX_SEQ = (1 << 53) - 1
 
 
-# --------------------------------------------------------------------------- Python → canvas
 def head_payload(blocks: np.ndarray, widths: np.ndarray, odd: np.ndarray) -> dict[str, Any]:
     """The canvas's data for one head: ``blocks`` ``[M, N]`` bool, its tiles' ``widths``
     (uint, 0 where inactive, ``UNTILED`` where active but in no tile) and ``odd`` flags. Colours
@@ -119,140 +103,3 @@ def _shade(hex_colour: str) -> str:
     value = int(hex_colour.lstrip("#"), 16)
     rgb = [int(((value >> s) & 255) * ALTERNATE_SHADE) for s in (16, 8, 0)]
     return "#{:02x}{:02x}{:02x}".format(*rgb)
-
-
-# --------------------------------------------------------------------------- canvas → Python
-@dataclass(frozen=True)
-class Paint:
-    """One stroke: ``action`` on ``region`` of the head the canvas showed."""
-
-    head: int
-    action: str
-    region: Region
-
-
-@dataclass(frozen=True)
-class Step:
-    """Undo (``back``) or redo, asked for from the keyboard."""
-
-    back: bool
-
-
-def read_strokes(
-    data: Any, n_heads: int, n_rows: int, n_cols: int, *, applied: int
-) -> list[tuple[int, Paint | Step]]:
-    """Check and decode the canvas's trigger value: its strokes not applied yet, oldest first.
-
-    ``data`` is ``{"strokes": [...]}``: every stroke the canvas has sent and not seen applied,
-    each numbered (``seq``) in the order drawn; those up to ``applied`` are skipped. A paint must
-    fit a grid of ``n_rows × n_cols`` blocks in a layout of ``n_heads`` heads. All strokes are
-    checked before any is returned, so a bad one changes nothing.
-    """
-    check_keys("canvas edit", data, ("strokes",))
-    strokes = data["strokes"]
-    if not isinstance(strokes, list) or not 1 <= len(strokes) <= MAX_STROKES:
-        count = len(strokes) if isinstance(strokes, list) else type(strokes).__name__
-        raise ValueError(f"canvas edit strokes must be a list of 1 to {MAX_STROKES}, got {count}")
-    budget = 2 * _bits_chars(n_rows * n_cols)  # two whole-grid masks: bounded time and memory
-    chars = sum(len(s["region"].get("bits", "")) for s in strokes if _has_bits(s))
-    if chars > budget:
-        raise ValueError(
-            f"canvas edit masks must total at most {budget:,} base64 characters for this grid, "
-            f"got {chars:,}"
-        )
-    read = [read_stroke(stroke, n_heads, n_rows, n_cols) for stroke in strokes]
-    seqs = [seq for seq, _ in read]
-    if seqs != sorted(set(seqs)):
-        raise ValueError(f"canvas edit strokes must be numbered in increasing order, got {seqs}")
-    return [(seq, stroke) for seq, stroke in read if seq > applied]
-
-
-def newest_seq(data: Any, default: int) -> int:
-    """The highest stroke number in a trigger value that may be malformed (``default`` if none),
-    so a stroke that could not be read is not sent again."""
-    strokes = data.get("strokes") if isinstance(data, dict) else None
-    if not isinstance(strokes, list):
-        return default
-    seqs = [s.get("seq") for s in strokes if isinstance(s, dict)]
-    return max([default, *(v for v in seqs if isinstance(v, int) and not isinstance(v, bool))])
-
-
-def read_stroke(data: Any, n_heads: int, n_rows: int, n_cols: int) -> tuple[int, Paint | Step]:
-    """Check and decode one stroke: ``(seq, Paint or Step)``."""
-    check_keys("stroke", data, ("seq", "op"), ("head", "action", "region"))
-    seq = check_int("stroke seq", data["seq"], low=1, high=MAX_SEQ)
-    op = check_choice("stroke op", data["op"], ("paint", "undo", "redo"))
-    if op != "paint":
-        check_keys(f"{op} stroke", data, ("seq", "op"))
-        return seq, Step(back=op == "undo")
-    check_keys("paint stroke", data, ("seq", "op", "head", "action", "region"))
-    head = check_int("stroke head", data["head"], low=0, high=n_heads - 1)
-    action = check_choice("stroke action", data["action"], ACTIONS)
-    region = data["region"]
-    if not isinstance(region, dict):
-        raise TypeError(f"stroke region must be a dict, got {type(region).__name__}")
-    kind = check_choice("stroke region kind", region.get("kind"), PAINT_KINDS)
-    made = _read_mask(region, n_rows, n_cols) if kind == "mask" else region_from_dict(region)
-    made.check_fits(n_rows, n_cols)
-    return seq, Paint(head, action, made)
-
-
-def _has_bits(stroke: Any) -> bool:
-    return (
-        isinstance(stroke, dict)
-        and isinstance(stroke.get("region"), dict)
-        and isinstance(stroke["region"].get("bits"), str)
-    )
-
-
-def _bits_chars(n_cells: int) -> int:
-    """Base64 characters of ``n_cells`` bit-packed cells."""
-    n_bytes = (n_cells + 7) // 8
-    return 4 * ((n_bytes + 2) // 3)
-
-
-def _read_mask(region: dict[str, Any], n_rows: int, n_cols: int) -> Region:
-    """A ``mask`` region: the cells of a ``rows × cols`` box at ``(row0, col0)``, bit-packed
-    row-major and base64 encoded (not deflated: the canvas sends it as it draws)."""
-    check_keys("mask region", region, ("kind", "row0", "col0", "rows", "cols", "bits"))
-    row0 = check_int("mask row0", region["row0"], low=0, high=n_rows - 1)
-    col0 = check_int("mask col0", region["col0"], low=0, high=n_cols - 1)
-    rows = check_int("mask rows", region["rows"], low=1, high=n_rows - row0)
-    cols = check_int("mask cols", region["cols"], low=1, high=n_cols - col0)
-    bits = region["bits"]
-    if not isinstance(bits, str):
-        raise TypeError(f"mask bits must be a base64 string, got {type(bits).__name__}")
-    expected = _bits_chars(rows * cols)
-    if len(bits) != expected:
-        raise ValueError(
-            f"mask bits must be {expected} base64 characters for {rows} x {cols} cells, "
-            f"got {len(bits)}"
-        )
-    try:
-        packed = np.frombuffer(base64.b64decode(bits, validate=True), dtype=np.uint8)
-    except (binascii.Error, ValueError) as error:
-        raise ValueError(f"mask bits are not valid base64: {error}") from None
-    mask = np.unpackbits(packed, count=rows * cols).astype(bool).reshape(rows, cols)
-    region_made = mask_region(mask, row0, col0)
-    if region_made is None:
-        raise ValueError("mask selects no cells")
-    return region_made
-
-
-def mask_region(mask: np.ndarray, row0: int = 0, col0: int = 0) -> Region | None:
-    """The smallest edit region for a bool mask placed at ``(row0, col0)``: a ``Rect`` when it
-    is one, else ``Cells`` of a few blocks or a ``Bitmap`` of many (a lasso of any size); None
-    when it selects nothing.
-
-    >>> mask_region(np.eye(2, dtype=bool), 5, 0)
-    Cells(cells=((5, 0), (6, 1)))
-    """
-    rows, cols = np.nonzero(mask)
-    if len(rows) == 0:
-        return None
-    r0, r1, c0, c1 = rows.min(), rows.max(), cols.min(), cols.max()
-    if len(rows) == (r1 - r0 + 1) * (c1 - c0 + 1):
-        return Rect(int(r0 + row0), int(c0 + col0), int(r1 + row0), int(c1 + col0))
-    if len(rows) > COMPACT_CELLS:
-        return Bitmap.of(mask, row0, col0)
-    return Cells(tuple(zip((rows + row0).tolist(), (cols + col0).tolist(), strict=True)))
