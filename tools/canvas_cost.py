@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from bounded_cost import _cpu_s, _memory_kib  # noqa: E402  (one way to measure, shared)
+from whole_path import measure  # noqa: E402  (one way to measure, shared)
 
 CLIENT = "canvascost01"
 CASES = (
@@ -85,17 +85,6 @@ def paint(seq: int, action: str, heads, region: dict) -> dict:
             "region": region}  # fmt: skip
 
 
-def measured(work) -> dict:
-    Path("/proc/self/clear_refs").write_text("5")  # peak RSS from here
-    rss0, cpu0, wall0 = _memory_kib("VmRSS"), _cpu_s(), time.perf_counter()
-    work()
-    return {
-        "cpu_s": _cpu_s() - cpu0,
-        "wall_s": time.perf_counter() - wall0,
-        "extra_peak_mb": (_memory_kib("VmHWM") - rss0) / 1024,
-    }
-
-
 def run_case(case: str) -> dict:
     """Play one case out in this process."""
     import torch
@@ -121,7 +110,7 @@ def run_case(case: str) -> dict:
             if not left:
                 break
             value = {"client": CLIENT, "strokes": left}
-            cost = measured(lambda value=value: apply_trigger(session, value, store))
+            _, cost = measure(lambda value=value: apply_trigger(session, value, store))
             after = (session.get(keys.PAINT_DONE) or (None, 0))[1]
             triggers.append({**cost, "strokes_done": after - done})
             if after == done:
@@ -134,7 +123,7 @@ def run_case(case: str) -> dict:
             tiles = head_tiles(blocks, current.effective_start_width)
             head_payload(blocks, tiles.widths, tiles.odd)
 
-        render_cost = measured(render)
+        _, render_cost = measure(render)
         message = state.message(session, keys.EDITOR_PLACE)
     return {
         "strokes": len(strokes),

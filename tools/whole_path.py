@@ -47,7 +47,8 @@ def _kib(field: str) -> int:
     raise RuntimeError(f"no {field} in /proc/self/status")
 
 
-def _cpu_s() -> float:
+def cpu_seconds() -> float:
+    """CPU seconds of this process so far: user and system, all threads."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
@@ -55,10 +56,10 @@ def _cpu_s() -> float:
 def measure(action) -> tuple[Any, dict[str, float]]:
     """``action()`` and what it cost: CPU and wall seconds, extra peak memory in MB."""
     Path("/proc/self/clear_refs").write_text("5")
-    rss, cpu, wall = _kib("VmRSS"), _cpu_s(), time.perf_counter()
+    rss, cpu, wall = _kib("VmRSS"), cpu_seconds(), time.perf_counter()
     value = action()
     cost = {
-        "cpu_s": round(_cpu_s() - cpu, 3),
+        "cpu_s": round(cpu_seconds() - cpu, 3),
         "wall_s": round(time.perf_counter() - wall, 3),
         "extra_peak_mb": round((_kib("VmHWM") - rss) / 1024, 1),
     }
