@@ -3,6 +3,7 @@
 from designer.storage import DesignStore
 from tests.ui.test_app import current, data_dir, open_app  # noqa: F401  (fixture)
 from ui import keys, state
+from ui.text import plain
 
 
 def test_the_second_tab_to_save_goes_on_as_a_copy(data_dir):  # noqa: F811
@@ -14,7 +15,7 @@ def test_the_second_tab_to_save_goes_on_as_a_copy(data_dir):  # noqa: F811
     second.text_input(key=keys.NAME).input("second tab").run()
     copy = second.query_params[keys.SESSION_QUERY_PARAM]
     assert copy != session and second.session_state[keys.SESSION_ID] == copy
-    assert state.FORKED in [e.value for e in second.error]
+    assert plain(state.FORKED) in [e.value for e in second.error]
     store = DesignStore(data_dir)
     assert store.restore(session).name == "first tab"
     assert store.restore(copy).name == "second tab" == current(second).name

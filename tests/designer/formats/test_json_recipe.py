@@ -149,7 +149,7 @@ def test_a_long_cell_list_of_an_older_file_reads_as_the_same_blocks_in_a_bitmap(
     cells = rng.integers(0, 2048, size=(200_000, 2)).tolist()
     start = time.process_time()
     design = design_from_json(_cells_recipe(cells))
-    assert time.process_time() - start < 1.0
+    assert time.process_time() - start < 2.0  # the read's whole budget; about 0.6 s alone
     (op,) = design.recipe.edits
     assert isinstance(op.region, Bitmap)
     expected = torch.ones(2048, 2048, dtype=torch.bool).tril()
