@@ -18,24 +18,8 @@ from designer.layout import Layout
 from gpu import block_sparse_attention, plan
 from gpu.api import _run_sdd
 from gpu.partials import split_token_mask
-from tests.gpu.tables import random_partials, token_mask
-
-
-def _partials(blocks: torch.Tensor, block_size: int, seed: int = 0):
-    return random_partials(blocks.numpy(), block_size, seed)
-
-
-def masked_softmax_attention(q, k, v, allowed, scale):
-    """fp64 ``softmax(scale·QKᵀ)·V`` over the allowed keys ``[Hq or 1, Sq, Sk]`` (GQA by
-    grouping); rows with no allowed key give zeros and logsumexp -inf."""
-    group = q.shape[1] // k.shape[1]
-    k, v = (x.repeat_interleave(group, 1) for x in (k, v))
-    scores = (q @ k.transpose(-1, -2)) * scale
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    lse = torch.logsumexp(scores, -1)
-    weights = torch.softmax(scores, -1).nan_to_num(0.0)
-    return weights @ v, lse
-
+from tests.gpu.oracle import masked_softmax_attention
+from tests.gpu.tables import token_mask
 
 # --------------------------------------------------------------------------- checks
 BLOCKS = torch.ones(2, 3, 4, dtype=torch.bool)
@@ -73,7 +57,7 @@ def test_partials_must_name_active_blocks():
 
 def test_partial_memory_is_capped_before_anything_is_copied(monkeypatch):
     monkeypatch.setattr(gpu.partials, "MAX_PARTIAL_BYTES", 63)
-    with pytest.raises(ValueError, match="hold 64 bytes of token bits .* at most 63"):
+    with pytest.raises(ValueError, match=r"hold 64 bytes of token bits .* at most 63"):
         plan(BLOCKS, 16, partials=(GOOD_INDEX, GOOD_BITS), device="cpu")
     monkeypatch.setattr(gpu.partials, "MAX_TOKEN_TILE_BYTES", 1000)
     the_plan = plan(BLOCKS, 16, partials=(GOOD_INDEX[:1], GOOD_BITS[:1]), device="cpu")
@@ -139,9 +123,7 @@ def test_split_token_mask_gives_back_the_mask():
     st.sampled_from([0.0, 0.3, 0.8]),
     st.integers(0, 2**31),
 )
-def test_reference_is_exact_over_random_token_masks(
-    block, n_q, n_k, causal, heads, density, seed
-):
+def test_reference_is_exact_over_random_token_masks(block, n_q, n_k, causal, heads, density, seed):
     """Random token masks at every block scale, lengths not whole blocks, GQA, a layout head
     serving every head: ``impl="reference"`` with partials equals the dense masked softmax of
     the same token mask to 1e-9 (fp64), output, logsumexp and every gradient."""
@@ -181,5 +163,5 @@ def test_sdd_refuses_partials_and_names_the_alternative():
     blocks, partials = split_token_mask(torch.rand(1, 64, 64) < 0.5, 16)
     the_plan = plan(blocks, 16, partials=partials, device="cpu")
     q = torch.zeros(1, 1, 64, 64, dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match='impl="sdd" does not support partial blocks .*fused"'):
+    with pytest.raises(ValueError, match=r'impl="sdd" does not support partial blocks .*fused"'):
         _run_sdd(the_plan, q, q, q, 0.125, None, False, None)
