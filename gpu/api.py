@@ -69,7 +69,8 @@ def block_sparse_attention(
             ``causal_alignment`` apply, and Sq, Sk come from q and k; the plan is cached).
         scale: multiplies QKᵀ, > 0; default ``D ** -0.5``.
         impl: ``"fused"`` (one flash-style kernel), ``"sdd"`` (SDD → softmax → DSD pipeline:
-            contiguous inputs, no GQA, no partial blocks, no logsumexp) or ``"reference"``
+            contiguous inputs, no GQA, no partial last blocks, no token-masked partial
+            blocks, no logsumexp) or ``"reference"``
             (dense masked attention in plain torch, fp32).
         return_lse: also return the fp32 ``[B, Hq, Sq]`` natural-log logsumexp of each row's
             kept scaled scores (``-inf`` for a row with no active key; fp64 for the reference
@@ -227,6 +228,8 @@ def _run_sdd(the_plan, q, k, v, scale, out, return_lse, start_width):
         problems.append("partial last blocks")
     if the_plan.causal and the_plan.causal_offset:
         problems.append("bottom_right causal alignment with Sq != Sk")
+    if the_plan.n_partials:
+        problems.append(f"partial blocks ({the_plan.n_partials} token-masked blocks)")
     problems += [f"non-contiguous {name}" for name, x in (("q", q), ("k", k), ("v", v))
                  if not x.is_contiguous()]  # fmt: skip
     if out is not None and not out.is_contiguous():

@@ -48,7 +48,7 @@ def reference_forward(
     out, lse = dense_masked_attention(
         q, k, v, plan._blocks, plan.block_size, causal=plan.causal,
         causal_alignment=plan.causal_alignment, scale=scale, compute_dtype=compute,
-        return_lse=True,
+        return_lse=True, partials=plan.partials,
     )  # fmt: skip
     return out.to(q.dtype), lse.to(_compute_dtype(q))
 
@@ -92,7 +92,7 @@ def attention_backward_op(
     grads = dense_masked_attention_backward(
         q, k, v, grad_out, plan._blocks, plan.block_size, causal=plan.causal,
         causal_alignment=plan.causal_alignment, scale=scale, compute_dtype=_compute_dtype(q),
-        grad_lse=grad_lse,
+        grad_lse=grad_lse, partials=plan.partials,
     )  # fmt: skip
     return tuple(g.to(x.dtype) for g, x in zip(grads, (q, k, v), strict=True))
 

@@ -10,7 +10,7 @@ each total size against these mirrors (nvcc on the CPU, NVRTC on the GPU), and t
 launchers' values land in the fields of their names.
 
 >>> packer(ForwardParams).size, ForwardParams.size()
-(176, 176)
+(184, 184)
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class ForwardParams(KernelParams):
     """``fused_attention_fwd`` (``gpu/forward/sm80.cu``)."""
 
     _fields_ = [
-        *_each(Pointer, "q k v out lse items entries"),
+        *_each(Pointer, "q k v out lse items entries token_words"),
         *_each(Stride, "q_sb q_sh q_ss k_sb k_sh v_sb v_sh o_sb o_sh o_ss"),
         *_each(Int, "batch q_heads heads_per_item kv_group seq_q seq_k"),
         *_each(Int, "causal_offset sub_rows_log2 sub_cols_log2"),
@@ -62,7 +62,7 @@ class HopperForwardParams(KernelParams):
     alignment = 64
     _fields_ = [
         *_each(TensorMap, "q_map k_map v_map"),
-        *_each(Pointer, "out lse items entries"),
+        *_each(Pointer, "out lse items entries token_words"),
         *_each(Stride, "o_sb o_sh o_ss"),
         *_each(Int, "n_work batch q_heads heads_per_item kv_group head_group seq_q seq_k"),
         ("broadcast", Int),
@@ -85,7 +85,7 @@ class BackwardParams(KernelParams):
     """``attention_bwd`` (``gpu/backward/fused.cu``)."""
 
     _fields_ = [
-        *_each(Pointer, "q k v d_o lse2 delta dq_acc dk dv lists entries order"),
+        *_each(Pointer, "q k v d_o lse2 delta dq_acc dk dv lists entries order token_words"),
         *_each(Stride, "q_sb q_sh q_ss k_sb k_sh k_ss v_sb v_sh v_ss do_sb do_sh do_ss"),
         *_each(Int, "batch q_heads kv_heads kv_group shared_layout n_k_tiles seq_q seq_k"),
         ("seq_q_pad", Int),

@@ -39,6 +39,7 @@ import torch
 
 from designer.layout import CAUSAL_ALIGNMENTS, Layout, causal_offset
 from designer.validate import as_block_tensor, check_bool, check_choice, check_int, token_length
+from gpu.partials import Partials, check_partials
 from gpu.runtime import is_cupy, is_hopper
 from gpu.support import BLOCK_SIZES, HEAD_DIMS
 
@@ -52,13 +53,18 @@ class BlockSparsePlan:
     Read-only attributes: ``block_size``, ``causal``, ``causal_alignment``, ``causal_offset``
     (keys ``k_idx <= q_idx + causal_offset`` are kept when causal), ``seq_q``, ``seq_k``,
     ``n_heads`` (1 serves any number of query heads), ``n_q_blocks``, ``n_k_blocks``, ``device``,
-    ``density``, ``plan_id`` (how the torch op finds the plan) and ``blocks`` (a copy of the CPU
-    bool layout).
+    ``density``, ``plan_id`` (how the torch op finds the plan), ``blocks`` (a copy of the CPU
+    bool layout), ``n_partials`` and ``partials`` (copies of the partial blocks' ``(index,
+    bits)``, or None; see ``gpu.partials``).
     """
 
-    def __init__(self, blocks, block_size, causal, causal_alignment, seq_q, seq_k, device):
+    def __init__(
+        self, blocks, block_size, causal, causal_alignment, seq_q, seq_k, device, partials=None
+    ):
         set_ = object.__setattr__
         set_(self, "_blocks", blocks)
+        set_(self, "_partials", partials)  # a checked gpu.partials.Partials, or None
+        set_(self, "n_partials", 0 if partials is None else partials.count)
         set_(self, "block_size", block_size)
         set_(self, "causal", causal)
         set_(self, "causal_alignment", causal_alignment)
@@ -99,6 +105,12 @@ class BlockSparsePlan:
         """A copy of the ``[H or 1, M, N]`` CPU bool layout."""
         return self._blocks.clone()
 
+    @property
+    def partials(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """Copies of the partial blocks' int32 ``index [P, 3]`` and uint8 ``bits [P, block,
+        ceil(block / 8)]``, or None when every active block is full."""
+        return None if self._partials is None else self._partials.tensors()
+
     def tiles(self) -> dict[tuple[int, int], int]:
         """Key tiles the forward kernel visits per batch element, per (BLOCK_M, BLOCK_N)
         tiling built so far."""
@@ -110,7 +122,10 @@ class BlockSparsePlan:
         return (
             f"BlockSparsePlan(heads={self.n_heads}, blocks={self.n_q_blocks}x{self.n_k_blocks} "
             f"of {self.block_size}, seq={self.seq_q}x{self.seq_k}, density={self.density:.2%}"
-            f"{causal}, device={self.device}" + (f", kernel tiles {{{tiles}}})" if tiles else ")")
+            f"{causal}"
+            + (f", partial blocks={self.n_partials}" if self.n_partials else "")
+            + f", device={self.device}"
+            + (f", kernel tiles {{{tiles}}})" if tiles else ")")
         )
 
     # ----------------------------------------------------------------- what launches read
@@ -193,7 +208,7 @@ class BlockSparsePlan:
             found = cache[block_m, block_n] = build(
                 self._blocks, self.block_size, block_m=block_m, block_n=block_n,
                 causal=self.causal, causal_offset=self.causal_offset, seq_q=self.seq_q,
-                seq_k=self.seq_k,
+                seq_k=self.seq_k, partials=self._partials,
             ).to(self.device)  # fmt: skip
         return found
 
@@ -206,6 +221,7 @@ def plan(
     causal_alignment: str = "top_left",
     seq_q: int | None = None,
     seq_k: int | None = None,
+    partials: Any = None,
     device: Any = None,
 ) -> BlockSparsePlan:
     """Check a layout and do every piece of host work for it once.
@@ -217,7 +233,12 @@ def plan(
         causal: also mask keys past each query inside blocks, aligned by ``causal_alignment``
             (``"top_left"``: ``k <= q``; ``"bottom_right"``: ``k <= q + Sk - Sq``).
         seq_q, seq_k: the token lengths, when the last block row or column is partial:
-            ``(M - 1)·block < seq_q <= M·block``. Default: whole blocks.
+            ``(M - 1)·block < seq_q <= M·block``. Default: the layout's ``seq_q`` / ``seq_k``
+            where it has them, else whole blocks.
+        partials: the token masks of partial blocks, ``(index int32 [P, 3], bits uint8 [P,
+            block, ceil(block / 8)])`` as ``gpu.partials`` describes (torch, numpy or CuPy);
+            default: the layout's ``partials`` where it has them, else every active block is
+            full. A layout's own lengths and partials must equal any given here.
         device: where the look-up tables live and the kernels run. Default: a CUDA layout's
             device, else the current CUDA device, else the CPU (a CPU plan serves only
             ``impl="reference"``).
@@ -226,6 +247,9 @@ def plan(
     1000
     """
     blocks, block_size = layout_blocks(layout, block_size)
+    seq_q, seq_k = (_layout_value(name, value, layout) for name, value in
+                    (("seq_q", seq_q), ("seq_k", seq_k)))  # fmt: skip
+    checked = _layout_partials(partials, layout, blocks, block_size)
     causal = check_bool("causal", causal)
     causal_alignment = check_choice("causal_alignment", causal_alignment, CAUSAL_ALIGNMENTS)
     _, n_q_blocks, n_k_blocks = blocks.shape
@@ -237,7 +261,35 @@ def plan(
         check_choice("block_size", block_size, BLOCK_SIZES)
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
-    return BlockSparsePlan(blocks, block_size, causal, causal_alignment, seq_q, seq_k, device)
+    return BlockSparsePlan(
+        blocks, block_size, causal, causal_alignment, seq_q, seq_k, device, checked
+    )
+
+
+def _layout_value(name: str, given: Any, layout: Any) -> Any:
+    """``given``, or the layout's own ``name`` where it has one (the two must agree)."""
+    own = getattr(layout, name, None)
+    if own is None:
+        return given
+    if given is not None and given != own:
+        raise ValueError(f"{name} ({given}) must equal the layout's {name} ({own})")
+    return own
+
+
+def _layout_partials(
+    given: Any, layout: Any, blocks: torch.Tensor, block_size: int
+) -> Partials | None:
+    """The checked partials given, or the layout's own (the two must agree)."""
+    checked = check_partials(given, blocks, block_size)
+    own = getattr(layout, "partials", None)
+    if own is None:
+        return checked
+    own = check_partials(own, blocks, block_size)
+    if given is not None and not (
+        (checked is None and own is None) or (checked and own and checked.same_as(own))
+    ):
+        raise ValueError("partials must equal the layout's partials (or be left out)")
+    return own
 
 
 def layout_blocks(

@@ -1,8 +1,9 @@
 """Dense masked attention in plain torch: the oracle every fast path is checked against.
 
 It computes exactly what ``block_sparse_attention`` means, the slow and obvious way: the full
-``scale·QKᵀ`` of a chunk of query rows, a token mask built from the block layout (and the causal
-limit, top-left or bottom-right aligned), softmax over the kept keys, times V; the kv head of a
+``scale·QKᵀ`` of a chunk of query rows, a token mask built from the block layout (the token
+bits of its partial blocks, ``gpu.partials``, and the causal limit, top-left or bottom-right
+aligned), softmax over the kept keys, times V; the kv head of a
 query head by GQA grouping. A query row with no kept key gives exact zeros (and logsumexp
 ``-inf``). It runs on the CPU or the GPU, in any compute dtype (float64 for checks, float32 for
 ``impl="reference"``), and walks heads and chunks of query blocks so that S = 16384 with 16
@@ -37,6 +38,7 @@ def dense_masked_attention(
     out: torch.Tensor | None = None,
     return_lse: bool = False,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    partials: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Block-masked softmax attention of ``q [B,Hq,Sq,D]`` over ``k, v [B,Hkv,Sk,D]``.
 
@@ -44,7 +46,9 @@ def dense_masked_attention(
     ``(M - 1)·block < Sq <= M·block`` and likewise for Sk (the last block may be partial). Query
     head h reads kv head ``h // (Hq // Hkv)``. ``causal`` keeps keys ``k_idx <= q_idx`` when
     ``causal_alignment`` is ``"top_left"``, ``k_idx <= q_idx + Sk - Sq`` when ``"bottom_right"``.
-    The arguments are trusted (the public API validates them). The result is written into
+    ``partials``, ``(index [P, 3], bits [P, block, ceil(block / 8)])`` as ``gpu.partials``
+    describes, masks tokens inside their blocks. The arguments are trusted (the public API
+    validates them). The result is written into
     ``out`` when given, else returned in ``compute_dtype``; with ``return_lse`` the natural-log
     logsumexp ``[B, Hq, Sq]`` of the kept scaled scores comes too (``-inf`` for empty rows).
 
@@ -61,17 +65,22 @@ def dense_masked_attention(
         else None
     )
     for h, rows, _, _, v_h, scores in _score_chunks(
-        q, k, v, blocks, block_size, causal, causal_alignment, scale, compute_dtype, chunk_bytes
-    ):
+        q, k, v, blocks, block_size, causal, causal_alignment, scale, compute_dtype, chunk_bytes,
+        partials,
+    ):  # fmt: skip
         out[:, h, rows] = _masked_softmax_times(scores, v_h)
         if return_lse:
             lse[:, h, rows] = torch.logsumexp(scores, dim=-1)
     return (out, lse) if return_lse else out
 
 
+Chunk = tuple[int, slice, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
+
 def _score_chunks(
-    q, k, v, blocks, block_size, causal, causal_alignment, scale, compute_dtype, chunk_bytes
-) -> Iterator[tuple[int, slice, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
+    q, k, v, blocks, block_size, causal, causal_alignment, scale, compute_dtype, chunk_bytes,
+    partials,
+) -> Iterator[Chunk]:  # fmt: skip
     """Per query head and chunk of query rows: ``(head, rows, q chunk, k_h, v_h, scores)`` in
     ``compute_dtype``, the scaled scores ``[B, rows, Sk]`` at ``-inf`` where the layout or the
     causal limit masks them. A chunk holds about ``chunk_bytes`` of scores."""
@@ -83,14 +92,18 @@ def _score_chunks(
     bytes_per_row = batch * seq_k * torch.finfo(compute_dtype).bits // 8
     rows_per_chunk = max(1, chunk_bytes // max(1, bytes_per_row * block_size)) * block_size
     blocks = blocks.to(q.device)
+    if partials is not None:
+        partials = tuple(t.to(q.device) for t in partials)
     key_idx = torch.arange(seq_k, device=q.device)
     for h in range(n_heads):
-        head_blocks = blocks[h if blocks.shape[0] > 1 else 0]
+        layout_head = h if blocks.shape[0] > 1 else 0
+        head_blocks = blocks[layout_head]
         k_h = k[:, h // group].to(compute_dtype)
         v_h = v[:, h // group].to(compute_dtype)
         for row0 in range(0, seq_q, rows_per_chunk):
             row1 = min(seq_q, row0 + rows_per_chunk)
-            mask = _token_mask(head_blocks, block_size, row0, row1)[:, :seq_k]
+            mask = _token_mask(head_blocks, block_size, row0, row1, partials, layout_head)
+            mask = mask[:, :seq_k]
             if causal:
                 query_idx = torch.arange(row0, row1, device=q.device)
                 mask &= key_idx[None, :] <= query_idx[:, None] + offset
@@ -100,12 +113,25 @@ def _score_chunks(
             yield h, slice(row0, row1), q_chunk, k_h, v_h, scores
 
 
-def _token_mask(head_blocks: torch.Tensor, block_size: int, row0: int, row1: int) -> torch.Tensor:
-    """The ``[row1 - row0, Sk]`` token mask of query rows ``row0:row1`` (block-aligned start)."""
+def _token_mask(
+    head_blocks: torch.Tensor, block_size: int, row0: int, row1: int, partials, head: int
+) -> torch.Tensor:
+    """The ``[row1 - row0, N·block]`` token mask of query rows ``row0:row1`` (block-aligned
+    start) of layout head ``head``: its blocks, and the bits of its partial blocks."""
     first, last = row0 // block_size, (row1 - 1) // block_size + 1
-    rows = head_blocks[first:last].repeat_interleave(block_size, 0)
-    rows = rows[row0 - first * block_size : row1 - first * block_size]
-    return rows.repeat_interleave(block_size, 1)
+    rows = head_blocks[first:last]
+    mask = rows.repeat_interleave(block_size, 0).repeat_interleave(block_size, 1)
+    if partials is not None:
+        index, bits = partials
+        chosen = (index[:, 0] == head) & (index[:, 1] >= first) & (index[:, 1] < last)
+        if chosen.any():
+            index, bits = index[chosen].long(), bits[chosen]
+            shifts = torch.arange(8, device=bits.device, dtype=torch.uint8)
+            cells = ((bits[..., None] >> shifts) & 1).bool().flatten(-2)[..., :block_size]
+            per_block = mask.view(last - first, block_size, -1, block_size).permute(0, 2, 1, 3)
+            at = (index[:, 1] - first, index[:, 2])
+            per_block[at] = per_block[at] & cells  # writes through the view into ``mask``
+    return mask[row0 - first * block_size : row1 - first * block_size]
 
 
 def _masked_softmax(scores: torch.Tensor) -> torch.Tensor:
@@ -136,6 +162,7 @@ def dense_masked_attention_backward(
     compute_dtype: torch.dtype = torch.float64,
     grad_lse: torch.Tensor | None = None,
     chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+    partials: tuple[torch.Tensor, torch.Tensor] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv)`` of ``dense_masked_attention`` for the output gradient ``grad_out``.
 
@@ -157,8 +184,9 @@ def dense_masked_attention_backward(
     dk = torch.zeros(k.shape, dtype=compute_dtype, device=q.device)
     dv = torch.zeros(v.shape, dtype=compute_dtype, device=q.device)
     for h, rows, q_chunk, k_h, v_h, scores in _score_chunks(
-        q, k, v, blocks, block_size, causal, causal_alignment, scale, compute_dtype, chunk_bytes
-    ):
+        q, k, v, blocks, block_size, causal, causal_alignment, scale, compute_dtype, chunk_bytes,
+        partials,
+    ):  # fmt: skip
         g_chunk = grad_out[:, h, rows].to(compute_dtype)
         probs = _masked_softmax(scores)
         delta = (g_chunk * torch.matmul(probs, v_h)).sum(-1, keepdim=True)

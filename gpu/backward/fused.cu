@@ -27,7 +27,9 @@
 // contiguous. Table: lists int2 [layout heads · n_k_tiles]
 // (first entry, count) per (layout head, key tile); entries int4 (q_tile, flags, mask bits
 // 0-31, 32-63), the flags and bits as in the forward (bit r·n_sub_cols + c: query cell r, key
-// cell c); order int [n_k_tiles], key tiles heaviest first. A layout of one head serves every
+// cell c), or (q_tile, 8, token tile, 0) for a token tile, whose mask in token_words has
+// BLOCK_N key rows of BLOCK_M / 32 words (token_mask.cuh); order int [n_k_tiles], key tiles
+// heaviest first. A layout of one head serves every
 // query head.
 //
 // Two instruction paths, like the forward's. WGMMA = 0: mma.sync m16n8k16 (sm_80 and newer) on
@@ -50,6 +52,7 @@
 
 #include "attention_common.cuh"
 #include "params.cuh"
+#include "token_mask.cuh"
 #if WGMMA
 #include "wgmma.cuh"
 #endif
@@ -155,6 +158,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   const int2* lists = params.lists;
   const Int4* entries = params.entries;
   const int* order = params.order;
+  const unsigned* token_words = params.token_words;
   const long long q_sb = params.q_sb, q_sh = params.q_sh, q_ss = params.q_ss;
   const long long k_sb = params.k_sb, k_sh = params.k_sh, k_ss = params.k_ss;
   const long long v_sb = params.v_sb, v_sh = params.v_sh, v_ss = params.v_ss;
@@ -251,9 +255,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     float s[kSAtoms][4];
     rows_times_tile(k_tile_s + a_offset, q_tile + b_offset, s);
 #endif
-    if (entry.y != 0) {
-      apply_mask(s, entry, key_row0, k_row0, q_row0, sub_rows_log2, sub_cols_log2,
-                 causal_offset, seq_k);
+    if (entry.y != 0) {  // full tiles never mask
+      if (entry.y & kFlagTokens) {
+        apply_token_mask(s, token_tile<kBlockN, kSAtoms>(token_words, entry), key_row0);
+      } else {
+        apply_mask(s, entry, key_row0, k_row0, q_row0, sub_rows_log2, sub_cols_log2,
+                   causal_offset, seq_k);
+      }
     }
 #pragma unroll
     for (int nj = 0; nj < kSAtoms; ++nj) {

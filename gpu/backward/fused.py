@@ -44,6 +44,7 @@ class BackwardPlan:
     lists: torch.Tensor
     entries: torch.Tensor
     order: torch.Tensor
+    token_words: torch.Tensor  # int32 [max(token tiles, 1), block_n, words]: key rows
     n_k_tiles: int
     n_tiles: int
     sub_rows_log2: int
@@ -75,6 +76,7 @@ def plan_backward(layout: BlockSparsePlan, config: BackwardConfig) -> BackwardPl
         lists=lut.lists,
         entries=lut.entries,
         order=lut.order,
+        token_words=lut.token_words,
         n_k_tiles=lut.n_k_tiles,
         n_tiles=lut.n_tiles,
         sub_rows_log2=int(math.log2(lut.sub_rows)),
@@ -129,6 +131,7 @@ def launch_backward(
         q.data_ptr(), k.data_ptr(), v.data_ptr(), grad_out.data_ptr(), rows[0].data_ptr(),
         rows[1].data_ptr(), dq_acc.data_ptr(), dk.data_ptr(), dv.data_ptr(),
         plan.lists.data_ptr(), plan.entries.data_ptr(), plan.order.data_ptr(),
+        plan.token_words.data_ptr(),
         # strides
         *q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *grad_out.stride()[:3],
         # shapes

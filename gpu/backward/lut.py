@@ -3,7 +3,9 @@
 The backward owns one key tile per CTA and walks the query tiles that attend to it, so the
 table is the transpose of ``gpu.forward.lut``'s: the same mask words and flags (bit ``r ·
 cells_per_row + c`` is query cell r, key cell c), grouped per (layout head, key tile) instead
-of per (layout head, query tile). The plan builds it on the first backward call.
+of per (layout head, query tile). Token tiles (``gpu.partials``) carry their token masks with
+rows over keys, numbered in this table's walk order. The plan builds it on the first backward
+call.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
-from gpu.forward.lut import cell_sizes, entries_on, grouped_entries, tile_masks
+from gpu.forward.lut import cell_sizes, entries_on, grouped_entries, masked_tiles
+from gpu.partials import Partials
 
 
 @dataclass(frozen=True)
@@ -21,7 +24,8 @@ class BackwardLut:
     """The backward kernel's walk: per key tile, the query tiles that attend to it (CPU int32)."""
 
     lists: torch.Tensor  # [H · n_k_tiles, 2]: first entry, n entries, per (layout head, k_tile)
-    entries: torch.Tensor  # [n_entries, 4]: q_tile, flags, mask bits 0-31, mask bits 32-63
+    entries: torch.Tensor  # [n_entries, 4]: q_tile, flags, mask bits 0-31 or token tile, 32-63
+    token_words: torch.Tensor  # int32 [token tiles, block_n, ceil(block_m / 32)]: key rows
     order: torch.Tensor  # [n_k_tiles]: key tiles by descending work over all heads
     n_q_tiles: int
     n_k_tiles: int
@@ -33,7 +37,7 @@ class BackwardLut:
         """The table with its tensors on ``device``."""
         return replace(
             self, lists=self.lists.to(device), entries=entries_on(self.entries, device),
-            order=self.order.to(device),
+            order=self.order.to(device), token_words=entries_on(self.token_words, device),
         )  # fmt: skip
 
 
@@ -47,6 +51,7 @@ def build_backward_lut(
     causal_offset: int = 0,
     seq_q: int | None = None,
     seq_k: int | None = None,
+    partials: Partials | None = None,
 ) -> BackwardLut:
     """The transposed table: ``build_fused_lut``'s tiles and masks, listed per key tile.
 
@@ -59,18 +64,22 @@ def build_backward_lut(
     >>> lut.lists.tolist(), lut.entries[:, :2].tolist(), lut.order.tolist()
     ([[0, 2], [2, 1]], [[0, 2], [1, 0], [1, 2]], [0, 1])
     """
-    words, flags = tile_masks(
+    words, flags, token_ids, token_words = masked_tiles(
         blocks, block_size, block_m=block_m, block_n=block_n, causal=causal,
-        causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
+        causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k, partials=partials,
+        by_key_tile=True,
     )  # fmt: skip
     n_heads, n_q_tiles, n_k_tiles = words.shape
     # [H, k_tile, q_tile]: grouped per (head, k_tile), query order
-    counts, starts, entries = grouped_entries(words.transpose(0, 2, 1), flags.transpose(0, 2, 1))
+    counts, starts, entries = grouped_entries(
+        *(grid.transpose(0, 2, 1) for grid in (words, flags, token_ids))
+    )
     sub_rows, sub_cols = cell_sizes(block_size, block_m, block_n)
     work = counts.reshape(n_heads, n_k_tiles).sum(0)
     return BackwardLut(
         lists=torch.from_numpy(np.stack([starts, counts], axis=1).astype(np.int32)),
         entries=entries,
+        token_words=token_words,
         order=torch.from_numpy(np.argsort(-work, kind="stable").astype(np.int32)),
         n_q_tiles=n_q_tiles,
         n_k_tiles=n_k_tiles,

@@ -11,7 +11,7 @@ Work and traffic of one call, with ``T`` the key tiles visited per batch element
 
 - FLOPs executed: ``4 · B · T · block_m · block_n · D`` (two matmuls), against the
   ``4 · B · H · Sq · Sk · D · density`` that count as useful (effective TFLOP/s). A partial tile
-  (small layout blocks, causal diagonal) costs a full tile.
+  (small layout blocks, causal diagonal, token masks) costs a full tile.
 - Device-memory bytes, at least: ``2 · B · H · (2 · Sq + 2 · Sk) · D`` (Q, K, V read once, O
   written once, 16-bit). K and V tiles are read once per visiting query tile, mostly from L2.
 """
@@ -61,6 +61,7 @@ class FusedPlan:
     device: torch.device
     items: torch.Tensor  # int32 [n_items, 4] on device
     entries: torch.Tensor  # int32 [max(n_entries, 1), 4] on device
+    token_words: torch.Tensor  # int32 [max(token tiles, 1), block_m, words] on device
     n_tiles: int  # key tiles visited per batch element and layout head set
     sub_rows_log2: int
     sub_cols_log2: int
@@ -116,6 +117,7 @@ def plan_forward(layout: BlockSparsePlan, config: KernelConfig | HopperConfig) -
         device=device,
         items=items,
         entries=lut.entries,
+        token_words=lut.token_words,
         n_tiles=lut.n_tiles,
         sub_rows_log2=int(math.log2(lut.sub_rows)),
         sub_cols_log2=int(math.log2(lut.sub_cols)),

@@ -16,6 +16,12 @@ saying which layout blocks inside the tile are active:
 - Lengths that are not whole blocks: cells starting at or past ``seq_q`` / ``seq_k`` are dropped,
   and ``FLAG_KEY_BOUND`` marks the tile whose cell straddles ``seq_k`` (the kernel then masks
   ``k_idx >= seq_k``).
+- Partial blocks (``gpu.partials``): a tile holding an active part of one is a *token tile*,
+  flagged ``FLAG_TOKENS`` alone, its entry's third word the number of its token mask (the
+  table's ``token_words``, numbered in the order the kernel walks the table) and its fourth
+  word 0. Its token mask holds everything (blocks, bits, the causal limit, ``seq_k``), so the
+  kernel reads that mask instead of the cell bits and the flags above. A token tile that lets
+  nothing through is dropped.
 - Work items ``(head, q_tile, first_entry, n_entries)`` are sorted by descending ``n_entries``
   (stable, so head-major then query order among equals): long rows start first and short ones
   fill the tail. Query tiles with no entry are kept, so the kernel writes their zeros.
@@ -36,6 +42,7 @@ import numpy as np
 import torch
 
 from designer.validate import check_choice
+from gpu.partials import Partials, token_tiles
 
 #: Entry flag: some cells of the tile are inactive, apply the mask bits.
 FLAG_PARTIAL = 1
@@ -43,6 +50,8 @@ FLAG_PARTIAL = 1
 FLAG_DIAGONAL = 2
 #: Entry flag: a cell of the tile straddles ``seq_k``, apply ``k_idx < seq_k``.
 FLAG_KEY_BOUND = 4
+#: Entry flag: a token tile, apply its token mask (and nothing else).
+FLAG_TOKENS = 8
 
 #: Tile sides (tokens) a table can be built for.
 TILE_SIZES = (16, 32, 64, 128)
@@ -54,7 +63,8 @@ class FusedLut:
     """The kernel's work list and per-tile entries (CPU int32 tensors), and the tile geometry."""
 
     items: torch.Tensor  # [n_items, 4]: head, q_tile, first entry, n entries; heaviest first
-    entries: torch.Tensor  # [n_entries, 4]: k_tile, flags, mask bits 0-31, mask bits 32-63
+    entries: torch.Tensor  # [n_entries, 4]: k_tile, flags, mask bits 0-31 or token tile, 32-63
+    token_words: torch.Tensor  # int32 [token tiles, block_m, ceil(block_n / 32)]: query rows
     n_q_tiles: int
     n_k_tiles: int
     sub_rows: int  # query tokens per mask cell
@@ -69,12 +79,16 @@ class FusedLut:
 
     def to(self, device: torch.device) -> FusedLut:
         """The table with its tensors on ``device``."""
-        return replace(self, items=self.items.to(device), entries=entries_on(self.entries, device))
+        return replace(
+            self, items=self.items.to(device), entries=entries_on(self.entries, device),
+            token_words=entries_on(self.token_words, device),
+        )  # fmt: skip
 
 
 def entries_on(entries: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A table's entries on ``device``: one dummy entry when there is none (no null pointer)."""
-    return (entries if len(entries) else torch.zeros(1, 4, dtype=torch.int32)).to(device)
+    """A table's entries (or token words) on ``device``: one dummy row of zeros when there is
+    none (no null pointer)."""
+    return (entries if len(entries) else entries.new_zeros(1, *entries.shape[1:])).to(device)
 
 
 def group_heads(items: torch.Tensor, heads_per_group: int) -> torch.Tensor:
@@ -159,6 +173,42 @@ def tile_masks(
     return words, flags.astype(np.int32)
 
 
+def masked_tiles(
+    blocks: torch.Tensor,
+    block_size: int,
+    *,
+    block_m: int,
+    block_n: int,
+    causal: bool,
+    causal_offset: int = 0,
+    seq_q: int | None = None,
+    seq_k: int | None = None,
+    partials: Partials | None = None,
+    by_key_tile: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, torch.Tensor]:
+    """``tile_masks`` with the token tiles of ``partials``: per (head, q_tile, k_tile) the mask
+    word, the flags and the token tile (-1: none), and the token words (``by_key_tile``: the
+    backward's, numbered per key tile and with rows over keys; see ``gpu.partials``)."""
+    words, flags = tile_masks(
+        blocks, block_size, block_m=block_m, block_n=block_n, causal=causal,
+        causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
+    )  # fmt: skip
+    if partials is None:
+        row_words = -(-(block_m if by_key_tile else block_n) // 32)
+        rows = block_n if by_key_tile else block_m
+        none = np.full(words.shape, -1, dtype=np.int32)
+        return words, flags, none, torch.zeros(0, rows, row_words, dtype=torch.int32)
+    _, n_q_blocks, n_k_blocks = blocks.shape
+    tokens = token_tiles(
+        partials, blocks, words, block_m=block_m, block_n=block_n, causal=causal,
+        causal_offset=causal_offset, seq_q=n_q_blocks * block_size if seq_q is None else seq_q,
+        seq_k=n_k_blocks * block_size if seq_k is None else seq_k, by_key_tile=by_key_tile,
+    )  # fmt: skip
+    words = np.where(tokens.dropped, np.uint64(0), words)
+    flags = np.where(tokens.ids >= 0, FLAG_TOKENS, flags).astype(np.int32)
+    return words, flags, tokens.ids, tokens.words
+
+
 def build_fused_lut(
     blocks: torch.Tensor,
     block_size: int,
@@ -169,20 +219,15 @@ def build_fused_lut(
     causal_offset: int = 0,
     seq_q: int | None = None,
     seq_k: int | None = None,
+    partials: Partials | None = None,
 ) -> FusedLut:
     """The CSR work list of the fused kernel for a ``[H, M, N]`` layout (see the module doc)."""
-    words, flags = tile_masks(
-        blocks,
-        block_size,
-        block_m=block_m,
-        block_n=block_n,
-        causal=causal,
-        causal_offset=causal_offset,
-        seq_q=seq_q,
-        seq_k=seq_k,
-    )
+    words, flags, token_ids, token_words = masked_tiles(
+        blocks, block_size, block_m=block_m, block_n=block_n, causal=causal,
+        causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k, partials=partials,
+    )  # fmt: skip
     _, n_q_tiles, n_k_tiles = words.shape
-    counts, starts, entries = grouped_entries(words, flags)  # per (head, q_tile), head-major
+    counts, starts, entries = grouped_entries(words, flags, token_ids)  # per (head, q_tile)
     order = np.argsort(-counts, kind="stable")
     heads, q_tiles = np.divmod(np.arange(counts.size), n_q_tiles)
     items = np.stack([heads, q_tiles, starts, counts], axis=1)[order]
@@ -190,6 +235,7 @@ def build_fused_lut(
     return FusedLut(
         items=torch.from_numpy(items.astype(np.int32)),
         entries=entries,
+        token_words=token_words,
         n_q_tiles=n_q_tiles,
         n_k_tiles=n_k_tiles,
         sub_rows=sub_rows,
@@ -199,22 +245,26 @@ def build_fused_lut(
 
 
 def grouped_entries(
-    words: np.ndarray, flags: np.ndarray
+    words: np.ndarray, flags: np.ndarray, token_ids: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, torch.Tensor]:
     """The CSR of the active tiles of ``[H, rows, cols]`` mask words, grouped per (head, row):
     each group's entry count and first entry (flat, head-major), and the int32 entries ``(col,
-    flags, mask bits 0-31, mask bits 32-63)``."""
+    flags, mask bits 0-31, mask bits 32-63)``, or ``(col, FLAG_TOKENS, token tile, 0)`` where
+    ``token_ids`` names a token tile."""
     active = words != 0
     counts = active.sum(-1).reshape(-1)
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
     head_idx, row_idx, col_idx = np.nonzero(active)  # row-major: grouped per (head, row)
     word = words[head_idx, row_idx, col_idx]
+    token = token_ids[head_idx, row_idx, col_idx].astype(np.int64)
+    low = (word & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64)
+    high = (word >> np.uint64(32)).astype(np.uint32).view(np.int32).astype(np.int64)
     entries = np.stack(
         [
             col_idx.astype(np.int64),
             flags[head_idx, row_idx, col_idx].astype(np.int64),
-            (word & np.uint64(0xFFFFFFFF)).astype(np.uint32).view(np.int32).astype(np.int64),
-            (word >> np.uint64(32)).astype(np.uint32).view(np.int32).astype(np.int64),
+            np.where(token >= 0, token, low),
+            np.where(token >= 0, 0, high),
         ],
         axis=1,
     ).reshape(-1, 4)

@@ -19,6 +19,8 @@
 //   items   int4 [n_items]:   (layout head, q_tile, first entry, entry count), heaviest first.
 //     A layout of one head serves every query head: heads_per_item = Hq, else 1.
 //   entries int4 [n_entries]: (k_tile, flags, mask bits 0-31, mask bits 32-63).
+//     flags bit 3 alone: a token tile (partial blocks), (k_tile, 8, token tile, 0): apply its
+//       token mask from token_words (token_mask.cuh), BLOCK_M rows of BLOCK_N / 32 words;
 //     flags bit 0: some layout blocks inside the tile are inactive, apply the mask bits;
 //     flags bit 1: the tile crosses the causal diagonal, apply k_idx <= q_idx + causal_offset
 //       (0: top-left aligned; seq_k - seq_q: bottom-right aligned);
@@ -58,6 +60,7 @@
 #include "attention_common.cuh"
 #include "attention_forward.cuh"
 #include "params.cuh"
+#include "token_mask.cuh"
 
 namespace {
 
@@ -292,9 +295,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
         load_q_fragments(q_base, kk, a);
       }, s);
     }
-    if (entry.y != 0) {
-      apply_mask(s, entry, warp_row0, q_row0, params.sub_rows_log2, params.sub_cols_log2,
-                 params.causal_offset, params.seq_k);
+    if (entry.y != 0) {  // full tiles never mask
+      if (entry.y & kFlagTokens) {
+        const unsigned* tile = token_tile<kBlockM, kSAtoms>(params.token_words, entry);
+#pragma unroll
+        for (int mi = 0; mi < kMAtoms; ++mi) apply_token_mask(s[mi], tile, warp_row0 + mi * 16);
+      } else {
+        apply_mask(s, entry, warp_row0, q_row0, params.sub_rows_log2, params.sub_cols_log2,
+                   params.causal_offset, params.seq_k);
+      }
     }
     float correction[kMAtoms][2];
     softmax_scores(s, row_max, row_sum, correction, params.scale_log2);

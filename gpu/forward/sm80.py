@@ -116,6 +116,7 @@ class KernelConfig:
             # operands, the plan's table
             q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(),
             0 if lse is None else lse.data_ptr(), plan.items.data_ptr(), plan.entries.data_ptr(),
+            plan.token_words.data_ptr(),
             # strides
             *q.stride()[:3], *k.stride()[:2], *v.stride()[:2], *out.stride()[:3],
             # shapes

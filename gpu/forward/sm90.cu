@@ -18,6 +18,9 @@
 //   softmax in registers, O += P V (P from registers, V N-major in shared memory).
 // One consumer (64-row query tiles) runs two or three CTAs per SM, which hide each other's
 // per-unit latency (short rows) and waste less on layouts scattered in small blocks.
+// Token tiles (partial blocks, token_mask.cuh): each consumer thread loads its rows' token
+// words when it reads the tile's entry, so the loads are in flight under the barrier waits
+// and the product S; full tiles load nothing.
 // Overlap. Inside a warpgroup, S of tile n + 1 and P·V of tile n are issued together and the
 // softmax of tile n + 1 runs while P·V of tile n is still on the tensor cores (wgmma.wait_group
 // 1); O is rescaled once P·V has landed. With PINGPONG (two consumers), the consumers take turns
@@ -47,6 +50,7 @@
 #include "hopper.cuh"
 #include "params.cuh"
 #include "persistent_units.cuh"
+#include "token_mask.cuh"
 #include "wgmma.cuh"
 
 namespace {
@@ -266,12 +270,25 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
     for (int j = 0; j < kOAtoms; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
+    // This thread's token words of a token tile (read at its entry; other tiles read none)
+    auto token_rows = [&](const Int4& entry) {
+      TokenRows<kSAtoms> rows;
+      if (entry.y & kFlagTokens) {
+        rows = load_token_rows<kSAtoms>(
+            token_tile<kBlockM, kSAtoms>(params.token_words, entry), warp_row0);
+      }
+      return rows;
+    };
     // S -> P for one tile: mask, softmax (the O rescale waits for P V)
-    auto scores_to_probabilities = [&](const Int4& entry) {
+    auto scores_to_probabilities = [&](const Int4& entry, const TokenRows<kSAtoms>& tokens) {
       float(&s2)[1][kSAtoms][4] = *reinterpret_cast<float(*)[1][kSAtoms][4]>(&s);
       if (entry.y != 0) {  // full tiles never mask
-        apply_mask(s2, entry, warp_row0, work.q_row0, params.sub_rows_log2, params.sub_cols_log2,
-                   params.causal_offset, params.seq_k);
+        if (entry.y & kFlagTokens) {
+          apply_token_rows(s, tokens);
+        } else {
+          apply_mask(s2, entry, warp_row0, work.q_row0, params.sub_rows_log2,
+                     params.sub_cols_log2, params.causal_offset, params.seq_k);
+        }
       }
       softmax_scores(s2, row_max, row_sum, correction, params.scale_log2);
     };
@@ -285,6 +302,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
     barrier_wait(sh.q_full(buffer), (index >> 1) & 1);
     if (work.count > 0) {
       Int4 entry = load_entry(params.entries + work.first);
+      TokenRows<kSAtoms> tokens = token_rows(entry);
       // tile 0: S alone
       barrier_wait(sh.k_full(full(0)), parity(0));
       turns.wait();
@@ -295,11 +313,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
       wgmma_wait<0>();
       pin(s);
       if (arrives) barrier_arrive(sh.k_empty(full(0)));
-      scores_to_probabilities(entry);
+      scores_to_probabilities(entry, tokens);
       pack();
       // tile n: S_n with P_{n-1} V_{n-1}; the softmax of S_n runs while P V is in flight
       for (int n = 1; n < work.count; ++n) {
         entry = load_entry(params.entries + work.first + n);
+        tokens = token_rows(entry);
         barrier_wait(sh.k_full(full(n)), parity(n));
         barrier_wait(sh.v_full(full(n - 1)), parity(n - 1));
         turns.wait();
@@ -313,7 +332,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
         wgmma_wait<1>();  // S_n has landed, P V may still run
         pin(s);
         if (arrives) barrier_arrive(sh.k_empty(full(n)));
-        scores_to_probabilities(entry);
+        scores_to_probabilities(entry, tokens);
         wgmma_wait<0>();
         pin(o);
         pin(p);

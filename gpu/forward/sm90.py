@@ -131,7 +131,7 @@ class HopperConfig:
         return (
             # operands, the plan's table
             q_map, k_map, v_map, out.data_ptr(), 0 if lse is None else lse.data_ptr(),
-            plan.items.data_ptr(), plan.entries.data_ptr(),
+            plan.items.data_ptr(), plan.entries.data_ptr(), plan.token_words.data_ptr(),
             # strides of out
             *out.stride()[:3],
             # work and shapes

@@ -14,10 +14,12 @@ struct alignas(16) Bits128 {
 };
 
 // ------------------------------------------------------------------ look-up table entries
-// An entry is (k_tile, flags, mask bits 0-31, mask bits 32-63) (gpu/forward/lut.py).
+// An entry is (k_tile, flags, mask bits 0-31, mask bits 32-63) (gpu/forward/lut.py), or for a
+// token tile (k_tile, kFlagTokens, token tile, 0) (token_mask.cuh).
 constexpr unsigned kFlagPartial = 1u;   // apply the entry's mask bits
 constexpr unsigned kFlagDiagonal = 2u;  // apply k_idx <= q_idx + causal_offset
 constexpr unsigned kFlagKeyBound = 4u;  // apply k_idx < seq_k
+constexpr unsigned kFlagTokens = 8u;    // apply the token tile's mask, and nothing else
 
 // A table row read through the read-only data path (ld.global.nc): the tables stay unchanged
 // while a kernel runs. (What a const __restrict__ kernel parameter gives; a pointer that comes

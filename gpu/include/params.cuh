@@ -24,9 +24,10 @@ struct ForwardParams {
   const unsigned short* v;
   unsigned short* out;
   float* lse;
-  // the plan's table (gpu/forward/lut.py)
+  // the plan's table (gpu/forward/lut.py) and its token tiles (token_mask.cuh)
   const Int4* items;
   const Int4* entries;
+  const unsigned* token_words;
   // strides (k and v rows: K/V_ROW_STRIDE, compiled in)
   long long q_sb, q_sh, q_ss;
   long long k_sb, k_sh;
@@ -45,9 +46,10 @@ struct HopperForwardParams {
   TensorMap q_map, k_map, v_map;
   unsigned short* out;
   float* lse;
-  // the plan's table (gpu/forward/lut.py)
+  // the plan's table (gpu/forward/lut.py) and its token tiles (token_mask.cuh)
   const Int4* items;
   const Int4* entries;
+  const unsigned* token_words;
   // strides of out
   long long o_sb, o_sh, o_ss;
   // work and shapes: n_work units, run in groups of head_group (batch, head) pairs
@@ -88,10 +90,11 @@ struct BackwardParams {
   float* dq_acc;
   unsigned short* dk;
   unsigned short* dv;
-  // the plan's transposed table (gpu/backward/lut.py)
+  // the plan's transposed table (gpu/backward/lut.py) and its token tiles (token_mask.cuh)
   const int2* lists;
   const Int4* entries;
   const int* order;
+  const unsigned* token_words;
   // strides
   long long q_sb, q_sh, q_ss;
   long long k_sb, k_sh, k_ss;

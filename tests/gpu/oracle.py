@@ -45,3 +45,15 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     norm = ref.norm()
     diff = (out - ref).norm()
     return float(diff / norm) if norm > 0 else float(diff)
+
+
+def masked_softmax_attention(q, k, v, allowed, scale):
+    """fp64 ``softmax(scale·QKᵀ)·V`` over the allowed keys ``[Hq or 1, Sq, Sk]`` (GQA by
+    grouping); rows with no allowed key give zeros and logsumexp -inf."""
+    group = q.shape[1] // k.shape[1]
+    k, v = (x.repeat_interleave(group, 1) for x in (k, v))
+    scores = (q @ k.transpose(-1, -2)) * scale
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    lse = torch.logsumexp(scores, -1)
+    weights = torch.softmax(scores, -1).nan_to_num(0.0)
+    return weights @ v, lse

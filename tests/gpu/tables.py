@@ -4,16 +4,26 @@ forward's and the backward's tables)."""
 from __future__ import annotations
 
 import numpy as np
+import torch
 from hypothesis import strategies as st
 
 TILES = [(128, 64), (128, 128), (64, 64), (32, 16)]
 
 
 def token_mask(
-    blocks: np.ndarray, block_size: int, causal: bool, offset: int = 0, seq=None
+    blocks: np.ndarray, block_size: int, causal: bool, offset: int = 0, seq=None, partials=None
 ) -> np.ndarray:
-    """``[H, Sq, Sk]`` bool: the attention each query may pay to each key."""
+    """``[H, Sq, Sk]`` bool: the attention each query may pay to each key (``partials``: the
+    ``(index, bits)`` of partial blocks, read one block at a time)."""
     mask = blocks.repeat(block_size, 1).repeat(block_size, 2)
+    if partials is not None:
+        for (h, qb, kb), cell in zip(partials[0].tolist(), partials[1].numpy(), strict=True):
+            tokens = np.unpackbits(cell, axis=-1, bitorder="little")[:, :block_size]
+            rows, cols = (
+                slice(qb * block_size, (qb + 1) * block_size),
+                slice(kb * block_size, (kb + 1) * block_size),
+            )
+            mask[h, rows, cols] &= tokens.astype(bool)
     if seq is not None:
         mask = mask[:, : seq[0], : seq[1]]
     if causal:
@@ -45,3 +55,23 @@ def partial_layouts(draw):
     seq_k = draw(st.integers((n_k - 1) * block_size + 1, n_k * block_size))
     offset = draw(st.sampled_from([0, seq_k - seq_q]))
     return blocks, block_size, tiles, causal, (seq_q, seq_k), offset
+
+
+def random_partials(blocks: np.ndarray, block_size: int, seed: int, share: float = 0.5):
+    """``(index, bits)`` making about ``share`` of the active blocks partial, with random bits
+    (some blocks' bits all zero, some all ones but stored as partial)."""
+    rng = np.random.default_rng(seed)
+    index = np.argwhere(blocks & (rng.random(blocks.shape) < share))
+    density = rng.choice([0.0, 0.3, 0.7, 1.0], size=(len(index), 1, 1))
+    cells = rng.random((len(index), block_size, block_size)) < density
+    bits = np.packbits(cells, axis=-1, bitorder="little")
+    return torch.from_numpy(index.astype(np.int32)), torch.from_numpy(bits)
+
+
+@st.composite
+def token_layouts(draw):
+    """``partial_layouts`` with random partial blocks: the case, then ``(index, bits)``."""
+    case = draw(partial_layouts())
+    blocks, block_size = case[0], case[1]
+    share = draw(st.sampled_from([0.0, 0.3, 1.0]))
+    return case, random_partials(blocks, block_size, draw(st.integers(0, 2**31)), share)

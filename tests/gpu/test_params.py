@@ -128,7 +128,8 @@ def forward_plan(config, maps=None) -> FusedPlan:
     return FusedPlan(
         config=config, block_size=64, causal=True, causal_offset=7, n_heads=1, seq_q=320,
         seq_k=448, device=torch.device("cpu"), items=items, entries=torch.zeros(9, 4,
-        dtype=torch.int32), n_tiles=9, sub_rows_log2=6, sub_cols_log2=5, launcher=None,
+        dtype=torch.int32), token_words=torch.zeros(2, 64, 2, dtype=torch.int32), n_tiles=9,
+        sub_rows_log2=6, sub_cols_log2=5, launcher=None,
         maps=maps, max_ctas=None if maps is None else 264, pairs_in_l2=5,
     )  # fmt: skip
 
@@ -150,7 +151,7 @@ def test_the_mma_sync_forward_fills_its_fields_by_name():
     params = decoded(ForwardParams, plan.config.param_values(plan, q, k, v, out, lse, 0.125, 72,
                                                              6))  # fmt: skip
     pointers = {"q": q, "k": k, "v": v, "out": out, "lse": lse, "items": plan.items,
-                "entries": plan.entries}  # fmt: skip
+                "entries": plan.entries, "token_words": plan.token_words}  # fmt: skip
     for name, tensor in pointers.items():
         assert getattr(params, name) == tensor.data_ptr(), name
     for prefix, tensor in (("q", q), ("k", k), ("v", v), ("o", out)):
@@ -175,6 +176,7 @@ def test_the_hopper_forward_fills_its_fields_by_name():
     assert (bytes(params.q_map), bytes(params.k_map), bytes(params.v_map)) == maps[:3]
     assert (params.out, params.lse) == (out.data_ptr(), lse.data_ptr())
     assert (params.items, params.entries) == (plan.items.data_ptr(), plan.entries.data_ptr())
+    assert params.token_words == plan.token_words.data_ptr()
     assert (params.o_sb, params.o_sh, params.o_ss) == out.stride()[:3]
     assert (params.n_work, params.batch, params.q_heads, params.heads_per_item) == (72, 2, 6, 6)
     assert (params.kv_group, params.head_group, params.broadcast) == (3, 5, 0b100100)
@@ -197,11 +199,11 @@ def test_the_backward_fills_its_fields_by_name(monkeypatch):
     monkeypatch.setattr(backward, "current_raw_stream", lambda device_index: 0)
     config = BackwardConfig("bf16", 64, 4, 3)
     prep, main = Recorder(), Recorder()
-    lut = [torch.zeros(n, dtype=torch.int32) for n in (8, 36, 4)]
+    lut = [torch.zeros(n, dtype=torch.int32) for n in (8, 36, 4, 8)]
     plan = backward.BackwardPlan(
         config=config, causal_offset=7, n_heads=1, seq_q=320, seq_k=448, lists=lut[0],
-        entries=lut[1], order=lut[2], n_k_tiles=7, n_tiles=9, sub_rows_log2=6, sub_cols_log2=5,
-        prep=prep, main=main,
+        entries=lut[1], order=lut[2], token_words=lut[3], n_k_tiles=7, n_tiles=9,
+        sub_rows_log2=6, sub_cols_log2=5, prep=prep, main=main,
     )  # fmt: skip
     q, k, v, out, lse = operands()
     grad_out = torch.zeros_like(out)
@@ -221,7 +223,8 @@ def test_the_backward_fills_its_fields_by_name(monkeypatch):
     assert (second.q, second.k, second.v, second.d_o) == tuple(
         t.data_ptr() for t in (q, k, v, grad_out))  # fmt: skip
     assert (second.lse2, second.delta) == (first.lse2, first.delta)
-    assert (second.lists, second.entries, second.order) == tuple(t.data_ptr() for t in lut)
+    assert (second.lists, second.entries, second.order, second.token_words) == tuple(
+        t.data_ptr() for t in lut)  # fmt: skip
     for prefix, tensor in (("q", q), ("k", k), ("v", v), ("do", grad_out)):
         strides = tuple(getattr(second, f"{prefix}_s{letter}") for letter in "bhs")
         assert strides == tensor.stride()[:3], prefix

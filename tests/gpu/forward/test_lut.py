@@ -14,11 +14,13 @@ from gpu.forward.lut import (
     FLAG_DIAGONAL,
     FLAG_KEY_BOUND,
     FLAG_PARTIAL,
+    FLAG_TOKENS,
     build_fused_lut,
     group_heads,
     tile_masks,
 )
-from tests.gpu.tables import layouts, partial_layouts, token_mask
+from gpu.partials import check_partials
+from tests.gpu.tables import layouts, partial_layouts, token_layouts, token_mask
 
 
 def slow_lut(blocks, block_size, block_m, block_n, causal, offset=0, seq=None):
@@ -65,6 +67,10 @@ def decode(lut, n_heads, seq_q, seq_k, block_m, block_n, offset=0) -> np.ndarray
             bit = (rows // lut.sub_rows) * per_row + cols // lut.sub_cols
             bits = (np.uint64(word) >> bit.astype(np.uint64)) & np.uint64(1)
             on = bits == 1 if flags & FLAG_PARTIAL else np.ones_like(bit, bool)
+            if flags & FLAG_TOKENS:  # row r, word c // 32, bit c % 32; nothing else applies
+                assert flags == FLAG_TOKENS and high == 0
+                tile = lut.token_words[low].numpy().astype(np.uint32)
+                on = (tile[rows, cols // 32] >> (cols % 32).astype(np.uint32)) & 1 == 1
             if flags & FLAG_DIAGONAL:
                 on &= q0 + rows + offset >= k0 + cols
             if flags & FLAG_KEY_BOUND:
@@ -90,16 +96,26 @@ def test_table_matches_slow_construction(case):
 
 
 @settings(max_examples=80, deadline=None)
-@given(partial_layouts())
-def test_kernel_view_of_table_is_the_token_mask(case):
+@given(token_layouts())
+def test_kernel_view_of_table_is_the_token_mask(drawn):
+    """Partial blocks included: token tiles read their words, the others their cell bits."""
+    case, partials = drawn
     blocks, block_size, (block_m, block_n), causal, (seq_q, seq_k), offset = case
+    layout = torch.from_numpy(blocks)
     lut = build_fused_lut(
-        torch.from_numpy(blocks), block_size, block_m=block_m, block_n=block_n, causal=causal,
+        layout, block_size, block_m=block_m, block_n=block_n, causal=causal,
         causal_offset=offset, seq_q=seq_q, seq_k=seq_k,
+        partials=check_partials(partials, layout, block_size),
     )  # fmt: skip
+    assert len(lut.token_words) == int((lut.entries[:, 1] == FLAG_TOKENS).sum())
+    assert lut.token_words.shape[1:] == (block_m, -(-block_n // 32))
     got = decode(lut, blocks.shape[0], seq_q, seq_k, block_m, block_n, offset)
-    expected = token_mask(blocks, block_size, causal, offset, (seq_q, seq_k))
+    expected = token_mask(blocks, block_size, causal, offset, (seq_q, seq_k), partials)
     np.testing.assert_array_equal(got, expected)
+    assert all(
+        flags != FLAG_TOKENS or bool(lut.token_words[low].any())
+        for _, flags, low, _ in lut.entries.tolist()
+    )  # no token tile lets nothing through
 
 
 @settings(max_examples=40, deadline=None)

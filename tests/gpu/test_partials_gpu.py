@@ -1,0 +1,200 @@
+"""Partial blocks on the GPU: the fused forward (every build this GPU has) and backward (both
+instruction paths) against the fp64 masked softmax of the same token mask.
+
+Token masks are random per block (empty, full, or partial with random bits), with query rows
+and key columns that the bits mask entirely, at blocks 16 to 128, both head dims and dtypes,
+causal in both alignments, lengths that are not whole blocks, GQA and one layout head serving
+every head. Fresh random inputs; outputs poisoned with NaN first. A failure names the case,
+the relative error and the first worst (batch, head, row, column).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import gpu
+from gpu import block_sparse_attention
+from gpu.backward.builds import choose_backward_config
+from gpu.backward.fused import launch_backward, plan_backward
+from gpu.forward.builds import HOPPER_BUILDS, choose_config
+from gpu.forward.launch import plan_forward, run_fused
+from gpu.forward.sm90 import HopperConfig
+from gpu.partials import split_token_mask
+from gpu.runtime import is_hopper
+from tests.gpu.oracle import masked_softmax_attention, relative_error
+
+pytestmark = pytest.mark.gpu
+
+FORWARD_TOLERANCE = {torch.bfloat16: 1e-2, torch.float16: 5e-3}
+BACKWARD_TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 5e-3}
+
+
+def token_case(block, seq_q, seq_k, *, heads, causal, alignment="top_left", seed=0):
+    """``(plan, allowed)``: a random token mask split into blocks and partials, planned on the
+    GPU, and the ``[heads, Sq, Sk]`` token rule the kernels must apply."""
+    rng = np.random.default_rng(seed)
+    n_q, n_k = -(-seq_q // block), -(-seq_k // block)
+    kind = rng.choice(3, size=(heads, n_q, n_k), p=[0.3, 0.3, 0.4])  # empty, full, partial
+    tokens = rng.random((heads, n_q * block, n_k * block)) < rng.choice([0.2, 0.6, 0.95])
+    per_block = np.repeat(np.repeat(kind, block, 1), block, 2)
+    mask = np.where(per_block == 1, True, (per_block == 2) & tokens)[:, :seq_q, :seq_k]
+    mask[:, rng.choice(seq_q, 3)] = False  # rows the bits mask entirely
+    mask[:, :, rng.choice(seq_k, 2)] = False  # keys nobody attends to
+    mask = torch.from_numpy(np.ascontiguousarray(mask))
+    allowed = mask
+    if causal:
+        offset = seq_k - seq_q if alignment == "bottom_right" else 0
+        allowed = mask & torch.ones(seq_q, seq_k, dtype=torch.bool).tril(offset)
+    blocks, partials = split_token_mask(mask, block)
+    the_plan = gpu.plan(blocks, block, causal=causal, causal_alignment=alignment, seq_q=seq_q,
+                        seq_k=seq_k, partials=partials, device="cuda")  # fmt: skip
+    assert the_plan.n_partials > 0
+    return the_plan, allowed
+
+
+def inputs(batch, q_heads, kv_heads, seq_q, seq_k, dim, dtype, seed):
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    q = torch.randn(batch, q_heads, seq_q, dim, generator=gen, device="cuda").to(dtype)
+    k, v = (torch.randn(batch, kv_heads, seq_k, dim, generator=gen, device="cuda").to(dtype)
+            for _ in range(2))  # fmt: skip
+    return q, k, v
+
+
+def where_worst(got: torch.Tensor, expected: torch.Tensor) -> str:
+    """The first index of the largest absolute error, and the error there."""
+    diff = (got.double().cpu() - expected.double().cpu()).abs().nan_to_num(math.inf)
+    at = np.unravel_index(int(diff.argmax()), tuple(diff.shape))
+    return f"max abs error {float(diff.max()):.3e} at {tuple(int(i) for i in at)}"
+
+
+def check_forward(out, lse, q, k, v, allowed, scale, label):
+    """``out`` and ``lse`` against fp64: relative error, every element written, and rows with
+    no allowed key exactly zero with logsumexp -inf."""
+    expected, expected_lse = masked_softmax_attention(
+        q.double().cpu(), k.double().cpu(), v.double().cpu(), allowed, scale
+    )
+    assert not out.isnan().any(), f"{label}: unwritten or NaN outputs, {where_worst(out, expected)}"
+    error = relative_error(out, expected)
+    print(f"{label}: relative error {error:.2e}, {where_worst(out, expected)}")
+    worst = where_worst(out, expected)
+    assert error <= FORWARD_TOLERANCE[q.dtype], f"{label}: {error:.2e}, {worst}"
+    empty = torch.isinf(expected_lse)
+    assert (out.cpu()[empty] == 0).all(), f"{label}: fully masked rows must give zeros"
+    lse = lse.cpu().double()
+    assert torch.equal(torch.isinf(lse), empty), f"{label}: logsumexp -inf exactly on empty rows"
+    lse_error = (lse - expected_lse)[~empty].abs().max()
+    assert lse_error <= 2e-2, f"{label}: logsumexp off by {float(lse_error):.2e}"
+
+
+def forward_configs(head_dim, dtype):
+    """Every forward build this GPU may run: the mma.sync build, and on Hopper each build a
+    plan may take."""
+    configs = [choose_config(head_dim=head_dim, dtype=dtype, wgmma=False)]
+    if is_hopper(torch.device("cuda")):
+        name = "bf16" if dtype == torch.bfloat16 else "fp16"
+        configs += [HopperConfig(name, head_dim, **settings)
+                    for settings, _ in HOPPER_BUILDS[head_dim]]  # fmt: skip
+    return configs
+
+
+# Sq != Sk and neither a whole number of blocks (nor of 128-token tiles)
+LENGTHS = {16: (200, 333), 32: (300, 170), 64: (450, 390), 128: (500, 700)}
+
+
+@pytest.mark.parametrize("causal", [None, "top_left", "bottom_right"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("block", sorted(LENGTHS))
+def test_forward_builds_mask_partial_tiles(block, head_dim, dtype, causal):
+    seq_q, seq_k = LENGTHS[block]
+    the_plan, allowed = token_case(block, seq_q, seq_k, heads=2, causal=causal is not None,
+                                   alignment=causal or "top_left", seed=block)  # fmt: skip
+    q, k, v = inputs(2, 2, 2, seq_q, seq_k, head_dim, dtype, seed=block)
+    scale = head_dim**-0.5
+    for config in forward_configs(head_dim, dtype):
+        fused = plan_forward(the_plan, config)
+        out = torch.full_like(q, float("nan"))
+        lse = torch.full(q.shape[:3], float("nan"), device="cuda")
+        run_fused(fused, q, k, v, scale=scale, out=out, lse=lse)
+        torch.cuda.synchronize()
+        label = f"block {block} D {head_dim} {dtype} causal {causal} {config}"
+        check_forward(out, lse, q, k, v, allowed, scale, label)
+
+
+@pytest.mark.parametrize(("q_heads", "kv_heads", "layout_heads"), [(8, 2, 8), (8, 2, 1), (4, 1, 1)])
+def test_forward_gqa_and_one_layout_head(q_heads, kv_heads, layout_heads):
+    the_plan, allowed = token_case(64, 384, 448, heads=layout_heads, causal=True, seed=q_heads)
+    q, k, v = inputs(1, q_heads, kv_heads, 384, 448, 64, torch.bfloat16, seed=3)
+    out, lse = block_sparse_attention(q, k, v, the_plan, return_lse=True,
+                                      out=torch.full_like(q, float("nan")))  # fmt: skip
+    check_forward(out, lse, q, k, v, allowed, 0.125, f"GQA {q_heads}/{kv_heads}/{layout_heads}")
+
+
+def check_backward(grads, q, k, v, grad_out, allowed, scale, label):
+    """Gradients against fp64 autograd through the masked softmax of the token mask."""
+    leaves = [x.detach().double().cpu().requires_grad_() for x in (q, k, v)]
+    expected, _ = masked_softmax_attention(*leaves, allowed, scale)
+    wanted = torch.autograd.grad((expected * grad_out.double().cpu()).sum(), leaves)
+    for name, got, ref in zip("qkv", grads, wanted, strict=True):
+        assert torch.isfinite(got).all(), f"{label}: d{name} has NaN or inf"
+        error = relative_error(got, ref)
+        print(f"{label} d{name}: relative error {error:.2e}, {where_worst(got, ref)}")
+        assert error <= BACKWARD_TOLERANCE[q.dtype], f"{label} d{name}: {error:.2e}, " + (
+            where_worst(got, ref)
+        )
+
+
+@pytest.mark.parametrize("causal", [None, "top_left", "bottom_right"])
+@pytest.mark.parametrize(("block", "head_dim", "dtype"), [
+    (16, 64, torch.bfloat16), (32, 128, torch.bfloat16), (64, 64, torch.float16),
+    (128, 128, torch.bfloat16), (64, 128, torch.float16), (128, 64, torch.bfloat16),
+])  # fmt: skip
+def test_backward_paths_mask_partial_tiles(block, head_dim, dtype, causal):
+    """Both backward instruction paths (mma.sync, and wgmma on Hopper) on one forward."""
+    seq_q, seq_k = LENGTHS[block]
+    the_plan, allowed = token_case(block, seq_q, seq_k, heads=4, causal=causal is not None,
+                                   alignment=causal or "top_left", seed=7 * block)  # fmt: skip
+    q, k, v = inputs(2, 4, 2, seq_q, seq_k, head_dim, dtype, seed=head_dim)
+    scale = head_dim**-0.5
+    out, lse = block_sparse_attention(q, k, v, the_plan, return_lse=True)
+    gen = torch.Generator(device="cuda").manual_seed(block)
+    grad_out = torch.randn(out.shape, generator=gen, device="cuda").to(dtype)
+    paths = [False, True] if is_hopper(torch.device("cuda")) else [False]
+    for wgmma in paths:
+        config = choose_backward_config(head_dim=head_dim, dtype=dtype, wgmma=wgmma)
+        grads = launch_backward(plan_backward(the_plan, config), q, k, v, out, lse, grad_out,
+                                None, scale)  # fmt: skip
+        label = f"block {block} D {head_dim} {dtype} causal {causal} wgmma {wgmma}"
+        check_backward(grads, q, k, v, grad_out, allowed, scale, label)
+
+
+def test_autograd_with_gqa_and_one_layout_head():
+    the_plan, allowed = token_case(32, 320, 320, heads=1, causal=True, seed=5)
+    q, k, v = (x.requires_grad_() for x in inputs(1, 8, 2, 320, 320, 128, torch.bfloat16, 9))
+    out = block_sparse_attention(q, k, v, the_plan)
+    grad_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), grad_out)
+    check_backward(grads, q, k, v, grad_out, allowed, 128**-0.5, "autograd GQA one head")
+
+
+def test_all_ones_partials_equal_the_full_layout():
+    """Bits all ones stored as partial (the cost probe's case) give what full blocks give."""
+    blocks = torch.ones(1, 6, 6, dtype=torch.bool).tril()
+    index = blocks.nonzero().to(torch.int32)
+    bits = torch.full((len(index), 64, 8), 0xFF, dtype=torch.uint8)
+    full = gpu.plan(blocks, 64, causal=True, device="cuda")
+    partial = gpu.plan(blocks, 64, causal=True, partials=(index, bits), device="cuda")
+    q, k, v = inputs(2, 4, 4, 384, 384, 128, torch.bfloat16, seed=1)
+    torch.testing.assert_close(block_sparse_attention(q, k, v, partial),
+                               block_sparse_attention(q, k, v, full), rtol=0, atol=0)  # fmt: skip
+
+
+def test_sdd_refuses_partials():
+    the_plan, _ = token_case(64, 256, 256, heads=1, causal=False)
+    q, k, v = inputs(1, 1, 1, 256, 256, 64, torch.bfloat16, seed=0)
+    with pytest.raises(ValueError, match=r'does not support partial blocks.*use impl="fused"'):
+        block_sparse_attention(q, k, v, the_plan, impl="sdd")
