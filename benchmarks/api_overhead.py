@@ -5,8 +5,8 @@ Two measurements, one process, one GPU:
 1. **Host cost per call** (CPU timer): at B=1, H=1, S=256, D=64, 200 back-to-back calls timed
    with ``time.perf_counter`` while the GPU is held busy by a spin kernel queued first (so every
    call only enqueues and the time is the host's alone), median of 21 trials, for each way to
-   call: CuPy's generic launch of the same kernel, ``run_fused``,
-   the plan form (with and without ``out`` and ``return_lse``), the layout form on a cache hit
+   call: CuPy's generic launch of the same kernel, ``run_fused`` (and its two pieces on the
+   plan's build: the parameter values, then the driver launch with them ready), the plan form (with and without ``out`` and ``return_lse``), the layout form on a cache hit
    with a CUDA tensor, a CPU tensor and a ``designer.Layout``, the ``torch.library`` op called
    eagerly through the dispatcher, and dense SDPA for scale. Targets: ≤ 30 µs with a plan,
    ≤ 50 µs for the layout form.
@@ -40,6 +40,7 @@ from gpu.bench.harness import seeded_inputs
 from gpu.bench.metrics import active_pairs, attention_flops, tflops
 from gpu.forward.builds import choose_config
 from gpu.forward.launch import kv_row_strides, plan_forward, run_fused
+from gpu.runtime import current_raw_stream
 
 CASES = ("banded_2pct-b128-d64", "banded_7pct-b64-d64", "banded_7pct-b16-d64", "dense-b128-d128")
 CALLS = 200
@@ -85,12 +86,23 @@ def host_costs() -> dict[str, float]:
     out = torch.empty_like(q)
     scale = 0.125
     generic = _generic_cupy_call(mma_plan, q, k, v, out, scale)
+    # The pieces of run_fused's launch on the Hopper build: its values, then the driver call
+    hopper, n_ctas = fused_plan.config, len(fused_plan.items)
+    values = hopper.param_values(fused_plan, q, k, v, out, None, scale, n_ctas, 1)
+    grid = min(n_ctas, fused_plan.max_ctas or n_ctas)
+    stream = current_raw_stream(q.device.index)
     calls = {
         "the mma.sync kernel through CuPy's generic RawKernel call": generic,
         "the mma.sync kernel through run_fused": lambda: run_fused(
             mma_plan, q, k, v, scale=scale, out=out
         ),
         "run_fused (checks + launch)": lambda: run_fused(fused_plan, q, k, v, scale=scale, out=out),
+        "its parameter values alone (tensor maps cached)": lambda: hopper.param_values(
+            fused_plan, q, k, v, out, None, scale, n_ctas, 1
+        ),
+        "its driver launch alone (values ready)": lambda: fused_plan.launcher(
+            grid, hopper.threads, hopper.shared_bytes, stream, *values
+        ),
         "plan, out given": lambda: block_sparse_attention(q, k, v, the_plan, scale=scale, out=out),
         "plan": lambda: block_sparse_attention(q, k, v, the_plan),
         "plan, return_lse": lambda: block_sparse_attention(q, k, v, the_plan, return_lse=True),
