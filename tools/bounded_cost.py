@@ -164,7 +164,7 @@ def victim_renders() -> dict:
 def report(name: str, case: Case, result: dict) -> None:
     """One line per case, then its steps and anything over target."""
     verdict = "ok" if not result["problems"] else "OVER"
-    print(f"{verdict:4} {case.group:8} {result['outcome']:9} {name}")
+    print(f"{verdict:4} {case.group:8} {result['outcome'] or 'no result':9} {name}")
     for step, cost in result["steps"].items():
         print(
             f"       {step[:52]:52} cpu {cost['cpu_s']:6.2f} s  wall {cost['wall_s']:6.2f} s  "

@@ -178,7 +178,7 @@ def _lasso(spec: dict, result: dict) -> Any:
     from designer.edit import EditOp
     from designer.storage import DesignStore
     from ui import state
-    from ui.canvas.payload import mask_region
+    from ui.canvas.strokes import mask_region
 
     store = DesignStore(spec["data_dir"])
     at = open_app(spec["data_dir"], "Paint", start=spec["options"]["start"])
