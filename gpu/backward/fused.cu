@@ -211,10 +211,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
       copy_async_16(rows_s + ((2 * which + buffer) * kBlockM + chunk * 4) * 4,
                     (which ? delta : lse2) + row, 16);
     }
-    if (entry.y & kFlagTokens) {
+    if (entry.y & kFlagTokens) {  // by the last threads: the first copy lse2 and Δ
       copy_token_tile<kBlockN, kSAtoms, kThreads>(token_slots + buffer * kTokenBytes,
                                                   token_tile<kBlockN, kSAtoms>(token_words, entry),
-                                                  fresh_thread());
+                                                  kThreads - 1 - tid);
     }
   };
 
