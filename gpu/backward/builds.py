@@ -7,7 +7,7 @@ does not enter the build.
 
 >>> config = choose_backward_config(head_dim=128, dtype=torch.bfloat16, wgmma=True)
 >>> config.block_m, config.block_n, config.n_warps, config.shared_bytes
-(64, 128, 8, 148480)
+(64, 128, 8, 150528)
 """
 
 from __future__ import annotations
@@ -85,10 +85,11 @@ class BackwardConfig:
 
     @property
     def shared_bytes(self) -> int:
-        """K and V tiles, double-buffered Q and dO, the dSᵀ tile, lse and Δ rows."""
+        """K and V tiles, double-buffered Q and dO, the dSᵀ tile, lse and Δ rows, and
+        double-buffered token words (``BLOCK_M / 32`` words per key row)."""
         row = self.head_dim * 2
         tiles = 2 * self.block_n * row + 4 * BLOCK_M * row + self.block_n * BLOCK_M * 2
-        return tiles + 16 * BLOCK_M
+        return tiles + 16 * BLOCK_M + 2 * self.block_n * (BLOCK_M // 32) * 4
 
     def defines(self) -> dict[str, int]:
         return {

@@ -28,8 +28,8 @@
 // (first entry, count) per (layout head, key tile); entries int4 (q_tile, flags, mask bits
 // 0-31, 32-63), the flags and bits as in the forward (bit r·n_sub_cols + c: query cell r, key
 // cell c), or (q_tile, 8, token tile, 0) for a token tile, whose mask in token_words has
-// BLOCK_N key rows of BLOCK_M / 32 words (token_mask.cuh); order int [n_k_tiles], key tiles
-// heaviest first. A layout of one head serves every
+// BLOCK_N key rows of BLOCK_M / 32 words (token_mask.cuh), copied with the step's Q and dO
+// into a double-buffered shared slot; order int [n_k_tiles], key tiles heaviest first. A layout of one head serves every
 // query head.
 //
 // Two instruction paths, like the forward's. WGMMA = 0: mma.sync m16n8k16 (sm_80 and newer) on
@@ -70,6 +70,7 @@ constexpr int kOAtoms = kHeadDim / 8;  // 8-dim atoms of dK, dV
 constexpr int kQBytes = kBlockM * kRowBytes;
 constexpr int kKVBytes = kBlockN * kRowBytes;
 constexpr int kDsRowBytes = kBlockM * 2;
+constexpr unsigned kTokenBytes = token_tile_bytes<kBlockN, kSAtoms>();  // one step's slot
 constexpr int kDParts = N_WARPS / (kBlockM / 16);  // warps sharing one 16-row dQ atom
 constexpr int kDqAtoms = kOAtoms / kDParts;        // 8-dim atoms of dQ per warp
 constexpr float kLog2E = 1.4426950408889634f;
@@ -180,20 +181,21 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   const int kv_head = (blockIdx.x % per_tile) / batch;
   const int k_row0 = k_tile * kBlockN;
 
-  // ---- shared memory: K | V | Q0 | Q1 | dO0 | dO1 | dSᵀ | lse2 0,1 | delta 0,1
+  // ---- shared memory: K | V | Q0 | Q1 | dO0 | dO1 | dSᵀ | lse2 0,1 | delta 0,1 | tokens 0,1
   const unsigned k_tile_s = shared_address(shared_raw);
   const unsigned v_tile_s = k_tile_s + kKVBytes;
   const unsigned q_tiles = v_tile_s + kKVBytes;
   const unsigned do_tiles = q_tiles + 2 * kQBytes;
   const unsigned ds_tile = do_tiles + 2 * kQBytes;
   const unsigned rows_s = ds_tile + kBlockN * kDsRowBytes;  // 4 x BLOCK_M floats
+  const unsigned token_slots = rows_s + 16 * kBlockM;
   const float* rows_f = reinterpret_cast<const float*>(
       reinterpret_cast<const unsigned char*>(shared_raw) + (rows_s - k_tile_s));
 
   load_tile<kBlockN>(k_tile_s, k + b * k_sb + kv_head * k_sh, k_ss, k_row0, seq_k);
   load_tile<kBlockN>(v_tile_s, v + b * v_sb + kv_head * v_sh, v_ss, k_row0, seq_k);
 
-  // Issue the copies of one step's Q, dO, lse2 and Δ into buffer `buffer`.
+  // Issue the copies of one step's Q, dO, lse2, Δ and token words into buffer `buffer`.
   const auto load_step = [&](const Step& step, int buffer) {
     const Int4 entry = entries[step.entry];
     const int q_row0 = entry.x * kBlockM;
@@ -208,6 +210,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
                             q_row0 + chunk * 4;
       copy_async_16(rows_s + ((2 * which + buffer) * kBlockM + chunk * 4) * 4,
                     (which ? delta : lse2) + row, 16);
+    }
+    if (entry.y & kFlagTokens) {  // by the last threads: the first copy lse2 and Δ
+      copy_token_tile<kBlockN, kSAtoms, kThreads>(token_slots + buffer * kTokenBytes,
+                                                  token_tile<kBlockN, kSAtoms>(token_words, entry),
+                                                  kThreads - 1 - tid);
     }
   };
 
@@ -257,7 +264,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 #endif
     if (entry.y != 0) {  // full tiles never mask
       if (entry.y & kFlagTokens) {
-        apply_token_mask(s, token_tile<kBlockN, kSAtoms>(token_words, entry), key_row0);
+        apply_token_rows(s, load_token_rows<kSAtoms>(token_slots + buffer * kTokenBytes,
+                                                     key_row0));
       } else {
         apply_mask(s, entry, key_row0, k_row0, q_row0, sub_rows_log2, sub_cols_log2,
                    causal_offset, seq_k);

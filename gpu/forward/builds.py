@@ -8,11 +8,12 @@ listed here too, so that every figure below names a build of this file.
 
 >>> config = choose_config(head_dim=128, dtype=torch.bfloat16, wgmma=True)
 >>> config.block_m, config.block_n, config.n_warps, config.shared_bytes
-(128, 128, 12, 196864)
+(128, 128, 12, 200960)
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import torch
@@ -39,8 +40,14 @@ ONE_CONSUMER = {"pingpong": False, "consumers": 1, "min_blocks": 2}
 # cost, its time per executed FLOP on dense layouts over the first's; the first is the default.
 # A plan takes the build with the least tile area to compute, each query tile counting
 # UNIT_TILES tiles more, times its cost.
+# Token tiles (partial blocks): a build copies their words with the K tile into a shared slot
+# per stage (``token_stages``, the default) where its shared memory has room for the slots; D=64's
+# default, two CTAs of three 64 x 128 stages, has 1.5 KB per SM to spare against 3 KB of slots,
+# so its consumers load the words from global memory a tile ahead. Partial against full tiles
+# (every tile a token tile of all-ones bits), both ways for each build a plan may take:
+# tools/probes/partial_tiles.py.
 HOPPER_BUILDS = {
-    64: (({**ONE_CONSUMER, "block_n": 128, "stages": 3}, 1.0),
+    64: (({**ONE_CONSUMER, "block_n": 128, "stages": 3, "token_stages": False}, 1.0),
          ({**ONE_CONSUMER, "block_n": 64, "min_blocks": 3}, 491 / 439)),
     128: (({"block_n": 128}, 1.0),
           ({**ONE_CONSUMER, "block_n": 64}, 682 / 537)),
@@ -115,3 +122,17 @@ def choose_config(
         name, head_dim, block_m, block_n, n_warps, min_blocks,
         row_stride_or_none(k_row_stride, head_dim), row_stride_or_none(v_row_stride, head_dim),
     )  # fmt: skip
+
+
+def hopper_token_paths(dtype: str, head_dim: int) -> list[HopperConfig]:
+    """Each Hopper build a plan may take for ``head_dim``, then the same builds with the other
+    token-word path (``token_stages``) where their shared memory allows it: what the partial-tile
+    tests and probe run."""
+    builds = [HopperConfig(dtype, head_dim, **settings) for settings, _ in HOPPER_BUILDS[head_dim]]
+    others = []
+    for config in builds:
+        try:
+            others.append(dataclasses.replace(config, token_stages=not config.token_stages))
+        except ValueError:  # no room for the slots
+            continue
+    return builds + others

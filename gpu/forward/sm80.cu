@@ -20,7 +20,8 @@
 //     A layout of one head serves every query head: heads_per_item = Hq, else 1.
 //   entries int4 [n_entries]: (k_tile, flags, mask bits 0-31, mask bits 32-63).
 //     flags bit 3 alone: a token tile (partial blocks), (k_tile, 8, token tile, 0): apply its
-//       token mask from token_words (token_mask.cuh), BLOCK_M rows of BLOCK_N / 32 words;
+//       token mask from token_words (token_mask.cuh), BLOCK_M rows of BLOCK_N / 32 words,
+//       copied (cp.async) into a shared slot beside the tile's K/V buffer with its K and V;
 //     flags bit 0: some layout blocks inside the tile are inactive, apply the mask bits;
 //     flags bit 1: the tile crosses the causal diagonal, apply k_idx <= q_idx + causal_offset
 //       (0: top-left aligned; seq_k - seq_q: bottom-right aligned);
@@ -76,6 +77,7 @@ constexpr int kSAtoms = kBlockN / 8;           // 8-column atoms of S per warp r
 constexpr int kOAtoms = kHeadDim / 8;          // 8-column atoms of O
 constexpr int kQBytes = kBlockM * kRowBytes;
 constexpr int kKVBytes = kBlockN * kRowBytes;
+constexpr unsigned kTokenBytes = token_tile_bytes<kBlockM, kSAtoms>();
 
 static_assert(kHeadDim == 64 || kHeadDim == 128, "HEAD_DIM must be 64 or 128");
 static_assert(kBlockM == kWarpRows * N_WARPS, "each warp owns 32 query rows");
@@ -227,18 +229,29 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   const unsigned short* v_slice = params.v + b * params.v_sb + kv_head * params.v_sh;
   unsigned short* out_slice = params.out + b * params.o_sb + head * params.o_sh;
 
-  // ---- shared memory: Q | K0 | K1 | V0 | V1
+  // ---- shared memory: Q | K0 | K1 | V0 | V1 | token slots 0, 1
   const unsigned q_tile = shared_address(shared_raw);
   const unsigned k_tiles = q_tile + kQBytes;
   const unsigned v_tiles = k_tiles + 2 * kKVBytes;
+  const unsigned token_slots = v_tiles + 2 * kKVBytes;
+  // Copy the token words of `entry`, if a token tile, into slot `slot`.
+  const auto copy_tokens = [&](const Int4& entry, int slot) {
+    if (entry.y & kFlagTokens) {
+      copy_token_tile<kBlockM, kSAtoms, kThreads>(
+          token_slots + slot * kTokenBytes, token_tile<kBlockM, kSAtoms>(params.token_words, entry),
+          fresh_thread());
+    }
+  };
 
   const RowSource k_source = row_source<K_ROW_STRIDE>(k_slice);
   const RowSource v_source = row_source<V_ROW_STRIDE>(v_slice);
   if (count > 0) {
     load_tile<kBlockM>(q_tile, q_slice, params.q_ss, q_row0, params.seq_q);
-    const int k_row0 = load_entry(key_tiles).x * kBlockN;
+    const Int4 first_entry = load_entry(key_tiles);
+    const int k_row0 = first_entry.x * kBlockN;
     load_rows<kBlockN, K_ROW_STRIDE>(k_tiles, k_source, k_row0, params.seq_k);
     load_rows<kBlockN, V_ROW_STRIDE>(v_tiles, v_source, k_row0, params.seq_k);
+    copy_tokens(first_entry, 0);
   }
   copy_async_commit();
 
@@ -262,10 +275,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
   for (int n = 0; n < count; ++n) {
     const Int4 entry = load_entry(key_tiles + n);
     if (n + 1 < count) {  // prefetch tile n + 1 into the other buffer
-      const int k_row0 = load_entry(key_tiles + n + 1).x * kBlockN;
+      const Int4 next = load_entry(key_tiles + n + 1);
+      const int k_row0 = next.x * kBlockN;
       const unsigned buffer = ((n + 1) & 1) * kKVBytes;
       load_rows<kBlockN, K_ROW_STRIDE>(k_tiles + buffer, k_source, k_row0, params.seq_k);
       load_rows<kBlockN, V_ROW_STRIDE>(v_tiles + buffer, v_source, k_row0, params.seq_k);
+      copy_tokens(next, (n + 1) & 1);
     }
     copy_async_commit();
     copy_async_wait<1>();  // everything but the prefetch has landed
@@ -297,9 +312,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     }
     if (entry.y != 0) {  // full tiles never mask
       if (entry.y & kFlagTokens) {
-        const unsigned* tile = token_tile<kBlockM, kSAtoms>(params.token_words, entry);
+        const unsigned slot = token_slots + (n & 1) * kTokenBytes;
 #pragma unroll
-        for (int mi = 0; mi < kMAtoms; ++mi) apply_token_mask(s[mi], tile, warp_row0 + mi * 16);
+        for (int mi = 0; mi < kMAtoms; ++mi) {
+          apply_token_rows(s[mi], load_token_rows<kSAtoms>(slot, warp_row0 + mi * 16));
+        }
       } else {
         apply_mask(s, entry, warp_row0, q_row0, params.sub_rows_log2, params.sub_cols_log2,
                    params.causal_offset, params.seq_k);

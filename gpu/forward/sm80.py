@@ -6,7 +6,7 @@ compiled in, so that the copies of the main loop address rows by immediate offse
 
 >>> config = KernelConfig("bf16", 64)
 >>> config.block_m, config.block_n, config.threads, config.shared_bytes
-(128, 64, 128, 49152)
+(128, 64, 128, 51200)
 """
 
 from __future__ import annotations
@@ -77,8 +77,10 @@ class KernelConfig:
 
     @property
     def shared_bytes(self) -> int:
-        """Q tile plus double-buffered K and V tiles, 16-bit."""
-        return (self.block_m + 4 * self.block_n) * self.head_dim * 2
+        """Q tile plus double-buffered K and V tiles, 16-bit, and a token-word slot per K/V
+        buffer (``block_n / 32`` words per query row)."""
+        slots = 2 * self.block_m * -(-self.block_n // 32) * 4
+        return (self.block_m + 4 * self.block_n) * self.head_dim * 2 + slots
 
     @property
     def row_strides(self) -> tuple[int, int]:

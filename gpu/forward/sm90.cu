@@ -18,9 +18,13 @@
 //   softmax in registers, O += P V (P from registers, V N-major in shared memory).
 // One consumer (64-row query tiles) runs two or three CTAs per SM, which hide each other's
 // per-unit latency (short rows) and waste less on layouts scattered in small blocks.
-// Token tiles (partial blocks, token_mask.cuh): each consumer thread loads its rows' token
-// words when it reads the tile's entry, so the loads are in flight under the barrier waits
-// and the product S; full tiles load nothing.
+// Token tiles (partial blocks, token_mask.cuh). TOKEN_STAGES = 1: the producer copies a token
+// tile's words (one bulk copy) into its stage's slot beside the K tile, completing on the same
+// "full" mbarrier (its expected bytes count them), and each consumer thread reads its rows
+// (two vector loads) after that wait, before S is issued; the slot is free when the consumers
+// arrive on the K tile's "empty" barrier. TOKEN_STAGES = 0 (no shared memory to spare): each
+// consumer thread loads its rows from global memory a tile ahead, once the previous tile is
+// masked. Consumers read each entry a tile ahead; full tiles load no words.
 // Overlap. Inside a warpgroup, S of tile n + 1 and P·V of tile n are issued together and the
 // softmax of tile n + 1 runs while P·V of tile n is still on the tensor cores (wgmma.wait_group
 // 1); O is rescaled once P·V has landed. With PINGPONG (two consumers), the consumers take turns
@@ -38,11 +42,11 @@
 //
 // Compile-time defines: DTYPE_BF16, HEAD_DIM (64 or 128), BLOCK_N (64 or 128), STAGES (2 to 4),
 // CONSUMERS (1 or 2), MIN_BLOCKS (CTAs per SM: 1 with two consumers, 2 or 3 with one),
-// PINGPONG (0/1; 1 needs two consumers).
+// PINGPONG (0/1; 1 needs two consumers), TOKEN_STAGES (0/1: token words through the stages).
 
 #if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(BLOCK_N) || !defined(STAGES) || \
-    !defined(CONSUMERS) || !defined(MIN_BLOCKS) || !defined(PINGPONG)
-#error "define DTYPE_BF16, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, MIN_BLOCKS, PINGPONG"
+    !defined(CONSUMERS) || !defined(MIN_BLOCKS) || !defined(PINGPONG) || !defined(TOKEN_STAGES)
+#error "define DTYPE_BF16, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, MIN_BLOCKS, PINGPONG, TOKEN_STAGES"
 #endif
 
 #include "attention_common.cuh"
@@ -66,6 +70,8 @@ constexpr int kSAtoms = kBlockN / 8;   // 8-column atoms of S
 constexpr int kOAtoms = kHeadDim / 8;  // 8-column atoms of O
 constexpr unsigned kQBytes = kBlockM * kHeadDim * 2;
 constexpr unsigned kTileBytes = kBlockN * kHeadDim * 2;
+constexpr unsigned kTokenBytes = token_tile_bytes<kBlockM, kSAtoms>();  // one stage's slot
+constexpr bool kTokenStages = TOKEN_STAGES;
 // Registers per thread. setmaxnreg moves registers within a CTA only, so the consumers can
 // claim what the producer releases and no more: with E at entry (the most that lets MIN_BLOCKS
 // CTAs share the 65536 of an SM, a multiple of 8), each consumer gets (E·(1 + C) - 24) / C for
@@ -90,12 +96,14 @@ __device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
   return (chunk >> 3) * (Rows * 128) + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
 }
 
-// The shared-memory plan: two Q tiles | K stages | V stages | mbarriers.
+// The shared-memory plan: two Q tiles | K stages | V stages | token slots (TOKEN_STAGES) |
+// mbarriers.
 struct Shared {
-  unsigned q, k, v, bars;
+  unsigned q, k, v, tokens, bars;
   __device__ unsigned q_tile(int buffer) const { return q + buffer * kQBytes; }
   __device__ unsigned k_tile(int stage) const { return k + stage * kTileBytes; }
   __device__ unsigned v_tile(int stage) const { return v + stage * kTileBytes; }
+  __device__ unsigned token_slot(int stage) const { return tokens + stage * kTokenBytes; }
   __device__ unsigned q_full(int buffer) const { return bars + 8 * buffer; }
   __device__ unsigned q_empty(int buffer) const { return bars + 8 * (2 + buffer); }
   __device__ unsigned k_full(int stage) const { return bars + 8 * (4 + stage); }
@@ -115,12 +123,12 @@ __device__ __forceinline__ void load_rows(unsigned dst, const TensorMap& map, un
 }
 
 // The producer's single thread, for the CTA's unit number `index`: Q into Q buffer `index & 1`,
-// then K and V of every active key tile through the ring, whose position `ring` counts the
-// tiles before.
+// then K (with a token tile's words, TOKEN_STAGES) and V of every active key tile through the
+// ring, whose position `ring` counts the tiles before.
 __device__ __forceinline__ void produce(const Shared& sh, const TensorMap& q_map,
                                         const TensorMap& k_map, const TensorMap& v_map,
-                                        const Int4* entries, const Work& work, int index,
-                                        int ring, int broadcast) {
+                                        const Int4* entries, const unsigned* token_words,
+                                        const Work& work, int index, int ring, int broadcast) {
   const int q_b = (broadcast & 1) ? 0 : work.b, q_h = (broadcast & 2) ? 0 : work.head;
   const int k_b = (broadcast & 4) ? 0 : work.b, k_h = (broadcast & 8) ? 0 : work.kv_head;
   const int v_b = (broadcast & 16) ? 0 : work.b, v_h = (broadcast & 32) ? 0 : work.kv_head;
@@ -128,14 +136,21 @@ __device__ __forceinline__ void produce(const Shared& sh, const TensorMap& q_map
   barrier_wait(sh.q_empty(buffer), ((index >> 1) & 1) ^ 1);  // free from two units ago
   barrier_expect_bytes(sh.q_full(buffer), kQBytes);
   load_rows<kBlockM>(sh.q_tile(buffer), q_map, sh.q_full(buffer), work.q_row0, q_h, q_b);
-  int next_row0 = work.count > 0 ? load_entry(entries + work.first).x * kBlockN : 0;
+  Int4 next = work.count > 0 ? load_entry(entries + work.first) : Int4{0, 0, 0, 0};
   for (int n = 0; n < work.count; ++n) {
     const int stage = (ring + n) % kStages;
     const unsigned parity = (((ring + n) / kStages) & 1) ^ 1;  // a fresh buffer counts as free
-    const int k_row0 = next_row0;
-    if (n + 1 < work.count) next_row0 = load_entry(entries + work.first + n + 1).x * kBlockN;
+    const Int4 entry = next;
+    const int k_row0 = entry.x * kBlockN;
+    if (n + 1 < work.count) next = load_entry(entries + work.first + n + 1);
     barrier_wait(sh.k_empty(stage), parity);
-    barrier_expect_bytes(sh.k_full(stage), kTileBytes);
+    if (kTokenStages && (entry.y & kFlagTokens)) {
+      barrier_expect_bytes(sh.k_full(stage), kTileBytes + kTokenBytes);
+      bulk_load(sh.token_slot(stage), token_tile<kBlockM, kSAtoms>(token_words, entry),
+                kTokenBytes, sh.k_full(stage));
+    } else {
+      barrier_expect_bytes(sh.k_full(stage), kTileBytes);
+    }
     load_rows<kBlockN>(sh.k_tile(stage), k_map, sh.k_full(stage), k_row0, k_h, k_b);
     barrier_wait(sh.v_empty(stage), parity);
     barrier_expect_bytes(sh.v_full(stage), kTileBytes);
@@ -201,7 +216,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
   sh.q = shared_address(shared_raw);
   sh.k = sh.q + 2 * kQBytes;
   sh.v = sh.k + kStages * kTileBytes;
-  sh.bars = sh.v + kStages * kTileBytes;
+  sh.tokens = sh.v + kStages * kTileBytes;
+  sh.bars = sh.tokens + (kTokenStages ? kStages * kTokenBytes : 0);
 
   const int warp = warp_index();
   if (threadIdx.x == 0) {
@@ -239,8 +255,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
       Work work;
       for (int round = 0, index = 0; round < rounds; ++round) {
         if (!unit_in_round(round, work)) continue;
-        produce(sh, params.q_map, params.k_map, params.v_map, params.entries, work, index++, ring,
-                params.broadcast);
+        produce(sh, params.q_map, params.k_map, params.v_map, params.entries, params.token_words,
+                work, index++, ring, params.broadcast);
         ring += work.count;
       }
     }
@@ -270,14 +286,21 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
 #pragma unroll
     for (int j = 0; j < kOAtoms; ++j) o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.f;
 
-    // This thread's token words of a token tile (read at its entry; other tiles read none)
-    auto token_rows = [&](const Int4& entry) {
-      TokenRows<kSAtoms> rows;
-      if (entry.y & kFlagTokens) {
-        rows = load_token_rows<kSAtoms>(
+    auto full = [&](int n) { return (ring + n) % kStages; };
+    auto parity = [&](int n) { return static_cast<unsigned>(((ring + n) / kStages) & 1); };
+    // Entry n of the unit, read a tile ahead; without TOKEN_STAGES, with its token rows.
+    auto read_entry = [&](int n, Int4& entry, TokenRows<kSAtoms>& tokens) {
+      entry = load_entry(params.entries + work.first + n);
+      if (!kTokenStages && (entry.y & kFlagTokens)) {
+        tokens = load_token_rows_global<kSAtoms>(
             token_tile<kBlockM, kSAtoms>(params.token_words, entry), warp_row0);
       }
-      return rows;
+    };
+    // With TOKEN_STAGES, the token rows of tile n once its K stage has landed.
+    auto stage_tokens = [&](int n, const Int4& entry, TokenRows<kSAtoms>& tokens) {
+      if (kTokenStages && (entry.y & kFlagTokens)) {
+        tokens = load_token_rows<kSAtoms>(sh.token_slot(full(n)), warp_row0);
+      }
     };
     // S -> P for one tile: mask, softmax (the O rescale waits for P V)
     auto scores_to_probabilities = [&](const Int4& entry, const TokenRows<kSAtoms>& tokens) {
@@ -296,15 +319,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
       pack_probabilities(*reinterpret_cast<float(*)[1][kSAtoms][4]>(&s),
                          *reinterpret_cast<unsigned(*)[1][kBlockN / 16][4]>(&p));
     };
-    auto full = [&](int n) { return (ring + n) % kStages; };
-    auto parity = [&](int n) { return static_cast<unsigned>(((ring + n) / kStages) & 1); };
 
+    Int4 entry;
+    TokenRows<kSAtoms> tokens;
+    if (work.count > 0) read_entry(0, entry, tokens);
     barrier_wait(sh.q_full(buffer), (index >> 1) & 1);
     if (work.count > 0) {
-      Int4 entry = load_entry(params.entries + work.first);
-      TokenRows<kSAtoms> tokens = token_rows(entry);
       // tile 0: S alone
       barrier_wait(sh.k_full(full(0)), parity(0));
+      stage_tokens(0, entry, tokens);
       turns.wait();
       pin(s);
       wgmma_fence();
@@ -314,12 +337,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
       pin(s);
       if (arrives) barrier_arrive(sh.k_empty(full(0)));
       scores_to_probabilities(entry, tokens);
+      if (work.count > 1) read_entry(1, entry, tokens);
       pack();
       // tile n: S_n with P_{n-1} V_{n-1}; the softmax of S_n runs while P V is in flight
       for (int n = 1; n < work.count; ++n) {
-        entry = load_entry(params.entries + work.first + n);
-        tokens = token_rows(entry);
         barrier_wait(sh.k_full(full(n)), parity(n));
+        stage_tokens(n, entry, tokens);
         barrier_wait(sh.v_full(full(n - 1)), parity(n - 1));
         turns.wait();
         pin(s);
@@ -333,6 +356,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
         pin(s);
         if (arrives) barrier_arrive(sh.k_empty(full(n)));
         scores_to_probabilities(entry, tokens);
+        if (n + 1 < work.count) read_entry(n + 1, entry, tokens);
         wgmma_wait<0>();
         pin(o);
         pin(p);

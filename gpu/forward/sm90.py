@@ -8,14 +8,17 @@ compiled in). The grid is persistent: at most ``min_blocks`` CTAs per SM, each r
 share of the work heaviest first, in L2-sized groups of heads. Two consumers (128-row query
 tiles, one CTA per SM) are the fastest at D=128; one consumer (64-row tiles, two or three CTAs
 per SM) wins at D=64, where the CTAs hide each other's softmax, and wastes less on layouts
-scattered in small blocks (``gpu.forward.builds`` says which a plan takes).
+scattered in small blocks (``gpu.forward.builds`` says which a plan takes). With
+``token_stages`` a token tile's words (partial blocks) travel with its K tile into a shared slot
+per stage; without, the consumers load them from global memory a tile ahead (for builds with no
+shared memory to spare).
 
 >>> config = HopperConfig("bf16", 128)
 >>> config.block_m, config.block_n, config.threads, config.shared_bytes
-(128, 128, 384, 196864)
+(128, 128, 384, 200960)
 >>> narrow = HopperConfig("bf16", 128, block_n=64, pingpong=False, consumers=1, min_blocks=2)
 >>> narrow.block_m, narrow.threads, narrow.min_blocks, narrow.shared_bytes
-(64, 256, 2, 98560)
+(64, 256, 2, 99584)
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ class HopperConfig:
     pingpong: bool = True  # consumers take turns to issue their products (two consumers)
     consumers: int = 2  # consumer warpgroups of 64 query rows
     min_blocks: int = 1  # CTAs per SM: 1 with two consumers (their registers fill it), 2 or 3
+    token_stages: bool = True  # token words copied with the K tile into a slot per stage
 
     wgmma = True
     source = source_beside(__file__)
@@ -60,6 +64,7 @@ class HopperConfig:
         check_choice("block_n", self.block_n, (64, 128))
         check_choice("stages", self.stages, (2, 3, 4))
         check_bool("pingpong", self.pingpong)
+        check_bool("token_stages", self.token_stages)
         check_choice("consumers", self.consumers, (1, 2))
         if self.pingpong and self.consumers == 1:
             raise ValueError("pingpong needs two consumers: one has no partner to take turns with")
@@ -73,7 +78,8 @@ class HopperConfig:
             raise ValueError("three CTAs per SM hold 64-key tiles only (136 registers a thread)")
         check_shared_memory(
             self.shared_bytes,
-            f"block_n={self.block_n}, stages={self.stages}, head_dim={self.head_dim}",
+            f"block_n={self.block_n}, stages={self.stages}, head_dim={self.head_dim}, "
+            f"token_stages={self.token_stages}",
             ctas_per_sm=self.min_blocks,
         )
 
@@ -92,10 +98,17 @@ class HopperConfig:
         return 32 * self.n_warps
 
     @property
+    def token_tile_bytes(self) -> int:
+        """One token tile's words: a row of ``block_n / 32`` 32-bit words per query row."""
+        return self.block_m * -(-self.block_n // 32) * 4
+
+    @property
     def shared_bytes(self) -> int:
-        """Two Q tiles, ``stages`` K and V tiles (16-bit) and the mbarriers."""
-        tiles = 2 * self.block_m + 2 * self.stages * self.block_n
-        return tiles * self.head_dim * 2 + BARRIER_BYTES
+        """Two Q tiles, ``stages`` K and V tiles (16-bit), a token slot per stage
+        (``token_stages``) and the mbarriers."""
+        tiles = (2 * self.block_m + 2 * self.stages * self.block_n) * self.head_dim * 2
+        slots = self.stages * self.token_tile_bytes if self.token_stages else 0
+        return tiles + slots + BARRIER_BYTES
 
     def defines(self) -> dict[str, int]:
         return {
@@ -106,6 +119,7 @@ class HopperConfig:
             "CONSUMERS": self.consumers,
             "MIN_BLOCKS": self.min_blocks,
             "PINGPONG": int(self.pingpong),
+            "TOKEN_STAGES": int(self.token_stages),
         }
 
     def tensor_maps(self) -> RowMaps:

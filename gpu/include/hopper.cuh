@@ -53,6 +53,16 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const TensorMap& map, 
       : "memory");
 }
 
+// Copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from global `src` into shared
+// memory at `dst`; completion adds them to `bar`'s transaction count.
+__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes,
+                                          unsigned bar) {
+  asm volatile(
+      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
+      ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
+      : "memory");
+}
+
 // ------------------------------------------------------------------ warpgroup scheduling
 // Named barriers 1..15 (0 is __syncthreads): `threads` must arrive for `sync` to return.
 __device__ __forceinline__ void named_sync(unsigned id, unsigned threads) {

@@ -10,6 +10,7 @@ the relative error and the first worst (batch, head, row, column).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -20,9 +21,8 @@ import gpu
 from gpu import block_sparse_attention
 from gpu.backward.builds import choose_backward_config
 from gpu.backward.fused import launch_backward, plan_backward
-from gpu.forward.builds import HOPPER_BUILDS, choose_config
+from gpu.forward.builds import choose_config, hopper_token_paths
 from gpu.forward.launch import plan_forward, run_fused
-from gpu.forward.sm90 import HopperConfig
 from gpu.partials import split_token_mask
 from gpu.runtime import is_hopper
 from tests.gpu.oracle import masked_softmax_attention, relative_error
@@ -92,12 +92,10 @@ def check_forward(out, lse, q, k, v, allowed, scale, label):
 
 def forward_configs(head_dim, dtype):
     """Every forward build this GPU may run: the mma.sync build, and on Hopper each build a
-    plan may take."""
+    plan may take, with either token-word path where it fits."""
     configs = [choose_config(head_dim=head_dim, dtype=dtype, wgmma=False)]
     if is_hopper(torch.device("cuda")):
-        name = "bf16" if dtype == torch.bfloat16 else "fp16"
-        configs += [HopperConfig(name, head_dim, **settings)
-                    for settings, _ in HOPPER_BUILDS[head_dim]]  # fmt: skip
+        configs += hopper_token_paths("bf16" if dtype == torch.bfloat16 else "fp16", head_dim)
     return configs
 
 
@@ -123,6 +121,28 @@ def test_forward_builds_mask_partial_tiles(block, head_dim, dtype, causal):
         torch.cuda.synchronize()
         label = f"block {block} D {head_dim} {dtype} causal {causal} {config}"
         check_forward(out, lse, q, k, v, allowed, scale, label)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_hopper_token_paths_over_many_units_per_cta(head_dim):
+    """Five persistent CTAs, each running eight units of full, token and masked tiles: the
+    rings (and the token slots of their stages) wrap many times; both token-word paths give
+    what one unit per CTA gives, bit for bit, and the fp64 result."""
+    if not is_hopper(torch.device("cuda")):
+        pytest.skip("the Hopper kernel needs compute capability 9.0")
+    the_plan, allowed = token_case(64, 640, 704, heads=2, causal=True, seed=head_dim)
+    q, k, v = inputs(2, 2, 2, 640, 704, head_dim, torch.bfloat16, seed=head_dim)
+    scale = head_dim**-0.5
+    for config in hopper_token_paths("bf16", head_dim):
+        fused = plan_forward(the_plan, config)
+        outs = []
+        for max_ctas in (None, 5):
+            few = fused if max_ctas is None else dataclasses.replace(fused, max_ctas=max_ctas)
+            out = torch.full_like(q, float("nan"))
+            lse = torch.full(q.shape[:3], float("nan"), device="cuda")
+            outs.append(run_fused(few, q, k, v, scale=scale, out=out, lse=lse))
+        torch.testing.assert_close(outs[1], outs[0], rtol=0, atol=0)
+        check_forward(outs[1], lse, q, k, v, allowed, scale, f"five CTAs {config}")
 
 
 @pytest.mark.parametrize(("q_heads", "kv_heads", "layout_heads"), [(8, 2, 8), (8, 2, 1), (4, 1, 1)])

@@ -11,8 +11,11 @@ causal window keeps about 1000.5 · 16384 pairs a head (6 % of S²): 0.17 ms at 
    every active block stored as partial with all bits set (through ``gpu.plan(partials=)``),
    so each tile the kernel visits is a token tile that reads its words and masks. Layouts:
    dense (block 128) and the 1000-token window's blocks (64 and 128, causal). One layout head
-   serves the 16 heads. Reported: both times and their ratio (target <= 1.15); outputs must
-   agree exactly.
+   serves the 16 heads. Per forward build (on Hopper each build a plan may take, with its token
+   words through the K stages and from global memory where both fit, and D=64's two-stage
+   64 x 128 build with stages; elsewhere the mma.sync build) and for the backward the plan
+   takes: both times and their ratio (target <= 1.15); outputs (the backward's dk and dv; dq
+   sums by atomics) must agree exactly.
 2. **Against FlexAttention.** The window as a ``mask_mod`` (``q - kv <= 1000`` and causal, as
    attention-gym's ``generate_sliding_window``): ours planned from its token mask at blocks 64
    and 128 (causal closed form, the window's edge as partial blocks), Flex's ``create_block_mask``
@@ -32,6 +35,7 @@ import datetime
 import json
 import sys
 from collections.abc import Callable
+from functools import partial as partial_call
 from pathlib import Path
 
 import torch
@@ -39,11 +43,17 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout, uninstalled
 
 import gpu
+from gpu.backward.builds import choose_backward_config
+from gpu.backward.fused import launch_backward, plan_backward
 from gpu.bench.metrics import attention_flops, median, step_flops, tflops
 from gpu.bench.report import environment
 from gpu.bench.timing import CudaEventTimer
+from gpu.forward.builds import ONE_CONSUMER, choose_config, hopper_token_paths
+from gpu.forward.launch import plan_forward, run_fused
+from gpu.forward.sm90 import HopperConfig
 from gpu.partials import split_token_mask
 from gpu.reference import dense_masked_attention
+from gpu.runtime import is_hopper
 
 BATCH, HEADS, SEQ = 1, 16, 16384
 WINDOW = 1000
@@ -99,29 +109,72 @@ def relative_to_fp64(out: torch.Tensor, qkv, blocks, block_size, partials, causa
     return float((got - ref).norm() / ref.norm())
 
 
+def forward_builds(head_dim: int) -> list:
+    """The forward builds the cost is measured on (the module doc)."""
+    if not is_hopper(torch.device("cuda")):
+        return [choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=False)]
+    builds = hopper_token_paths("bf16", head_dim)
+    if head_dim == 64:
+        builds.append(HopperConfig("bf16", 64, **{**ONE_CONSUMER, "block_n": 128}))
+    return builds
+
+
+def build_label(config) -> str:
+    """A short name of a forward build: tiles, stages, CTAs per SM, token path."""
+    if not isinstance(config, HopperConfig):
+        return f"mma.sync {config.block_m}x{config.block_n}"
+    path = "stages" if config.token_stages else "global"
+    return (f"{config.block_m}x{config.block_n} s{config.stages} c{config.consumers} "
+            f"b{config.min_blocks} {path}")  # fmt: skip
+
+
+def report(record: dict, records: list[dict]) -> None:
+    records.append(record)
+    print(f"{record['layout']:12s} b{record['block']:<4d} D{record['head_dim']:<4d} "
+          f"{record['build']:28s} full {record['full_ms']:7.3f} ms  partial "
+          f"{record['partial_ms']:7.3f} ms  ratio {record['ratio']:.3f}  identical "
+          f"{record['identical_outputs']}", flush=True)  # fmt: skip
+
+
 def cost_of_partial_tiles(timer, head_dim: int, windows, records: list[dict]) -> None:
     cases = [("dense", 128, torch.ones(1, SEQ // 128, SEQ // 128, dtype=torch.bool), False)]
     cases += [(f"window{WINDOW}", block, windows[block][0], True) for block in (64, 128)]
+    scale = head_dim**-0.5
+    backward = choose_backward_config(head_dim=head_dim, dtype=torch.bfloat16,
+                                      wgmma=is_hopper(torch.device("cuda")))  # fmt: skip
     for name, block, blocks, causal in cases:
         index = blocks.nonzero().to(torch.int32)
         ones = torch.full((len(index), block, block // 8), 0xFF, dtype=torch.uint8)
         full = gpu.plan(blocks, block, causal=causal, device="cuda")
         partial = gpu.plan(blocks, block, causal=causal, partials=(index, ones), device="cuda")
         qkv = fresh_inputs(head_dim, seed=block + head_dim)
-        outs, times = [], []
+        case = {"probe": "partial_vs_full", "layout": name, "block": block,
+                "head_dim": head_dim, "partial_blocks": len(index)}  # fmt: skip
+        for config in forward_builds(head_dim):
+            outs, times = [], []
+            for the_plan in (full, partial):
+                out = torch.empty_like(qkv[0])
+                run = partial_call(run_fused, plan_forward(the_plan, config), *qkv, scale=scale,
+                                   out=out)  # fmt: skip
+                times.append(timed(run, timer))
+                outs.append(out)
+            report({**case, "pass": "forward", "build": build_label(config), "full_ms": times[0],
+                    "partial_ms": times[1], "ratio": times[1] / times[0],
+                    "identical_outputs": bool(torch.equal(outs[0], outs[1]))}, records)  # fmt: skip
+        out, lse = gpu.block_sparse_attention(*qkv, full, return_lse=True)
+        grad_out = torch.randn_like(out)
+        grads, times = [], []
         for the_plan in (full, partial):
-            out = torch.empty_like(qkv[0])
-            times.append(timed(lambda p=the_plan, o=out, x=qkv: gpu.block_sparse_attention(
-                *x, p, out=o), timer))  # fmt: skip
-            outs.append(out)
-        same = bool(torch.equal(outs[0], outs[1]))
-        record = {"probe": "partial_vs_full", "layout": name, "block": block, "head_dim": head_dim,
-                  "partial_blocks": len(index), "full_ms": times[0], "partial_ms": times[1],
-                  "ratio": times[1] / times[0], "identical_outputs": same}  # fmt: skip
-        records.append(record)
-        print(f"{name:12s} b{block:<4d} D{head_dim:<4d} full {times[0]:7.3f} ms  partial "
-              f"{times[1]:7.3f} ms  ratio {record['ratio']:.3f}  identical {same}",
-              flush=True)  # fmt: skip
+            run = partial_call(launch_backward, plan_backward(the_plan, backward), *qkv, out, lse,
+                               grad_out, None, scale)  # fmt: skip
+            grads.append(run())
+            times.append(timed(run, timer))
+        # dk and dv: dq is summed by atomics in no fixed order
+        same = all(torch.equal(a, b) for a, b in zip(grads[0][1:], grads[1][1:], strict=True))
+        path = "wgmma" if backward.wgmma else "mma.sync"
+        report({**case, "pass": "backward", "build": f"backward {path} w{backward.n_warps}",
+                "full_ms": times[0], "partial_ms": times[1], "ratio": times[1] / times[0],
+                "identical_outputs": same}, records)  # fmt: skip
 
 
 def against_flex(timer, head_dim: int, windows, records: list[dict], backends: list[str]) -> None:
