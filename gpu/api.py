@@ -54,6 +54,7 @@ def block_sparse_attention(
     return_lse: bool = False,
     out: Any = None,
     start_width: int | None = None,
+    deterministic: bool | None = None,
 ) -> Any:
     """Softmax attention restricted to a block layout: ``softmax(scale·QKᵀ | layout) V``.
 
@@ -76,6 +77,8 @@ def block_sparse_attention(
             with fp64 inputs). It is differentiable too.
         out: optional output of q's shape, dtype and device, written in place.
         start_width: segmentation start width for ``"sdd"`` (default: 128-token tiles).
+        deterministic: bitwise-repeatable gradients from ``"fused"``'s backward (default: the
+            plan's ``deterministic``; Hopper only, see ``gpu.plan``).
 
     A query row with no active key gives zeros. Example:
 
@@ -131,7 +134,9 @@ def block_sparse_attention(
         lse = q.new_empty(q.shape[:3], dtype=torch.float32) if return_lse else None
         result = fused_forward(the_plan, q, k, v, scale, out, lse)
     else:  # through the custom op: autograd, torch.compile, and the reference
-        result, lse = attention_op(q, k, v, the_plan.plan_id, scale, impl == "reference")
+        deterministic = the_plan.deterministic if deterministic is None else deterministic
+        result, lse = attention_op(q, k, v, the_plan.plan_id, scale, impl == "reference",
+                                   check_bool("deterministic", deterministic))  # fmt: skip
         if out is not None:
             out.copy_(result)
             result = out
