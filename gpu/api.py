@@ -121,6 +121,8 @@ def block_sparse_attention(
         check_out("out", out, q)
     if start_width is not None:
         check_int("start_width", start_width, low=1, high=1 << 16)
+    if deterministic is not None:
+        check_bool("deterministic", deterministic)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     if impl == "sdd" and needs_grad:
         raise RuntimeError(
@@ -135,8 +137,9 @@ def block_sparse_attention(
         result = fused_forward(the_plan, q, k, v, scale, out, lse)
     else:  # through the custom op: autograd, torch.compile, and the reference
         deterministic = the_plan.deterministic if deterministic is None else deterministic
-        result, lse = attention_op(q, k, v, the_plan.plan_id, scale, impl == "reference",
-                                   check_bool("deterministic", deterministic))  # fmt: skip
+        result, lse = attention_op(
+            q, k, v, the_plan.plan_id, scale, impl == "reference", deterministic
+        )
         if out is not None:
             out.copy_(result)
             result = out
