@@ -193,8 +193,8 @@ __device__ __forceinline__ void add_dq(const HopperBackwardParams& p, const Shar
     float4* staged = reinterpret_cast<float4*>(smem + (stage - sh.k));
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      staged[j * 128 + t] = make_float4(p.scale * dq[j][0], p.scale * dq[j][1],
-                                        p.scale * dq[j][2], p.scale * dq[j][3]);
+      staged[j * 128 + t] = float4{p.scale * dq[j][0], p.scale * dq[j][1], p.scale * dq[j][2],
+                                   p.scale * dq[j][3]};
     }
     fence_async_proxy();  // the copy engine reads what these stores wrote
     named_sync(2 + group, 128);
