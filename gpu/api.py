@@ -54,6 +54,7 @@ def block_sparse_attention(
     return_lse: bool = False,
     out: Any = None,
     start_width: int | None = None,
+    deterministic: bool | None = None,
 ) -> Any:
     """Softmax attention restricted to a block layout: ``softmax(scale·QKᵀ | layout) V``.
 
@@ -77,6 +78,8 @@ def block_sparse_attention(
             with fp64 inputs). It is differentiable too.
         out: optional output of q's shape, dtype and device, written in place.
         start_width: segmentation start width for ``"sdd"`` (default: 128-token tiles).
+        deterministic: bitwise-repeatable gradients from ``"fused"``'s backward (default: the
+            plan's ``deterministic``; Hopper only, see ``gpu.plan``).
 
     A query row with no active key gives zeros. Example:
 
@@ -119,6 +122,8 @@ def block_sparse_attention(
         check_out("out", out, q)
     if start_width is not None:
         check_int("start_width", start_width, low=1, high=1 << 16)
+    if deterministic is not None:
+        check_bool("deterministic", deterministic)
     needs_grad = torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad)
     if impl == "sdd" and needs_grad:
         raise RuntimeError(
@@ -132,7 +137,10 @@ def block_sparse_attention(
         lse = q.new_empty(q.shape[:3], dtype=torch.float32) if return_lse else None
         result = fused_forward(the_plan, q, k, v, scale, out, lse)
     else:  # through the custom op: autograd, torch.compile, and the reference
-        result, lse = attention_op(q, k, v, the_plan.plan_id, scale, impl == "reference")
+        deterministic = the_plan.deterministic if deterministic is None else deterministic
+        result, lse = attention_op(
+            q, k, v, the_plan.plan_id, scale, impl == "reference", deterministic
+        )
         if out is not None:
             out.copy_(result)
             result = out

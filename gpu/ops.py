@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import torch
 
-from gpu.backward.fused import launch_backward
 from gpu.forward.launch import check_operand_strides, kv_row_strides, launch_fused
 from gpu.plans import BlockSparsePlan, plan_by_id
 from gpu.reference import dense_masked_attention, dense_masked_attention_backward
@@ -55,9 +54,16 @@ def reference_forward(
 
 @torch.library.custom_op("blocksparse::attention", mutates_args=())
 def attention_op(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, plan_id: int, scale: float, reference: bool
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    plan_id: int,
+    scale: float,
+    reference: bool,
+    deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(out, lse)`` of the plan's block-sparse attention (operands checked by the caller)."""
+    """``(out, lse)`` of the plan's block-sparse attention (operands checked by the caller);
+    ``deterministic`` is for the backward (bitwise-repeatable gradients)."""
     plan = plan_by_id(plan_id)
     if reference:
         return reference_forward(plan, q, k, v, scale)
@@ -66,7 +72,7 @@ def attention_op(
 
 
 @attention_op.register_fake
-def _(q, k, v, plan_id, scale, reference):
+def _(q, k, v, plan_id, scale, reference, deterministic):
     return torch.empty_like(q), q.new_empty(q.shape[:3], dtype=_compute_dtype(q))
 
 
@@ -82,13 +88,13 @@ def attention_backward_op(
     plan_id: int,
     scale: float,
     reference: bool,
+    deterministic: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(dq, dk, dv)``: dk and dv summed over each kv head's query heads."""
     plan = plan_by_id(plan_id)
     if not reference:
-        return launch_backward(
-            plan.backward(q.dtype, q.shape[3]), q, k, v, out, lse, grad_out, grad_lse, scale
-        )
+        backward = plan.backward(q.dtype, q.shape[3], deterministic=deterministic)
+        return backward.launch(q, k, v, out, lse, grad_out, grad_lse, scale=scale)
     grads = dense_masked_attention_backward(
         q, k, v, grad_out, plan._blocks, plan.block_size, causal=plan.causal,
         causal_alignment=plan.causal_alignment, scale=scale, compute_dtype=_compute_dtype(q),
@@ -98,15 +104,16 @@ def attention_backward_op(
 
 
 @attention_backward_op.register_fake
-def _(grad_out, grad_lse, q, k, v, out, lse, plan_id, scale, reference):
+def _(grad_out, grad_lse, q, k, v, out, lse, plan_id, scale, reference, deterministic):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
 def _setup_context(ctx, inputs, output) -> None:
-    q, k, v, plan_id, scale, reference = inputs
+    q, k, v, plan_id, scale, reference, deterministic = inputs
     out, lse = output
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.plan_id, ctx.scale, ctx.reference = plan_id, scale, reference
+    ctx.deterministic = deterministic
     if not torch.compiler.is_compiling():  # a cached plan must outlive the backward
         ctx.plan = plan_by_id(plan_id)
 
@@ -115,9 +122,10 @@ def _backward(ctx, grad_out, grad_lse):
     q, k, v, out, lse = ctx.saved_tensors
     grad_lse = None if grad_lse is None else torch.where(torch.isinf(lse), 0.0, grad_lse)
     dq, dk, dv = attention_backward_op(
-        grad_out, grad_lse, q, k, v, out, lse, ctx.plan_id, ctx.scale, ctx.reference
-    )
-    return dq, dk, dv, None, None, None
+        grad_out, grad_lse, q, k, v, out, lse, ctx.plan_id, ctx.scale, ctx.reference,
+        ctx.deterministic,
+    )  # fmt: skip
+    return dq, dk, dv, None, None, None, None
 
 
 torch.library.register_autograd("blocksparse::attention", _backward, setup_context=_setup_context)

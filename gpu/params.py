@@ -94,9 +94,46 @@ class BackwardParams(KernelParams):
     ]
 
 
+class HopperBackwardParams(KernelParams):
+    """``attention_bwd_hopper`` (``gpu/backward/sm90.cu``)."""
+
+    alignment = 64
+    _fields_ = [
+        *_each(TensorMap, "q_map k_map v_map do_map"),
+        *_each(Pointer, "lse2 delta dq_acc dk dv dk_part dv_part lists entries order"),
+        *_each(Int, "batch q_heads kv_heads kv_group n_splits shared_layout n_k_tiles seq_q"),
+        *_each(Int, "seq_k seq_q_pad broadcast causal_offset sub_rows_log2 sub_cols_log2"),
+        *_each(Float, "scale scale_log2"),
+    ]
+
+
+class DqConvertParams(KernelParams):
+    """``attention_bwd_dq_convert`` (``gpu/backward/sm90.cu``)."""
+
+    _fields_ = [
+        *_each(Pointer, "dq_acc dq"),
+        ("n_vectors", Stride),
+        *_each(Int, "seq_q seq_q_pad"),
+    ]
+
+
+class HopperDqParams(KernelParams):
+    """``attention_bwd_dq_hopper`` (``gpu/backward/sm90_dq.cu``)."""
+
+    alignment = 64
+    _fields_ = [
+        *_each(TensorMap, "q_map k_map v_map do_map"),
+        *_each(Pointer, "lse2 delta dq items entries"),
+        *_each(Int, "n_work batch q_heads heads_per_item kv_group seq_q seq_k seq_q_pad"),
+        *_each(Int, "broadcast causal_offset sub_rows_log2 sub_cols_log2"),
+        *_each(Float, "scale scale_log2"),
+    ]
+
+
 #: Every kernel's parameter struct, by its name in ``params.cuh``.
 STRUCTS = {cls.__name__: cls for cls in (ForwardParams, HopperForwardParams, BackwardPrepParams,
-                                         BackwardParams)}  # fmt: skip
+                                         BackwardParams, HopperBackwardParams, DqConvertParams,
+                                         HopperDqParams)}  # fmt: skip
 
 
 @functools.cache

@@ -31,6 +31,7 @@ Sq > Sk its first rows keep no key: zeros, logsumexp -inf).
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 import weakref
 from typing import Any
@@ -53,15 +54,18 @@ class BlockSparsePlan:
     Read-only attributes: ``block_size``, ``causal``, ``causal_alignment``, ``causal_offset``
     (keys ``k_idx <= q_idx + causal_offset`` are kept when causal), ``seq_q``, ``seq_k``,
     ``n_heads`` (1 serves any number of query heads), ``n_q_blocks``, ``n_k_blocks``, ``device``,
-    ``density``, ``plan_id`` (how the torch op finds the plan), ``blocks`` (a copy of the CPU
-    bool layout), ``n_partials`` and ``partials`` (copies of the partial blocks' ``(index,
-    bits)``, or None; see ``gpu.partials``).
+    ``density``, ``deterministic`` (the backward's default: bitwise-repeatable gradients),
+    ``plan_id`` (how the torch op finds the plan), ``blocks`` (a copy of the CPU bool layout),
+    ``n_partials`` and ``partials`` (copies of the partial blocks' ``(index, bits)``, or None;
+    see ``gpu.partials``).
     """
 
     def __init__(
-        self, blocks, block_size, causal, causal_alignment, seq_q, seq_k, device, partials=None
-    ):
+        self, blocks, block_size, causal, causal_alignment, seq_q, seq_k, device,
+        partials=None, deterministic=False,
+    ):  # fmt: skip
         set_ = object.__setattr__
+        set_(self, "deterministic", deterministic)
         set_(self, "_blocks", blocks)
         set_(self, "_partials", partials)  # a checked gpu.partials.Partials, or None
         set_(self, "n_partials", 0 if partials is None else partials.count)
@@ -160,17 +164,32 @@ class BlockSparsePlan:
 
         return self._once(self._sdd, (dtype, head_dim, start_width, n_heads), make)
 
-    def backward(self, dtype: torch.dtype, head_dim: int) -> Any:
-        """The ``gpu.backward.fused.BackwardPlan`` for this dtype and head dim, compiled on first
-        use."""
-        from gpu.backward.builds import choose_backward_config
-        from gpu.backward.fused import plan_backward
+    def backward(
+        self, dtype: torch.dtype, head_dim: int, *, deterministic: bool | None = None,
+        build: str | None = None,
+    ) -> Any:  # fmt: skip
+        """The backward plan (``gpu.backward.fused.BackwardPlan`` or
+        ``gpu.backward.sm90.HopperBackwardPlan``) for this dtype and head dim, compiled on
+        first use: the build ``gpu.backward.builds.choose_backward_build`` names, or ``build``
+        (else the one the ``BLOCKSPARSE_BACKWARD_BUILD`` environment variable names);
+        ``deterministic`` (default: the plan's) asks for bitwise-repeatable gradients."""
+        from gpu.backward.builds import BUILD_ENV, backward_build_config, choose_backward_build
+
+        deterministic = self.deterministic if deterministic is None else deterministic
+        name = choose_backward_build(
+            hopper=self._hopper, deterministic=deterministic,
+            build=build or os.environ.get(BUILD_ENV) or None, token_tiles=self.n_partials > 0,
+        )  # fmt: skip
 
         def make() -> Any:
-            config = choose_backward_config(head_dim=head_dim, dtype=dtype, wgmma=self._hopper)
-            return plan_backward(self, config)
+            from gpu.backward.fused import plan_backward
+            from gpu.backward.sm90 import plan_hopper_backward
 
-        return self._once(self._backward, (dtype, head_dim), make)
+            config = backward_build_config(name, head_dim=head_dim, dtype=dtype,
+                                           hopper=self._hopper)  # fmt: skip
+            return (plan_backward if name == "fused" else plan_hopper_backward)(self, config)
+
+        return self._once(self._backward, (dtype, head_dim, name), make)
 
     def _once(self, cache: dict, key: tuple, make: Any) -> Any:
         """``cache[key]``, made under the plan's lock the first time (a lookup takes no lock)."""
@@ -223,6 +242,7 @@ def plan(
     seq_k: int | None = None,
     partials: Any = None,
     device: Any = None,
+    deterministic: bool = False,
 ) -> BlockSparsePlan:
     """Check a layout and do every piece of host work for it once.
 
@@ -242,6 +262,8 @@ def plan(
         device: where the look-up tables live and the kernels run. Default: a CUDA layout's
             device, else the current CUDA device, else the CPU (a CPU plan serves only
             ``impl="reference"``).
+        deterministic: make the backward's gradients bitwise-repeatable (Hopper only: its dQ
+            then comes from a query-major kernel instead of atomics; a call may override it).
 
     >>> plan(torch.ones(2, 16, 16, dtype=torch.bool), 64, seq_q=1000, device="cpu").seq_q
     1000
@@ -261,9 +283,11 @@ def plan(
         check_choice("block_size", block_size, BLOCK_SIZES)
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
+    deterministic = check_bool("deterministic", deterministic)
     return BlockSparsePlan(
-        blocks, block_size, causal, causal_alignment, seq_q, seq_k, device, checked
-    )
+        blocks, block_size, causal, causal_alignment, seq_q, seq_k, device, checked,
+        deterministic,
+    )  # fmt: skip
 
 
 def _layout_value(name: str, given: Any, layout: Any) -> Any:

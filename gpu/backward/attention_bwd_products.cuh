@@ -1,7 +1,6 @@
 // Tensor-core products of the backward (fused.cu): rows times a tile
 // (Sᵀ = K Qᵀ, dPᵀ = V dOᵀ) and A fragments times a tile (dV += Pᵀ dO, dK += dSᵀ Q), through
-// mma.sync (WGMMA = 0) or wgmma (WGMMA = 1); the packing of accumulators into A fragments; the
-// dQ atomics. Needs attention_common.cuh, wgmma.cuh (WGMMA = 1) and the source's constants
+// mma.sync (WGMMA = 0) or wgmma (WGMMA = 1). Needs attention_common.cuh, wgmma.cuh (WGMMA = 1) and the source's constants
 // kHeadDim, kBlockM, kRowBytes, kSAtoms, kOAtoms defined before it is included (NVRTC gets it as
 // a named header; nvcc finds it beside the source).
 
@@ -86,27 +85,4 @@ __device__ __forceinline__ void fragments_times_rows(unsigned (&a)[kBlockM / 16]
 }
 #endif
 
-// fp32 accumulators (rows = 16 keys, columns = queries) -> 16-bit A fragments, 16 queries per
-// k-step.
-__device__ __forceinline__ void pack_fragments(const float (&s)[kSAtoms][4],
-                                               unsigned (&a)[kBlockM / 16][4]) {
-#pragma unroll
-  for (int ks = 0; ks < kBlockM / 16; ++ks) {
-    a[ks][0] = pack_pair(s[2 * ks][0], s[2 * ks][1]);
-    a[ks][1] = pack_pair(s[2 * ks][2], s[2 * ks][3]);
-    a[ks][2] = pack_pair(s[2 * ks + 1][0], s[2 * ks + 1][1]);
-    a[ks][3] = pack_pair(s[2 * ks + 1][2], s[2 * ks + 1][3]);
-  }
-}
-
-// *address += (x, y) atomically (two adjacent floats; one vector reduction on sm_90).
-__device__ __forceinline__ void add_pair(float* address, float x, float y) {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(address), "f"(x), "f"(y)
-               : "memory");
-#else
-  atomicAdd(address, x);
-  atomicAdd(address + 1, y);
-#endif
-}
 }  // namespace

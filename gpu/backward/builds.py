@@ -1,18 +1,33 @@
 """The backward's builds: the compile-time choices of the backward kernels and the table of
 which a plan takes, with the measurements behind it.
 
-One source (``gpu/backward/fused.cu``) holds both instruction paths: ``mma.sync`` (sm_80 and
-newer) and ``wgmma`` (Hopper, sm_90a), 16 keys per warp either way; the layout's block size
-does not enter the build.
+Two families. ``fused.cu`` (``BackwardConfig``) holds two instruction paths, ``mma.sync`` (sm_80
+and newer) and ``wgmma`` (Hopper, sm_90a), 16 keys per warp either way: the build every GPU but
+Hopper runs. ``sm90.cu`` (``gpu.backward.sm90.HopperBackwardConfig``) is FlashAttention-3's
+warp-specialised backward for Hopper, in three builds by how they compute dQ (``BUILDS``).
+The layout's block size does not enter any build: 128-key tiles of 16- to 64-token blocks are
+masked cell by cell, as the forward's are.
+
+``choose_backward_build`` names the build a plan takes; on Hopper that is ``SM90_BUILD``
+(``"sm90_bulk"``, the fastest on every case measured), ``"sm90_separate"`` with
+``deterministic=True`` (the only build with no atomics in dQ), and ``"fused"`` (its wgmma path)
+for a plan with token-masked blocks, which only ``fused.cu`` applies so far. Every other
+combination the plan accepts (D 64 and 128, bf16 and fp16, blocks 16-128, GQA, causal in both
+alignments, lengths that are not whole blocks) runs on every build.
+Tests and probes name a build directly (``gpu.plan(...).backward(..., build=...)``) or through
+the ``BLOCKSPARSE_BACKWARD_BUILD`` environment variable.
 
 >>> config = choose_backward_config(head_dim=128, dtype=torch.bfloat16, wgmma=True)
 >>> config.block_m, config.block_n, config.n_warps, config.shared_bytes
 (64, 128, 8, 150528)
+>>> choose_backward_build(hopper=True, deterministic=True)
+'sm90_separate'
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -109,3 +124,72 @@ def choose_backward_config(*, head_dim: int, dtype: torch.dtype, wgmma: bool) ->
     check_choice("head_dim", head_dim, HEAD_DIMS)
     n_warps, min_blocks = _TILES[check_bool("wgmma", wgmma), head_dim]
     return BackwardConfig(dtype_name(dtype), head_dim, n_warps, min_blocks, wgmma)
+
+
+# The sm90 builds (gpu/backward/sm90.py), ptxas 13.0, bf16 and fp16, D=64 and 128: 168
+# registers at entry (240 per consumer warpgroup after setmaxnreg, 24 for the producer), no
+# spills; the dQ kernel of sm90_separate the same. Measured (H200, bf16, B=1, H=16, S=16384,
+# tools/probes/backward_sm90.py, benchmarks/results/checks/2026-12-01-h200-backward-sm90.json),
+# effective TFLOP/s of the backward alone, fused / sm90_bulk / sm90_atomic / sm90_separate /
+# cuDNN dense: dense D=128 347 / 507 / 418 / 441 / 548; causal D=128 345 / 525 / 415 / 465 / 550;
+# band 25 % D=128 329 / 505 / 409 / 448; band 7 % at blocks of 64, D=128 269 / 376 / 320 / 370;
+# dense D=64 276 / 436 / 378 / 352 / 465; band 7 % at 64, D=64 243 / 306 / 282 / 267. sm90_bulk
+# wins everywhere: dQ by bulk reduce-add costs least; the separate dQ kernel recomputes S and dP.
+#: Every backward build a plan can take, by name.
+BUILDS = ("fused", "sm90_bulk", "sm90_atomic", "sm90_separate")
+#: Whether a Hopper plan takes an sm90 build (True) or the wgmma path of fused.cu.
+SM90_DEFAULT = True
+#: The sm90 build a Hopper plan takes when SM90_DEFAULT is set (and deterministic is not asked).
+SM90_BUILD = "sm90_bulk"
+#: The environment variable that names a build for every plan (tests, probes).
+BUILD_ENV = "BLOCKSPARSE_BACKWARD_BUILD"
+
+
+def choose_backward_build(
+    *, hopper: bool, deterministic: bool, build: str | None = None, token_tiles: bool = False
+) -> str:
+    """The name of the backward build a plan takes (one of ``BUILDS``).
+
+    ``build`` forces one (an sm90 build only on Hopper); ``deterministic`` asks for
+    bitwise-repeatable gradients, which only ``"sm90_separate"`` gives; ``token_tiles`` (a plan
+    with token-masked blocks) needs ``"fused"``, the one build that masks them.
+    """
+    deterministic = check_bool("deterministic", deterministic)
+    if build is not None:
+        name = check_choice("build", build, BUILDS)
+    elif deterministic:
+        name = "sm90_separate"
+    elif token_tiles:
+        name = "fused"
+    else:
+        name = SM90_BUILD if hopper and SM90_DEFAULT else "fused"
+    if token_tiles and name != "fused":
+        raise ValueError(
+            f"a plan with token-masked (partial) blocks runs the fused backward only, got "
+            f"{'deterministic=True' if deterministic and build is None else f'build {name!r}'}; "
+            "its dQ adds with atomics, so its gradients are not bitwise-repeatable"
+        )
+    if name.startswith("sm90") and not hopper:
+        why = "deterministic=True needs" if deterministic and build is None else f"{name} is"
+        raise ValueError(
+            f"{why} the Hopper backward (compute capability 9.0, sm_90a); this GPU runs the "
+            "mma.sync backward, which adds dQ with atomics"
+        )
+    if deterministic and name != "sm90_separate":
+        raise ValueError(
+            f"deterministic=True needs the sm90_separate backward build (dQ without atomics), "
+            f"got build {name!r}"
+        )
+    return name
+
+
+def backward_build_config(name: str, *, head_dim: int, dtype: torch.dtype, hopper: bool) -> Any:
+    """The configuration of build ``name`` (of ``BUILDS``) for ``head_dim`` and ``dtype``: a
+    ``BackwardConfig`` for ``"fused"`` (its wgmma path on Hopper), else a
+    ``gpu.backward.sm90.HopperBackwardConfig``."""
+    from gpu.backward.sm90 import HopperBackwardConfig  # it imports this module
+
+    check_choice("build", name, BUILDS)
+    if name == "fused":
+        return choose_backward_config(head_dim=head_dim, dtype=dtype, wgmma=hopper)
+    return HopperBackwardConfig(dtype_name(dtype), head_dim, dq=name.removeprefix("sm90_"))

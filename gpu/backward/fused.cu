@@ -42,8 +42,9 @@
 //
 // Defines: DTYPE_BF16, HEAD_DIM (64, 128), WGMMA (0/1), BLOCK_M (64), BLOCK_N (16·N_WARPS),
 // N_WARPS (4, 8), MIN_BLOCKS.
-// Helpers: attention_bwd_tiles.cuh (tile layouts, loads, masks), attention_bwd_products.cuh
-// (the tensor-core products).
+// Helpers: attention_bwd_tiles.cuh (tile layouts, loads), attention_bwd_products.cuh (the
+// tensor-core products), attention_bwd_scores.cuh (masks, P and dS, packing; shared with the
+// Hopper kernels of sm90.cu and sm90_dq.cu).
 
 #if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(BLOCK_M) || !defined(BLOCK_N) || \
     !defined(N_WARPS) || !defined(MIN_BLOCKS) || !defined(WGMMA)
@@ -86,8 +87,9 @@ static_assert(!WGMMA || kHeadDim == 16 * N_WARPS, "wgmma: each warpgroup owns 64
 
 }  // namespace
 
-#include "attention_bwd_tiles.cuh"
 #include "attention_bwd_products.cuh"
+#include "attention_bwd_scores.cuh"
+#include "attention_bwd_tiles.cuh"
 
 namespace {
 
@@ -267,19 +269,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
         apply_token_rows(s, load_token_rows<kSAtoms>(token_slots + buffer * kTokenBytes,
                                                      key_row0));
       } else {
-        apply_mask(s, entry, key_row0, k_row0, q_row0, sub_rows_log2, sub_cols_log2,
-                   causal_offset, seq_k);
+        mask_transposed<kBlockN>(s, entry, key_row0, k_row0, q_row0, sub_rows_log2,
+                                 sub_cols_log2, causal_offset, seq_k);
       }
     }
-#pragma unroll
-    for (int nj = 0; nj < kSAtoms; ++nj) {
-      const float2 l = *reinterpret_cast<const float2*>(lse_row + nj * 8 + 2 * (lane & 3));
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        s[nj][2 * half] = exp2_approx(__fmaf_rn(s[nj][2 * half], scale_log2, -l.x));
-        s[nj][2 * half + 1] = exp2_approx(__fmaf_rn(s[nj][2 * half + 1], scale_log2, -l.y));
-      }
-    }
+    probabilities_by_columns(s, lse_row, scale_log2, lane);
     // dV += Pᵀ dO
 #if WGMMA
     {
@@ -301,15 +295,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
     float dp[kSAtoms][4];
     rows_times_tile(v_tile_s + a_offset, do_tile + b_offset, dp);
 #endif
-#pragma unroll
-    for (int nj = 0; nj < kSAtoms; ++nj) {
-      const float2 d = *reinterpret_cast<const float2*>(delta_row + nj * 8 + 2 * (lane & 3));
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        dp[nj][2 * half] = s[nj][2 * half] * (dp[nj][2 * half] - d.x);
-        dp[nj][2 * half + 1] = s[nj][2 * half + 1] * (dp[nj][2 * half + 1] - d.y);
-      }
-    }
+    score_gradients_by_columns(dp, s, delta_row, lane);
     // dK += dSᵀ Q; dSᵀ to shared memory for dQ
     {
       unsigned ds[kBlockM / 16][4];
@@ -319,18 +305,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, MIN_BLOCKS)
 #else
       fragments_times_tile(ds, q_tile + trans_offset, dk_acc);
 #endif
-      unsigned char* ds_bytes = reinterpret_cast<unsigned char*>(shared_raw) + (ds_tile - k_tile_s);
-#pragma unroll
-      for (int ks = 0; ks < kBlockM / 16; ++ks) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {  // rows lane/4 and lane/4 + 8 of 16 keys
-          const int row = key_row0 + half * 8 + (lane >> 2);
-          *reinterpret_cast<unsigned*>(ds_bytes + swizzled<kDsRowBytes>(row, 2 * ks) +
-                                       4 * (lane & 3)) = ds[ks][half];
-          *reinterpret_cast<unsigned*>(ds_bytes + swizzled<kDsRowBytes>(row, 2 * ks + 1) +
-                                       4 * (lane & 3)) = ds[ks][2 + half];
-        }
-      }
+      store_transposed(ds, reinterpret_cast<unsigned char*>(shared_raw) + (ds_tile - k_tile_s),
+                       key_row0, lane);
     }
 #if WGMMA
     fence_async_proxy();  // dSᵀ is read by the tensor cores

@@ -3,7 +3,8 @@
 ``plan_backward`` compiles ``fused.cu`` (beside this file) for a build of ``gpu.backward.builds``
 around the plan's transposed look-up table (``gpu.backward.lut``, uploaded by the plan);
 ``launch_backward`` enqueues the preprocessing kernel (Δ = rowsum(dO ∘ O) - dLSE and the base-2
-logsumexp) and the dK/dV/dQ kernel on the caller's stream, then casts the fp32 dQ.
+logsumexp; ``run_prep``, which the Hopper builds of ``gpu.backward.sm90`` run too) and the
+dK/dV/dQ kernel on the caller's stream, then casts the fp32 dQ.
 
 Work of one call, with ``T`` the (query tile, key tile) pairs visited per batch element: five
 ``BLOCK_M x BLOCK_N x D`` products per pair (Sᵀ, dPᵀ, dV, dK, dQ), so ``10 · B · T · BLOCK_M ·
@@ -18,12 +19,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from gpu.backward.builds import BLOCK_M, BackwardConfig
+from gpu.backward.builds import BLOCK_M, BackwardConfig, choose_backward_config
 from gpu.launcher import KernelLauncher
 from gpu.operands import check_strides
 from gpu.params import BackwardParams, BackwardPrepParams
 from gpu.runtime import compile_kernel, current_raw_stream, source_beside
-from gpu.support import LOG2_E
+from gpu.support import DTYPES, LOG2_E
 
 if TYPE_CHECKING:
     from gpu.plans import BlockSparsePlan
@@ -57,6 +58,19 @@ class BackwardPlan:
         cfg = self.config
         repeats = q_heads if self.n_heads == 1 else 1
         return 10 * batch * repeats * self.n_tiles * cfg.block_m * cfg.block_n * cfg.head_dim
+
+    def launch(self, *operands, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``launch_backward(self, *operands, scale)``: every backward plan launches this way."""
+        return launch_backward(self, *operands, scale)
+
+
+def compile_prep(dtype: str, head_dim: int, device: int) -> KernelLauncher:
+    """The preprocessing kernel for ``dtype`` (a ``gpu.support.DTYPES`` name) and ``head_dim``,
+    from the module of the Hopper ``fused.cu`` build (the Hopper builds of ``gpu.backward.sm90``
+    share it)."""
+    config = choose_backward_config(head_dim=head_dim, dtype=DTYPES[dtype], wgmma=True)
+    prep = compile_kernel(SOURCE, "attention_bwd_prep", config.defines(), device=device)
+    return KernelLauncher(prep, BackwardPrepParams, device, 0)
 
 
 def plan_backward(layout: BlockSparsePlan, config: BackwardConfig) -> BackwardPlan:
@@ -103,26 +117,14 @@ def launch_backward(
     ``grad_lse``, the gradient of the logsumexp output, may be None. dk and dv come back
     contiguous ``[B, Hkv, Sk, D]``, dq contiguous ``[B, Hq, Sq, D]``.
     """
-    batch, q_heads, seq_q, head_dim = q.shape
+    batch, q_heads, seq_q, _ = q.shape
     kv_heads, seq_k = k.shape[1], k.shape[2]
-    grad_out = _readable(grad_out)
-    grad_lse = None if grad_lse is None else grad_lse.float().contiguous()
-    seq_q_pad = -(-seq_q // BLOCK_M) * BLOCK_M
-    n_rows = batch * q_heads * seq_q_pad
-    rows = q.new_empty((2, n_rows), dtype=torch.float32)  # lse2, Δ
+    grad_out = readable(grad_out)
+    stream = current_raw_stream(q.device.index)
+    rows, seq_q_pad = run_prep(plan.prep, out, grad_out, lse, grad_lse, stream)
     dq_acc = q.new_zeros(q.shape, dtype=torch.float32)
     dk = k.new_empty(k.shape)
     dv = v.new_empty(v.shape)
-    stream = current_raw_stream(q.device.index)
-    rows_per_cta = PREP_THREADS // 32 * (32 // (head_dim // 8))
-    plan.prep(  # BackwardPrepParams, in field order
-        -(-n_rows // rows_per_cta), PREP_THREADS, 0, stream,
-        # inputs, outputs
-        out.data_ptr(), grad_out.data_ptr(), lse.data_ptr(),
-        0 if grad_lse is None else grad_lse.data_ptr(), rows[0].data_ptr(), rows[1].data_ptr(),
-        # strides, shapes
-        *out.stride()[:3], *grad_out.stride()[:3], q_heads, seq_q, seq_q_pad, n_rows,
-    )  # fmt: skip
     n_ctas = plan.n_k_tiles * batch * kv_heads
     cfg = plan.config
     plan.main(  # BackwardParams, in field order
@@ -143,10 +145,38 @@ def launch_backward(
     return dq_acc.to(q.dtype), dk, dv
 
 
-def _readable(x: torch.Tensor) -> torch.Tensor:
-    """``x`` if the kernels can read it in place, else a contiguous copy."""
+def run_prep(
+    prep: KernelLauncher,
+    out: torch.Tensor,
+    grad_out: torch.Tensor,
+    lse: torch.Tensor,
+    grad_lse: torch.Tensor | None,
+    stream: int,
+) -> tuple[torch.Tensor, int]:
+    """Enqueue the preprocessing kernel; ``(rows, seq_q_pad)``: ``rows[0]`` the base-2 logsumexp
+    and ``rows[1]`` Δ of every query row, fp32 ``[B · Hq · seq_q_pad]`` (padded to BLOCK_M)."""
+    batch, q_heads, seq_q, head_dim = out.shape
+    grad_lse = None if grad_lse is None else grad_lse.float().contiguous()
+    seq_q_pad = -(-seq_q // BLOCK_M) * BLOCK_M
+    n_rows = batch * q_heads * seq_q_pad
+    rows = out.new_empty((2, n_rows), dtype=torch.float32)  # lse2, Δ
+    rows_per_cta = PREP_THREADS // 32 * (32 // (head_dim // 8))
+    prep(  # BackwardPrepParams, in field order
+        -(-n_rows // rows_per_cta), PREP_THREADS, 0, stream,
+        # inputs, outputs
+        out.data_ptr(), grad_out.data_ptr(), lse.data_ptr(),
+        0 if grad_lse is None else grad_lse.data_ptr(), rows[0].data_ptr(), rows[1].data_ptr(),
+        # strides, shapes
+        *out.stride()[:3], *grad_out.stride()[:3], q_heads, seq_q, seq_q_pad, n_rows,
+    )  # fmt: skip
+    return rows, seq_q_pad
+
+
+def readable(x: torch.Tensor) -> torch.Tensor:
+    """``x`` if the kernels can read it in place (TMA too: no zero sequence stride), else a
+    contiguous copy."""
     try:
         check_strides("grad_out", x)
     except ValueError:
         return x.contiguous()
-    return x
+    return x.contiguous() if x.shape[2] > 1 and x.stride(2) == 0 else x

@@ -7,6 +7,7 @@
 - ``lut.py``: the tables (which key tiles each query tile visits, and their masks);
 - ``launch.py``: a plan's launch state, the checks of a call and the launch.
 
-The headers both sources share with the other kernels are in ``gpu/include/``; those of the
-forward alone sit here (``attention_forward.cuh``, ``persistent_units.cuh``).
+Their headers are in ``gpu/include/``, where the backward's Hopper dQ kernel also reads the
+forward's masking and packing (``attention_forward.cuh``) and work order
+(``persistent_units.cuh``).
 """

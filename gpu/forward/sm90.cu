@@ -90,12 +90,6 @@ static_assert(!PINGPONG || kConsumers == 2, "PINGPONG needs two consumers");
 static_assert(kConsumers == 2 ? kMinBlocks == 1 : (kMinBlocks == 2 || kMinBlocks == 3),
               "MIN_BLOCKS must be 1 with two consumers, 2 or 3 with one");
 
-// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `Rows` rows.
-template <int Rows>
-__device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
-  return (chunk >> 3) * (Rows * 128) + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
-}
-
 // The shared-memory plan: two Q tiles | K stages | V stages | token slots (TOKEN_STAGES) |
 // mbarriers.
 struct Shared {
@@ -112,16 +106,6 @@ struct Shared {
   __device__ unsigned v_empty(int stage) const { return bars + 8 * (4 + 3 * kStages + stage); }
 };
 
-// Load `Rows` rows from `row0` of one (head, batch) slice as HEAD_DIM / 64 boxes of 64 columns.
-template <int Rows>
-__device__ __forceinline__ void load_rows(unsigned dst, const TensorMap& map, unsigned bar,
-                                          int row0, int head, int b) {
-#pragma unroll
-  for (int block = 0; block < kHeadDim / 64; ++block) {
-    tma_load_4d(dst + block * Rows * 128, map, bar, block * 64, row0, head, b);
-  }
-}
-
 // The producer's single thread, for the CTA's unit number `index`: Q into Q buffer `index & 1`,
 // then K (with a token tile's words, TOKEN_STAGES) and V of every active key tile through the
 // ring, whose position `ring` counts the tiles before.
@@ -135,7 +119,8 @@ __device__ __forceinline__ void produce(const Shared& sh, const TensorMap& q_map
   const int buffer = index & 1;
   barrier_wait(sh.q_empty(buffer), ((index >> 1) & 1) ^ 1);  // free from two units ago
   barrier_expect_bytes(sh.q_full(buffer), kQBytes);
-  load_rows<kBlockM>(sh.q_tile(buffer), q_map, sh.q_full(buffer), work.q_row0, q_h, q_b);
+  load_rows<kBlockM, kHeadDim>(sh.q_tile(buffer), q_map, sh.q_full(buffer), work.q_row0, q_h,
+                               q_b);
   Int4 next = work.count > 0 ? load_entry(entries + work.first) : Int4{0, 0, 0, 0};
   for (int n = 0; n < work.count; ++n) {
     const int stage = (ring + n) % kStages;
@@ -151,10 +136,10 @@ __device__ __forceinline__ void produce(const Shared& sh, const TensorMap& q_map
     } else {
       barrier_expect_bytes(sh.k_full(stage), kTileBytes);
     }
-    load_rows<kBlockN>(sh.k_tile(stage), k_map, sh.k_full(stage), k_row0, k_h, k_b);
+    load_rows<kBlockN, kHeadDim>(sh.k_tile(stage), k_map, sh.k_full(stage), k_row0, k_h, k_b);
     barrier_wait(sh.v_empty(stage), parity);
     barrier_expect_bytes(sh.v_full(stage), kTileBytes);
-    load_rows<kBlockN>(sh.v_tile(stage), v_map, sh.v_full(stage), k_row0, v_h, v_b);
+    load_rows<kBlockN, kHeadDim>(sh.v_tile(stage), v_map, sh.v_full(stage), k_row0, v_h, v_b);
   }
 }
 
@@ -162,28 +147,14 @@ __device__ __forceinline__ void produce(const Shared& sh, const TensorMap& q_map
 // `k_tile` (both K-major); the first k-step overwrites s.
 __device__ __forceinline__ void issue_qk(unsigned q_rows, unsigned k_tile,
                                          float (&s)[kSAtoms][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kHeadDim / 16; ++kk) {  // 16 head dims = 32 bytes of a 128-byte row
-    const unsigned column = (kk & 3) * 32;
-    const unsigned long long a = descriptor(q_rows + (kk >> 2) * kBlockM * 128 + column, 16);
-    const unsigned long long b = descriptor(k_tile + (kk >> 2) * kBlockN * 128 + column, 16);
-    wgmma_ss(s, a, b, kk > 0);
-  }
+  issue_rows_times_rows<kHeadDim>(s, q_rows, kBlockM * 128, k_tile, kBlockN * 128);
   wgmma_commit();
 }
 
 // Issue o += P · V_tile, one 64-wide instruction per 64-column block of V and 16 keys.
 __device__ __forceinline__ void issue_pv(unsigned v_tile, unsigned (&p)[kBlockN / 16][4],
                                          float (&o)[kOAtoms][4]) {
-#pragma unroll
-  for (int ks = 0; ks < kBlockN / 16; ++ks) {
-#pragma unroll
-    for (int block = 0; block < kHeadDim / 64; ++block) {
-      const unsigned address = v_tile + block * kBlockN * 128 + ks * 16 * 128;
-      float(&o_block)[8][4] = *reinterpret_cast<float(*)[8][4]>(&o[8 * block]);
-      wgmma_rs(o_block, p[ks], descriptor(address, 1024));
-    }
-  }
+  issue_fragments_times_rows(o, p, v_tile, kBlockN * 128);
   wgmma_commit();
 }
 

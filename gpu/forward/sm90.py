@@ -124,7 +124,7 @@ class HopperConfig:
 
     def tensor_maps(self) -> RowMaps:
         """The per-call tensor maps this build loads through (boxes of its tile rows)."""
-        return RowMaps(self.block_m, self.block_n)
+        return RowMaps(self.block_m, self.block_n, self.block_n)
 
     def param_values(
         self,

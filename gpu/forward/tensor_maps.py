@@ -1,4 +1,4 @@
-"""TMA tensor maps of attention operands, for the Hopper forward kernel.
+"""TMA tensor maps of attention operands, for the Hopper kernels (forward and backward).
 
 A tensor map (the driver's 128-byte ``CUtensorMap``) tells the copy engine where a tensor lies
 and which box one load moves. The kernel takes q, k and v as 4-d maps ``[D, S, H, B]``
@@ -84,26 +84,29 @@ def encode_rows_map(tensor: torch.Tensor, rows: int) -> tuple[bytes, int]:
 
 
 class RowMaps:
-    """Maps of q, k and v for one kernel build, cached by address, shape and strides."""
+    """Maps of a kernel build's operands (q, k, v for the forward; q, k, v, dO for the Hopper
+    backward), one box height each, cached by address, shape and strides.
 
-    def __init__(self, q_rows: int, kv_rows: int) -> None:
-        self._rows = (q_rows, kv_rows, kv_rows)
-        self._cache: OrderedDict[tuple, tuple[bytes, bytes, bytes, int]] = OrderedDict()
+    >>> RowMaps(128, 128, 128).rows
+    (128, 128, 128)
+    """
+
+    def __init__(self, *rows: int) -> None:
+        self.rows = rows
+        self._cache: OrderedDict[tuple, tuple] = OrderedDict()
         self._lock = threading.Lock()
 
-    def __call__(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-    ) -> tuple[bytes, bytes, bytes, int]:
-        """``(q map, k map, v map, broadcast)``: bits 2i and 2i + 1 for operand i's B and H."""
-        # v has k's shape (the caller checks it)
-        key = (q.data_ptr(), k.data_ptr(), v.data_ptr(), q.shape, k.shape)
-        key += (q.stride(), k.stride(), v.stride())
+    def __call__(self, *tensors: torch.Tensor) -> tuple:
+        """``(map of each operand, ..., broadcast)``: bits 2i and 2i + 1 for operand i's B and
+        H."""
+        key = tuple((t.data_ptr(), t.shape, t.stride()) for t in tensors)
         found = self._cache.get(key)
         if found is not None:
             return found
-        encoded = [encode_rows_map(t, rows) for t, rows in zip((q, k, v), self._rows, strict=True)]
+        encoded = [encode_rows_map(t, rows)
+                   for t, rows in zip(tensors, self.rows, strict=True)]  # fmt: skip
         flags = sum(bits << (2 * i) for i, (_, bits) in enumerate(encoded))
-        found = (encoded[0][0], encoded[1][0], encoded[2][0], flags)
+        found = (*(map_bytes for map_bytes, _ in encoded), flags)
         with self._lock:
             self._cache[key] = found
             if len(self._cache) > _CACHE_SIZE:

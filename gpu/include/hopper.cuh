@@ -1,5 +1,6 @@
-// Hopper (sm_90) helpers: mbarriers, TMA tile loads, named barriers and register reallocation.
-// Used by the warp-specialised forward (gpu/forward/sm90.cu); setmaxnreg needs sm_90a.
+// Hopper (sm_90) helpers: mbarriers, TMA tile loads and bulk copies, named barriers and register
+// reallocation. Used by the warp-specialised kernels (gpu/forward/sm90.cu, gpu/backward/sm90.cu,
+// gpu/backward/sm90_dq.cu); setmaxnreg needs sm_90a.
 
 #pragma once
 
@@ -53,14 +54,56 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const TensorMap& map, 
       : "memory");
 }
 
-// Copy `bytes` (a multiple of 16; both addresses 16-byte aligned) from global `src` into shared
-// memory at `dst`; completion adds them to `bar`'s transaction count.
+// Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `Rows` rows as TMA writes it
+// with the 128-byte swizzle: 64-element column blocks of 128-byte rows, chunk c of row r at
+// chunk c ^ (r & 7) (the layout wgmma reads).
+template <int Rows>
+__device__ __forceinline__ unsigned tile_offset(int row, int chunk) {
+  return (chunk >> 3) * (Rows * 128) + row * 128 + (((chunk & 7) ^ (row & 7)) << 4);
+}
+
+// Load `Rows` rows from `row0` of one (head, batch) slice as HeadDim / 64 boxes of 64 columns.
+template <int Rows, int HeadDim>
+__device__ __forceinline__ void load_rows(unsigned dst, const TensorMap& map, unsigned bar,
+                                          int row0, int head, int b) {
+#pragma unroll
+  for (int block = 0; block < HeadDim / 64; ++block) {
+    tma_load_4d(dst + block * Rows * 128, map, bar, block * 64, row0, head, b);
+  }
+}
+
+// Copy `bytes` (a multiple of 16, both ends 16-byte aligned) from global to shared memory;
+// completion adds them to `bar`'s transaction count.
 __device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes,
                                           unsigned bar) {
   asm volatile(
       "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
       ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
       : "memory");
+}
+
+// dst[i] += src[i] for `bytes` / 4 floats, global += shared, by the copy engine (one bulk
+// group of the issuing thread; commit with bulk_commit).
+__device__ __forceinline__ void bulk_reduce_add(float* dst, unsigned src, unsigned bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n"
+               ::"l"(dst), "r"(src), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void bulk_commit() {
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+}
+
+// Wait until at most `Pending` of this thread's bulk groups still read their shared memory.
+template <int Pending>
+__device__ __forceinline__ void bulk_wait_read() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(Pending) : "memory");
+}
+
+// Wait until at most `Pending` of this thread's bulk groups are still running.
+template <int Pending>
+__device__ __forceinline__ void bulk_wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
 
 // ------------------------------------------------------------------ warpgroup scheduling

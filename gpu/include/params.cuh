@@ -107,4 +107,58 @@ struct BackwardParams {
   float scale, scale_log2;
 };
 
+// attention_bwd_hopper (gpu/backward/sm90.cu): one CTA per (key tile, batch element, kv head,
+// split of the kv group's query heads).
+struct HopperBackwardParams {
+  // inputs: q, k, v, d_o as tensor maps; lse2, delta fp32 [B · Hq · seq_q_pad] from the prep
+  TensorMap q_map, k_map, v_map, do_map;
+  const float* lse2;
+  const float* delta;
+  // outputs: dq_acc fp32 (DQ_MODE 1: [B, Hq, seq_q, D]; 2: tiles, see sm90.cu; 0: null);
+  // dk, dv [B, Hkv, seq_k, D] 16-bit when n_splits = 1, else fp32 partials
+  // dk_part, dv_part [B, Hkv, n_splits, seq_k, D] that the host sums
+  float* dq_acc;
+  unsigned short* dk;
+  unsigned short* dv;
+  float* dk_part;
+  float* dv_part;
+  // the plan's transposed table (gpu/backward/lut.py)
+  const int2* lists;
+  const Int4* entries;
+  const int* order;
+  // shapes
+  int batch, q_heads, kv_heads, kv_group, n_splits, shared_layout, n_k_tiles, seq_q, seq_k;
+  int seq_q_pad;
+  int broadcast;  // bit 2i / 2i + 1: operand i (q, k, v, d_o) has a zero batch / head stride
+  // masking and scaling
+  int causal_offset, sub_rows_log2, sub_cols_log2;
+  float scale, scale_log2;
+};
+
+// attention_bwd_dq_convert (gpu/backward/sm90.cu): the tiled fp32 dQ of DQ_MODE 2 to 16 bits.
+struct DqConvertParams {
+  const float* dq_acc;
+  unsigned short* dq;  // [B, Hq, seq_q, D] contiguous
+  long long n_vectors;  // float4s of dq_acc
+  int seq_q, seq_q_pad;
+};
+
+// attention_bwd_dq_hopper (gpu/backward/sm90_dq.cu): one CTA per (query tile, batch, head).
+struct HopperDqParams {
+  // inputs: q, k, v, d_o as tensor maps; lse2, delta as in HopperBackwardParams
+  TensorMap q_map, k_map, v_map, do_map;
+  const float* lse2;
+  const float* delta;
+  unsigned short* dq;  // [B, Hq, seq_q, D] contiguous
+  // the plan's forward table (gpu/forward/lut.py)
+  const Int4* items;
+  const Int4* entries;
+  // work and shapes
+  int n_work, batch, q_heads, heads_per_item, kv_group, seq_q, seq_k, seq_q_pad;
+  int broadcast;
+  // masking and scaling
+  int causal_offset, sub_rows_log2, sub_cols_log2;
+  float scale, scale_log2;
+};
+
 }  // namespace

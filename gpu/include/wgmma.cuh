@@ -106,4 +106,40 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b));
 }
 
+
+// Issue acc (+)= A · Bᵀ over HeadDim for one warpgroup (no commit): A = its 64 rows at `a`, B =
+// the tile of N rows at `b`, both K-major in 64-element column blocks `a_pitch` / `b_pitch`
+// bytes apart; the first k-step overwrites acc. (S = Q Kᵀ in the forward; Sᵀ = K Qᵀ, dPᵀ =
+// V dOᵀ, S and dP in the backward.)
+template <int HeadDim, int NAtoms>
+__device__ __forceinline__ void issue_rows_times_rows(float (&acc)[NAtoms][4], unsigned a,
+                                                      unsigned a_pitch, unsigned b,
+                                                      unsigned b_pitch) {
+#pragma unroll
+  for (int kk = 0; kk < HeadDim / 16; ++kk) {  // 16 head dims = 32 bytes of a 128-byte row
+    const unsigned column = (kk & 3) * 32;
+    wgmma_ss(acc, descriptor(a + (kk >> 2) * a_pitch + column, 16),
+             descriptor(b + (kk >> 2) * b_pitch + column, 16), kk > 0);
+  }
+}
+
+// Issue acc += A · B (no commit): A from registers, KSteps slices of 16 along K (the
+// accumulator layout of a 64 x 16·KSteps tile), B the tile of 16·KSteps rows at `b`, N-major in
+// 64-element column blocks `b_pitch` bytes apart; one 64-wide instruction per block and k-step.
+// (P V in the forward; Pᵀ dO, dSᵀ Q and dS K in the backward.)
+template <int KSteps, int NAtoms>
+__device__ __forceinline__ void issue_fragments_times_rows(float (&acc)[NAtoms][4],
+                                                           const unsigned (&a)[KSteps][4],
+                                                           unsigned b, unsigned b_pitch) {
+  static_assert(NAtoms % 8 == 0, "acc holds whole 64-column blocks");
+#pragma unroll
+  for (int ks = 0; ks < KSteps; ++ks) {
+#pragma unroll
+    for (int block = 0; block < NAtoms / 8; ++block) {
+      float(&acc_block)[8][4] = *reinterpret_cast<float(*)[8][4]>(&acc[8 * block]);
+      wgmma_rs(acc_block, a[ks], descriptor(b + block * b_pitch + ks * 16 * 128, 1024));
+    }
+  }
+}
+
 }  // namespace

@@ -22,10 +22,18 @@ def nvcc_or_skip() -> str:
 
 
 def compile_source(
-    nvcc: str, source: str, defines: Mapping[str, int], out: Path, *, target: str = HOPPER
+    nvcc: str,
+    source: str,
+    defines: Mapping[str, int],
+    out: Path,
+    *,
+    target: str = HOPPER,
+    verbose: bool = False,
 ) -> subprocess.CompletedProcess:
-    """``nvcc -c`` of ``gpu/<source>`` with ``defines``; the result, never raising."""
+    """``nvcc -c`` of ``gpu/<source>`` with ``defines`` (``verbose``: with ptxas's resource
+    report, ``-Xptxas -v``); the result, never raising."""
     command = [nvcc, target, "-std=c++17", "--use_fast_math", f"-I{INCLUDE_DIR}", "-c"]
+    command += ["-Xptxas", "-v"] if verbose else []
     command += [f"-D{name}={value}" for name, value in defines.items()]
     command += [str(PACKAGE_DIR / source), "-o", str(out)]
     return subprocess.run(command, capture_output=True, text=True, check=False)

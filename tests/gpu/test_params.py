@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from gpu.backward import fused as backward
+from gpu.backward import sm90, sm90_dq
 from gpu.backward.builds import BackwardConfig
 from gpu.forward.launch import FusedPlan
 from gpu.forward.sm80 import KernelConfig
@@ -21,7 +22,10 @@ from gpu.params import (
     STRUCTS,
     BackwardParams,
     BackwardPrepParams,
+    DqConvertParams,
     ForwardParams,
+    HopperBackwardParams,
+    HopperDqParams,
     HopperForwardParams,
     KernelParams,
     packer,
@@ -235,3 +239,71 @@ def test_the_backward_fills_its_fields_by_name(monkeypatch):
     assert (second.sub_rows_log2, second.sub_cols_log2) == (6, 5)
     assert second.scale == pytest.approx(0.125)
     assert second.scale_log2 == pytest.approx(0.125 * LOG2_E)
+
+
+def hopper_backward_plan(dq: str, recorders: dict, monkeypatch) -> sm90.HopperBackwardPlan:
+    """A plan of the ``dq`` build whose launches are recorded (CPU tensors, fake maps)."""
+    monkeypatch.setattr(sm90, "current_raw_stream", lambda device_index: 0)
+    maps = (b"\x01" * 128, b"\x02" * 128, b"\x03" * 128, b"\x04" * 128, 0b11000000)
+    dq_plan = None
+    if dq == "separate":
+        dq_plan = sm90_dq.DqPlan(
+            config=sm90_dq.HopperDqConfig("bf16", 64), items=torch.zeros(6, 4, dtype=torch.int32),
+            entries=torch.zeros(9, 4, dtype=torch.int32), n_tiles=9, sub_rows_log2=6,
+            sub_cols_log2=5, launcher=recorders["dq"], maps=lambda *tensors: maps,
+        )  # fmt: skip
+    lut = [torch.zeros(n, dtype=torch.int32) for n in (8, 36, 4)]
+    return sm90.HopperBackwardPlan(
+        config=sm90.HopperBackwardConfig("bf16", 64, dq=dq), causal_offset=7, n_heads=1,
+        lists=lut[0], entries=lut[1], order=lut[2], n_k_tiles=4, n_tiles=9, sub_rows_log2=6,
+        sub_cols_log2=5, n_sms=132, prep=recorders["prep"], main=recorders["main"],
+        convert=recorders["convert"] if dq == "bulk" else None, dq=dq_plan,
+        maps=lambda *tensors: maps,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("dq", ["bulk", "atomic", "separate"])
+def test_the_hopper_backward_fills_its_fields_by_name(dq, monkeypatch):
+    recorders = {name: Recorder() for name in ("prep", "main", "convert", "dq")}
+    plan = hopper_backward_plan(dq, recorders, monkeypatch)
+    q, k, v, out, lse = operands()
+    grad_out = torch.zeros_like(out)
+    dq_grad, dk, dv = plan.launch(q, k, v, out, lse, grad_out, None, scale=0.125)
+    assert dq_grad.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
+    ((grid, threads, values),) = recorders["main"].launches
+    assert (grid, threads) == (4 * 2 * 2 * 3, 384)  # 16 CTAs < 264: the group of 3 is split
+    main = decoded(HopperBackwardParams, values)
+    assert [bytes(getattr(main, f"{x}_map")) for x in ("q", "k", "v", "do")] == [
+        bytes([i]) * 128 for i in (1, 2, 3, 4)]  # fmt: skip
+    ((_, _, prep_values),) = recorders["prep"].launches
+    prep = decoded(BackwardPrepParams, prep_values)
+    assert (main.lse2, main.delta) == (prep.lse2, prep.delta)
+    assert (main.dq_acc is None) == (dq == "separate")  # a null pointer
+    assert (main.dk, main.dv) == (None, None)  # fp32 partials of the three splits instead
+    assert main.dv_part - main.dk_part == 2 * 2 * 3 * 448 * 64 * 4
+    assert (main.lists, main.entries, main.order) == tuple(
+        t.data_ptr() for t in (plan.lists, plan.entries, plan.order))  # fmt: skip
+    assert (main.batch, main.q_heads, main.kv_heads, main.kv_group) == (2, 6, 2, 3)
+    assert (main.n_splits, main.shared_layout, main.n_k_tiles) == (3, 1, 4)
+    assert (main.seq_q, main.seq_k, main.seq_q_pad, main.broadcast) == (320, 448, 320, 0b11000000)
+    assert (main.causal_offset, main.sub_rows_log2, main.sub_cols_log2) == (7, 6, 5)
+    assert (main.scale, main.scale_log2) == (pytest.approx(0.125), pytest.approx(0.125 * LOG2_E))
+    if dq == "bulk":
+        ((_, _, convert_values),) = recorders["convert"].launches
+        convert = decoded(DqConvertParams, convert_values)
+        assert (convert.dq_acc, convert.dq) == (main.dq_acc, dq_grad.data_ptr())
+        assert (convert.n_vectors, convert.seq_q, convert.seq_q_pad) == (2 * 6 * 320 * 16, 320, 320)
+    if dq == "separate":
+        ((grid, _, dq_values),) = recorders["dq"].launches
+        second = decoded(HopperDqParams, dq_values)
+        assert grid == second.n_work == 6 * 2 * 6  # items x batch x heads per item
+        assert (second.lse2, second.delta, second.dq) == (main.lse2, main.delta,
+                                                          dq_grad.data_ptr())  # fmt: skip
+        assert (second.items, second.entries) == (plan.dq.items.data_ptr(),
+                                                  plan.dq.entries.data_ptr())  # fmt: skip
+        assert (second.batch, second.q_heads, second.heads_per_item, second.kv_group) == (
+            2, 6, 6, 3)  # fmt: skip
+        assert (second.seq_q, second.seq_k, second.seq_q_pad, second.broadcast) == (
+            320, 448, 320, 0b11000000)  # fmt: skip
+        assert (second.causal_offset, second.sub_rows_log2, second.sub_cols_log2) == (7, 6, 5)
+        assert second.scale == pytest.approx(0.125)

@@ -79,11 +79,23 @@ def test_plan_takes_a_layout_numpy_and_two_dims_are_refused():
          "block_size must be one of 16, 32, 64, 128, got 8"),
         ((torch.ones(1, 2, 2, dtype=torch.bool), 16), {"causal": 1}, TypeError,
          "causal must be True or False"),
+        ((torch.ones(1, 2, 2, dtype=torch.bool), 16), {"deterministic": "yes"}, TypeError,
+         "deterministic must be True or False"),
     ],
 )  # fmt: skip
 def test_bad_plans_are_named(args, kwargs, error, match):
     with pytest.raises(error, match=match):
         plan(*args, **{"device": "cpu", **kwargs})
+
+
+def test_plan_keeps_its_deterministic_choice_and_a_call_checks_its_own():
+    blocks = torch.ones(1, 2, 2, dtype=torch.bool)
+    assert plan(blocks, 16, device="cpu").deterministic is False
+    assert plan(blocks, 16, device="cpu", deterministic=True).deterministic is True
+    q = torch.randn(1, 1, 32, 64)
+    with pytest.raises(TypeError, match="deterministic must be True or False"):
+        block_sparse_attention(q, q, q, plan(blocks, 16, device="cpu"), impl="reference",
+                               deterministic=1)  # fmt: skip
 
 
 @settings(max_examples=30, deadline=None)

@@ -1,9 +1,12 @@
 """The fused backward on a GPU: dq, dk, dv against fp64 autograd through dense masked attention.
 
-Fresh random inputs and output gradients; relative error ‖g − ref‖ / ‖ref‖ of each gradient at
-most 2e-2 (bf16) / 5e-3 (fp16). Covers the standard families at every block size, both head dims
-and dtypes, causal in both alignments, GQA, Sq ≠ Sk, partial last blocks, empty rows, the
-logsumexp's own gradient, per-head layouts, strided views and ``torch.compile``.
+Every test runs on every backward build a plan can choose (``conftest.backward_build``: the
+``fused.cu`` kernel and, on Hopper, the three sm90 builds). Fresh random inputs and output
+gradients; relative error ‖g − ref‖ / ‖ref‖ of each gradient at most 2e-2 (bf16) / 5e-3 (fp16).
+Covers the standard families at every block size, both head dims and dtypes, causal in both
+alignments, GQA (one CTA walking a group's heads, and heads split over CTAs), Sq ≠ Sk, partial
+last blocks, empty rows, the logsumexp's own gradient, per-head layouts, strided views and
+``torch.compile``.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ import torch
 
 import gpu
 from gpu import block_sparse_attention
+from gpu.backward import sm90
 from gpu.bench.cases import FAMILIES, family_blocks
 from gpu.reference import dense_masked_attention
 from tests.gpu.oracle import relative_error
 
-pytestmark = pytest.mark.gpu
+pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("backward_build")]
 
 TOLERANCE = {torch.bfloat16: 2e-2, torch.float16: 5e-3}
 
@@ -95,7 +99,14 @@ def test_causal_lengths_and_partial_blocks(alignment, seq_q, seq_k, block):
 @pytest.mark.parametrize(("q_heads", "kv_heads"), [(16, 4), (16, 1), (8, 8)])
 @pytest.mark.parametrize("one_layout_head", [False, True])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_gqa_sums_kv_gradients_over_each_group(q_heads, kv_heads, one_layout_head, head_dim):
+@pytest.mark.parametrize("split_groups", [True, False])
+def test_gqa_sums_kv_gradients_over_each_group(
+    q_heads, kv_heads, one_layout_head, head_dim, split_groups, monkeypatch
+):
+    """sm90 builds split a group's heads over CTAs on a small grid (as here), or walk them in
+    one CTA (forced by asking for no CTAs per SM)."""
+    if not split_groups:
+        monkeypatch.setattr(sm90, "MIN_CTAS_PER_SM", 0)
     gen = torch.Generator().manual_seed(q_heads + kv_heads)
     blocks = torch.rand(1 if one_layout_head else q_heads, 8, 8, generator=gen) < 0.5
     the_plan = gpu.plan(blocks, 64, device="cuda")
@@ -156,7 +167,8 @@ def test_compiled_forward_and_backward():
 
 
 def test_gradients_repeat_within_atomic_noise():
-    """dq sums key tiles with atomics (order varies run to run): the spread is rounding only."""
+    """dq sums key tiles with atomics or bulk reductions (order varies run to run): the spread
+    is rounding only; dk and dv never vary."""
     blocks = torch.ones(1, 16, 16, dtype=torch.bool)
     the_plan = gpu.plan(blocks, 64, device="cuda")
     q, k, v = _leaves(1, 4, 4, 1024, 1024, 64, torch.bfloat16)
@@ -165,3 +177,32 @@ def test_gradients_repeat_within_atomic_noise():
                                          grad_out) for _ in range(2))  # fmt: skip
     assert torch.equal(first[1], second[1]) and torch.equal(first[2], second[2])  # no atomics
     assert relative_error(first[0], second[0]) <= 1e-2
+
+
+@pytest.mark.parametrize("split_groups", [True, False])
+def test_deterministic_gradients_are_bitwise_equal(backward_build, split_groups, monkeypatch):
+    """deterministic=True (the sm90_separate build: dQ with no atomics) gives bitwise-equal
+    gradients run after run, with GQA heads split over CTAs or walked in one."""
+    if backward_build != "sm90_separate":
+        pytest.skip("deterministic=True takes the sm90_separate build only")
+    monkeypatch.delenv("BLOCKSPARSE_BACKWARD_BUILD")
+    if not split_groups:
+        monkeypatch.setattr(sm90, "MIN_CTAS_PER_SM", 0)
+    gen = torch.Generator().manual_seed(21)
+    blocks = torch.rand(1, 12, 12, generator=gen) < 0.6
+    the_plan = gpu.plan(blocks, 64, causal=True, seq_q=700, seq_k=740, device="cuda",
+                        deterministic=True)  # fmt: skip
+    q, k, v = _leaves(2, 8, 2, 700, 740, 128, torch.bfloat16, seed=3)
+    grad_out = torch.randn(q.shape, device="cuda", dtype=q.dtype)
+    runs = [torch.autograd.grad(block_sparse_attention(q, k, v, the_plan), (q, k, v), grad_out)
+            for _ in range(3)]  # fmt: skip
+    for again in runs[1:]:
+        for first, second in zip(runs[0], again, strict=True):
+            assert torch.equal(first, second)
+    _check_grads(q, k, v, the_plan)
+    # the call's flag overrides the plan's (here: the other way round)
+    loose = gpu.plan(blocks, 64, causal=True, seq_q=700, seq_k=740, device="cuda")
+    got = torch.autograd.grad(block_sparse_attention(q, k, v, loose, deterministic=True),
+                              (q, k, v), grad_out)  # fmt: skip
+    for first, second in zip(runs[0], got, strict=True):
+        assert torch.equal(first, second)

@@ -1,5 +1,6 @@
-// Steps of the online-softmax forward shared by both forward kernels (sm80.cu on mma.sync,
-// sm90.cu on wgmma): masking, softmax, packing P and the output.
+// Steps of the online-softmax forward shared by both forward kernels (gpu/forward/sm80.cu on
+// mma.sync, sm90.cu on wgmma): masking, softmax, packing P and the output. The backward's
+// query-major dQ kernel (gpu/backward/sm90_dq.cu) masks and packs its scores with them too.
 //
 // Score layout (mma.sync m16n8 atoms and wgmma m64nN accumulators alike): for 16-row atom mi
 // and 8-column atom j this lane holds rows lane/4 and lane/4 + 8 (half 0 and 1) and columns

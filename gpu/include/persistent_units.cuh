@@ -1,5 +1,6 @@
-// The work order of the persistent Hopper forward (sm90.cu): which work units each CTA runs,
-// in which order, and what a unit is.
+// The work order of the persistent Hopper forward (gpu/forward/sm90.cu): which work units each
+// CTA runs, in which order, and what a unit is (the backward's dQ kernel, gpu/backward/sm90_dq.cu,
+// runs one unit per CTA).
 //
 // The n_work = n_items · P work units (P = B · heads_per_item (batch, head) pairs per item) run
 // in groups of `head_group` pairs, whose K and V fit in L2 (the host sizes them): group g is

@@ -1,0 +1,393 @@
+// Block-sparse flash attention, backward pass, for Hopper (sm_90a): FlashAttention-3's key-major
+// schedule (Shah et al. 2024) on our transposed look-up table. The algorithm, the table and the
+// prep kernel (Δ = rowsum(dO ∘ O) - dLSE, the base-2 logsumexp) are those of fused.cu: read its
+// header first. This file changes who does what.
+//
+// A CTA owns one key tile of BLOCK_N = 128 keys of one kv head and batch element, and walks the
+// query tiles (BLOCK_M = 64 rows) that attend to it for query heads [first_head, end_head) of the
+// kv group (all of them, or one of n_splits slices when the grid would be too small: the host
+// then sums the fp32 partial dK, dV of the slices). A CTA is three warpgroups:
+// - warpgroup 0, the producer, gives its registers away (setmaxnreg); one thread loads K and V
+//   once with TMA, then per step the Q and dO tiles (TMA) and the tile's lse2 and Δ rows (bulk
+//   copies) into a ring of STAGES buffers, each with a "full" mbarrier (completed by the copy
+//   engine) and an "empty" one (one arrival per consumer warp once its reads are done);
+// - consumer warpgroup g owns keys [64g, 64g + 64) and keeps their dK, dV in registers. Per step:
+//       Sᵀ = K_g Qᵀ, dPᵀ = V_g dOᵀ     (wgmma, both operands K-major in shared memory; issued
+//                                       together, Pᵀ computed while dPᵀ is on the tensor cores)
+//       Pᵀ = 2^(Sᵀ·c - lse2)          dV += Pᵀ dO   (A = Pᵀ from registers; dO N-major)
+//       dSᵀ = Pᵀ ∘ (dPᵀ - Δ)          dK += dSᵀ Q   (A = dSᵀ from registers; Q N-major)
+//   dSᵀ also goes to shared memory (two buffers, one per step parity), and after a named barrier
+//   of both consumers: dQ = dS K with A = dS read MN-major from the dSᵀ tile and B = the K tile
+//   MN-major. At D = 128 warpgroup g computes head dims [64g, 64g + 64); at D = 64 warpgroup
+//   (step & 1) computes all 64 (a 64 x 64 x 128 product; the other skips it that step).
+// Why 64-row query steps: Sᵀ, dPᵀ (32 + 32), dK, dV (2 · D/2) and dQ (32) fp32 accumulators per
+// thread fit the 240 registers of a consumer at D = 128 only with 64 queries per step; the same
+// step at D = 64 keeps one build shape.
+//
+// dQ, DQ_MODE: 0 none (the query-major kernel of sm90_dq.cu computes it: deterministic);
+// 1 fp32 atomics (red.global.add.v2.f32) into dq_acc [B, Hq, seq_q, D], scale applied;
+// 2 each warpgroup stages its 64 x 64 fp32 part in its own 16 KB of shared memory, in thread
+// order (float4 j·128 + t of thread t holds its accumulator atom j), and one thread adds it to
+// the matching 16 KB tile of dq_acc [B, Hq, seq_q_pad / 64, D / 64, 4096] with one bulk reduction
+// (cp.reduce.async.bulk .add.f32); `attention_bwd_dq_convert` then writes the 16-bit dq.
+//
+// Tiles in shared memory: 64-element column blocks of 128-byte rows, 128-byte swizzle, as TMA
+// writes them (rows past the sequence ends zero-filled; padded query rows have lse2 = +inf, so P
+// is 0 there). Shared memory: K | V | Q stages | dO stages | dSᵀ x 2 | dQ staging x 2 | rows
+// (lse2, Δ) stages | mbarriers.
+//
+// Inputs: the fields of HopperBackwardParams and DqConvertParams (params.cuh). Tensor maps: 4-d
+// [D, S, H, B] views with boxes of 64 x BLOCK_M (q, d_o) and 64 x BLOCK_N (k, v).
+// Defines: DTYPE_BF16, HEAD_DIM (64, 128), STAGES (2, 3), DQ_MODE (0, 1, 2).
+
+#if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(STAGES) || !defined(DQ_MODE)
+#error "define DTYPE_BF16, HEAD_DIM, STAGES, DQ_MODE"
+#endif
+
+#include "attention_common.cuh"
+#include "attention_bwd_scores.cuh"
+#include "hopper.cuh"
+#include "params.cuh"
+#include "wgmma.cuh"
+
+namespace {
+
+constexpr int kHeadDim = HEAD_DIM;
+constexpr int kStages = STAGES;
+constexpr int kDqMode = DQ_MODE;
+constexpr int kBlockM = 64;   // queries per step
+constexpr int kBlockN = 128;  // keys per CTA
+constexpr int kThreads = 384;
+constexpr int kSAtoms = kBlockM / 8;   // 8-query atoms of Sᵀ
+constexpr int kOAtoms = kHeadDim / 8;  // 8-dim atoms of dK, dV
+constexpr int kDqBlocks = kHeadDim / 64;
+constexpr unsigned kQBytes = kBlockM * kHeadDim * 2;
+constexpr unsigned kKVBytes = kBlockN * kHeadDim * 2;
+constexpr unsigned kDsBytes = kBlockN * kBlockM * 2;
+constexpr unsigned kDqStageBytes = kBlockM * 64 * 4;
+constexpr unsigned kRowsBytes = 2 * kBlockM * 4;  // lse2 then Δ of one step
+// setmaxnreg: 168 at entry (one CTA of 384 threads per SM), the producer keeps 24 and each
+// consumer gets (168 · 3 - 24) / 2 = 240.
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+
+static_assert(kHeadDim == 64 || kHeadDim == 128, "HEAD_DIM must be 64 or 128");
+static_assert(kStages == 2 || kStages == 3, "STAGES must be 2 or 3");
+static_assert(kDqMode >= 0 && kDqMode <= 2, "DQ_MODE must be 0, 1 or 2");
+
+struct Shared {
+  unsigned k, v, q, d_o, ds, dq, rows, bars;
+  __device__ Shared(unsigned base) {
+    k = base;
+    v = k + kKVBytes;
+    q = v + kKVBytes;
+    d_o = q + kStages * kQBytes;
+    ds = d_o + kStages * kQBytes;
+    dq = ds + (kDqMode ? 2 * kDsBytes : 0);
+    rows = dq + (kDqMode == 2 ? 2 * kDqStageBytes : 0);
+    bars = rows + kStages * kRowsBytes;
+  }
+  __device__ unsigned q_tile(int stage) const { return q + stage * kQBytes; }
+  __device__ unsigned do_tile(int stage) const { return d_o + stage * kQBytes; }
+  __device__ unsigned ds_tile(int buffer) const { return ds + buffer * kDsBytes; }
+  __device__ unsigned dq_stage(int group) const { return dq + group * kDqStageBytes; }
+  __device__ unsigned rows_of(int stage) const { return rows + stage * kRowsBytes; }
+  __device__ unsigned kv_full() const { return bars; }
+  __device__ unsigned q_full(int stage) const { return bars + 8 * (1 + stage); }
+  __device__ unsigned q_empty(int stage) const { return bars + 8 * (1 + kStages + stage); }
+};
+
+// The walk of one CTA: query heads [head, end_head) of its kv group, for each the entries of
+// its list for this key tile, in order. Start with head = first head - 1 and count = 0.
+struct KeyWalk {
+  int head, end_head, first, count, n;
+  // Move to the next step; false when the walk is over.
+  __device__ bool next(const int2* lists, int shared_layout, int n_k_tiles, int k_tile) {
+    ++n;
+    while (n >= count) {
+      if (++head >= end_head) return false;
+      const int2 list = __ldg(lists + (shared_layout ? 0 : head) * n_k_tiles + k_tile);
+      first = list.x;
+      count = list.y;
+      n = 0;
+    }
+    return true;
+  }
+  __device__ int entry() const { return first + n; }
+};
+
+// This CTA's key tile, batch element, kv head and query heads.
+struct Tile {
+  int k_tile, b, kv_head, split, first_head, end_head;
+  __device__ explicit Tile(const HopperBackwardParams& p) {
+    const int per_tile = p.batch * p.kv_heads * p.n_splits;
+    k_tile = __ldg(p.order + blockIdx.x / per_tile);
+    int rest = blockIdx.x % per_tile;
+    b = rest % p.batch;
+    rest /= p.batch;
+    split = rest % p.n_splits;
+    kv_head = rest / p.n_splits;
+    const int heads = p.kv_group / p.n_splits;
+    first_head = kv_head * p.kv_group + split * heads;
+    end_head = first_head + heads;
+  }
+  __device__ KeyWalk walk() const { return KeyWalk{first_head - 1, end_head, 0, 0, 0}; }
+};
+
+// The producer's single thread: K and V, then Q, dO, lse2 and Δ of every step into the ring.
+__device__ __forceinline__ void produce(const HopperBackwardParams& p, const Shared& sh,
+                                        const Tile& tile) {
+  KeyWalk walk = tile.walk();
+  bool have = walk.next(p.lists, p.shared_layout, p.n_k_tiles, tile.k_tile);
+  const int bits = p.broadcast;
+  if (have) {
+    const int k_b = (bits & 4) ? 0 : tile.b, k_h = (bits & 8) ? 0 : tile.kv_head;
+    const int v_b = (bits & 16) ? 0 : tile.b, v_h = (bits & 32) ? 0 : tile.kv_head;
+    barrier_expect_bytes(sh.kv_full(), 2 * kKVBytes);
+    load_rows<kBlockN, kHeadDim>(sh.k, p.k_map, sh.kv_full(), tile.k_tile * kBlockN, k_h, k_b);
+    load_rows<kBlockN, kHeadDim>(sh.v, p.v_map, sh.kv_full(), tile.k_tile * kBlockN, v_h, v_b);
+  }
+  for (int n = 0; have; ++n) {
+    const int stage = n % kStages;
+    barrier_wait(sh.q_empty(stage), ((n / kStages) & 1) ^ 1);  // a fresh buffer counts as free
+    const int q_row0 = load_entry(p.entries + walk.entry()).x * kBlockM;
+    const int q_b = (bits & 1) ? 0 : tile.b, q_h = (bits & 2) ? 0 : walk.head;
+    const int o_b = (bits & 64) ? 0 : tile.b, o_h = (bits & 128) ? 0 : walk.head;
+    const unsigned full = sh.q_full(stage);
+    barrier_expect_bytes(full, 2 * kQBytes + kRowsBytes);
+    load_rows<kBlockM, kHeadDim>(sh.q_tile(stage), p.q_map, full, q_row0, q_h, q_b);
+    load_rows<kBlockM, kHeadDim>(sh.do_tile(stage), p.do_map, full, q_row0, o_h, o_b);
+    const long long row =
+        (static_cast<long long>(tile.b) * p.q_heads + walk.head) * p.seq_q_pad + q_row0;
+    bulk_load(sh.rows_of(stage), p.lse2 + row, kBlockM * 4, full);
+    bulk_load(sh.rows_of(stage) + kBlockM * 4, p.delta + row, kBlockM * 4, full);
+    have = walk.next(p.lists, p.shared_layout, p.n_k_tiles, tile.k_tile);
+  }
+}
+
+// Add this warpgroup's dQ part (rows of q tile `q_tile`, head dims [64 block, +64)) to dq_acc.
+__device__ __forceinline__ void add_dq(const HopperBackwardParams& p, const Shared& sh,
+                                       unsigned char* smem, float (&dq)[8][4], int group,
+                                       int b, int head, int q_tile, int block) {
+  const int lane = fresh_lane();
+  if (kDqMode == 1) {
+    float* slice = p.dq_acc + (static_cast<long long>(b) * p.q_heads + head) * p.seq_q * kHeadDim;
+    const int warp_row0 = q_tile * kBlockM + 16 * ((fresh_thread() >> 5) & 3);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = warp_row0 + half * 8 + (lane >> 2);
+      if (row < p.seq_q) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          add_pair(slice + static_cast<long long>(row) * kHeadDim + block * 64 + j * 8 +
+                       2 * (lane & 3),
+                   p.scale * dq[j][2 * half], p.scale * dq[j][2 * half + 1]);
+        }
+      }
+    }
+  } else if (kDqMode == 2) {
+    const int t = fresh_thread() - 128 * (group + 1);  // thread within the warpgroup
+    const unsigned stage = sh.dq_stage(group);
+    if (t == 0) bulk_wait_read<0>();  // the previous reduction has read the staging tile
+    named_sync(2 + group, 128);
+    float4* staged = reinterpret_cast<float4*>(smem + (stage - sh.k));
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      staged[j * 128 + t] = float4{p.scale * dq[j][0], p.scale * dq[j][1], p.scale * dq[j][2],
+                                   p.scale * dq[j][3]};
+    }
+    fence_async_proxy();  // the copy engine reads what these stores wrote
+    named_sync(2 + group, 128);
+    if (t == 0) {
+      const long long tile =
+          ((static_cast<long long>(b) * p.q_heads + head) * (p.seq_q_pad / kBlockM) + q_tile) *
+              kDqBlocks + block;
+      bulk_reduce_add(p.dq_acc + tile * (kDqStageBytes / 4), stage, kDqStageBytes);
+      bulk_commit();
+    }
+  }
+}
+
+}  // namespace
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+    attention_bwd_hopper(const __grid_constant__ HopperBackwardParams params) {
+  extern __shared__ __align__(1024) Bits128 shared_raw[];
+  unsigned char* smem = reinterpret_cast<unsigned char*>(shared_raw);
+  const Shared sh(shared_address(shared_raw));
+  const Tile tile(params);
+  const int warp = warp_index();
+  if (threadIdx.x == 0) {
+    barrier_init(sh.kv_full(), 1);
+#pragma unroll
+    for (int stage = 0; stage < kStages; ++stage) {
+      barrier_init(sh.q_full(stage), 1);
+      barrier_init(sh.q_empty(stage), 8);  // one arrival per consumer warp
+    }
+    barrier_init_fence();
+  }
+  __syncthreads();
+
+  if (warp < 4) {  // ---- producer warpgroup
+    registers_release<kProducerRegisters>();
+    if (threadIdx.x == 0) produce(params, sh, tile);
+    return;
+  }
+  registers_claim<kConsumerRegisters>();
+
+  // ---- consumer warpgroup `group`: keys [64 group, 64 group + 64) of the tile
+  const int group = warp / 4 - 1;
+  const int key_row0 = 64 * group + 16 * (warp & 3);  // this warp's first key in the tile
+  const int k_row0 = tile.k_tile * kBlockN;
+  const bool arrives = fresh_lane() == 0;  // one arrival per warp on "empty" barriers
+  const unsigned k_rows = sh.k + group * 64 * 128, v_rows = sh.v + group * 64 * 128;
+  const float* rows_f = reinterpret_cast<const float*>(smem + (sh.rows - sh.k));
+  float dk[kOAtoms][4], dv[kOAtoms][4], s[kSAtoms][4], dp[kSAtoms][4], dq[8][4];
+#pragma unroll
+  for (int j = 0; j < kOAtoms; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[j][e] = dv[j][e] = 0.f;
+  }
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = dq[j][e] = 0.f;
+  }
+
+  KeyWalk walk = tile.walk();
+  bool have = walk.next(params.lists, params.shared_layout, params.n_k_tiles, tile.k_tile);
+  if (have) barrier_wait(sh.kv_full(), 0);
+  for (int n = 0; have; ++n) {
+    const Int4 entry = load_entry(params.entries + walk.entry());
+    const int stage = n % kStages;
+    const unsigned q_tile = sh.q_tile(stage), do_tile = sh.do_tile(stage);
+    const float* lse_row = rows_f + stage * 2 * kBlockM;
+    barrier_wait(sh.q_full(stage), (n / kStages) & 1);
+
+    // Sᵀ and dPᵀ together; Pᵀ while dPᵀ runs
+    pin(s);
+    pin(dp);
+    wgmma_fence();
+    issue_rows_times_rows<kHeadDim>(s, k_rows, kBlockN * 128, q_tile, kBlockM * 128);
+    wgmma_commit();
+    issue_rows_times_rows<kHeadDim>(dp, v_rows, kBlockN * 128, do_tile, kBlockM * 128);
+    wgmma_commit();
+    wgmma_wait<1>();
+    pin(s);
+    if (entry.y != 0) {
+      mask_transposed<kBlockN>(s, entry, key_row0, k_row0, entry.x * kBlockM,
+                               params.sub_rows_log2, params.sub_cols_log2, params.causal_offset,
+                               params.seq_k);
+    }
+    probabilities_by_columns(s, lse_row, params.scale_log2, fresh_lane());
+    unsigned pt[kBlockM / 16][4], ds[kBlockM / 16][4];
+    pack_fragments(s, pt);
+    // dV += Pᵀ dO; dSᵀ while it runs
+    pin(dv);
+    pin(pt);
+    wgmma_fence();
+    issue_fragments_times_rows(dv, pt, do_tile, kBlockM * 128);
+    wgmma_commit();
+    wgmma_wait<1>();  // dPᵀ has landed
+    pin(dp);
+    score_gradients_by_columns(dp, s, lse_row + kBlockM, fresh_lane());
+    pack_fragments(dp, ds);
+    if (kDqMode != 0) {
+      store_transposed(ds, smem + (sh.ds_tile(n & 1) - sh.k), key_row0, fresh_lane());
+      fence_async_proxy();  // dSᵀ is read by the tensor cores
+    }
+    // dK += dSᵀ Q
+    pin(dk);
+    pin(ds);
+    wgmma_fence();
+    issue_fragments_times_rows(dk, ds, q_tile, kBlockM * 128);
+    wgmma_commit();
+    // Q, dO, lse2 and Δ read once dV and dK have landed (their registers stay theirs until then)
+    auto release = [&] {
+      pin(dv);
+      pin(pt);
+      pin(dk);
+      pin(ds);
+      if (arrives) barrier_arrive(sh.q_empty(stage));
+    };
+    // dQ = dS K once both warpgroups' dSᵀ is in shared memory
+    const bool computes_dq = kDqMode != 0 && (kDqBlocks == 2 || (n & 1) == group);
+    const int dq_block = kDqBlocks == 2 ? group : 0;
+    if (kDqMode != 0) named_sync(1, 256);
+    if (computes_dq) {
+      pin(dq);
+      wgmma_fence();
+#pragma unroll
+      for (int ks = 0; ks < kBlockN / 16; ++ks) {  // dSᵀ and K rows are keys: both MN-major
+        wgmma_ss<1, 1>(dq, descriptor(sh.ds_tile(n & 1) + ks * 16 * 128, 1024),
+                       descriptor(sh.k + dq_block * kBlockN * 128 + ks * 16 * 128, 1024),
+                       ks > 0);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();  // dV and dK have landed
+      release();
+      wgmma_wait<0>();
+      pin(dq);
+      add_dq(params, sh, smem, dq, group, tile.b, walk.head, entry.x, dq_block);
+    } else {
+      wgmma_wait<0>();
+      release();
+    }
+    have = walk.next(params.lists, params.shared_layout, params.n_k_tiles, tile.k_tile);
+  }
+  if (kDqMode == 2 && fresh_thread() % 128 == 0) bulk_wait<0>();
+
+  // ---- dK (times scale) and dV of this warp's 16 keys: 16-bit, or fp32 partials of a split
+  const int lane = fresh_lane();
+  const long long kv_slice = static_cast<long long>(tile.b) * params.kv_heads + tile.kv_head;
+  const bool partial = params.n_splits > 1;
+  const long long row0 = partial ? (kv_slice * params.n_splits + tile.split) * params.seq_k
+                                 : kv_slice * params.seq_k;
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int key = k_row0 + key_row0 + half * 8 + (lane >> 2);
+    if (key < params.seq_k) {
+#pragma unroll
+      for (int dn = 0; dn < kOAtoms; ++dn) {
+        const long long at = (row0 + key) * kHeadDim + dn * 8 + 2 * (lane & 3);
+        const float2 k_pair{params.scale * dk[dn][2 * half], params.scale * dk[dn][2 * half + 1]};
+        const float2 v_pair{dv[dn][2 * half], dv[dn][2 * half + 1]};
+        if (partial) {
+          *reinterpret_cast<float2*>(params.dk_part + at) = k_pair;
+          *reinterpret_cast<float2*>(params.dv_part + at) = v_pair;
+        } else {
+          *reinterpret_cast<unsigned*>(params.dk + at) = pack_pair(k_pair.x, k_pair.y);
+          *reinterpret_cast<unsigned*>(params.dv + at) = pack_pair(v_pair.x, v_pair.y);
+        }
+      }
+    }
+  }
+}
+
+// dq [B, Hq, seq_q, D] (16-bit) from the tiled fp32 dq_acc of DQ_MODE 2: float4 i is element
+// atom j = (i / 128) % 8 of thread t = i % 128 of the warpgroup that staged the 64 x 64 tile
+// i / 1024 (tiles ordered (b · Hq + h, query tile, head-dim block)).
+extern "C" __global__ void __launch_bounds__(256)
+    attention_bwd_dq_convert(const __grid_constant__ DqConvertParams params) {
+  const long long i = static_cast<long long>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= params.n_vectors) return;
+  const float4 x = __ldg(reinterpret_cast<const float4*>(params.dq_acc) + i);
+  const int t = static_cast<int>(i & 127), j = static_cast<int>((i >> 7) & 7);
+  const long long tile = i >> 10;
+  const int block = static_cast<int>(tile % kDqBlocks);
+  const int n_q_tiles = params.seq_q_pad / kBlockM;
+  const int q_tile = static_cast<int>((tile / kDqBlocks) % n_q_tiles);
+  const long long bh = tile / kDqBlocks / n_q_tiles;
+  const int lane = t & 31;
+  const int row = q_tile * kBlockM + 16 * (t >> 5) + (lane >> 2);
+  const int column = block * 64 + j * 8 + 2 * (lane & 3);
+  unsigned short* slice = params.dq + bh * params.seq_q * kHeadDim + column;
+  if (row < params.seq_q) {
+    *reinterpret_cast<unsigned*>(slice + static_cast<long long>(row) * kHeadDim) =
+        pack_pair(x.x, x.y);
+  }
+  if (row + 8 < params.seq_q) {
+    *reinterpret_cast<unsigned*>(slice + static_cast<long long>(row + 8) * kHeadDim) =
+        pack_pair(x.z, x.w);
+  }
+}

@@ -1,0 +1,240 @@
+"""The Hopper backward builds (``sm90.cu``, sm_90a): their configuration, a plan's launch state
+and the launch.
+
+FlashAttention-3's key-major backward on the plan's transposed table (``gpu.backward.lut`` at
+64 x 128 tiles): a TMA producer warpgroup and two consumer warpgroups sharing a 128-key tile,
+64 keys each, dK and dV in registers (``sm90.cu`` says who does what). The builds differ in how
+they compute dQ (``dq``):
+
+- ``"bulk"``: each step's dQ part staged in shared memory and added to a tiled fp32 buffer by
+  one bulk reduction (the copy engine), then converted to 16 bits by a small kernel;
+- ``"atomic"``: fp32 vector atomics straight from registers, as the ``fused.cu`` kernel does;
+- ``"separate"``: none here; the query-major kernel of ``gpu.backward.sm90_dq`` computes it,
+  recomputing S and dP, with no atomics: the deterministic build.
+
+GQA: a CTA walks the query heads of its kv head's group one after another, dK and dV summed in
+registers. Where that leaves too few CTAs for the GPU (``group_splits``), the group's heads are
+split over several CTAs, each writing fp32 partial dK, dV that the host sums (a deterministic
+sum; the partials cost ``2 · B · Hkv · splits · Sk · D · 4`` bytes written and read once).
+
+Work of one call: five ``64 x 128 x D`` products per (query tile, key tile) pair of the table,
+``10 · B · T · 64 · 128 · D`` FLOPs (four without dQ), plus the dQ kernel's for ``"separate"``.
+
+>>> config = HopperBackwardConfig("bf16", 128)
+>>> config.block_m, config.block_n, config.threads, config.shared_bytes
+(64, 128, 384, 197888)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from designer.validate import check_choice
+from gpu.backward.fused import compile_prep, readable, run_prep
+from gpu.backward.sm90_dq import DqPlan, HopperDqConfig, launch_dq, plan_dq
+from gpu.forward.tensor_maps import RowMaps
+from gpu.launcher import KernelLauncher
+from gpu.params import DqConvertParams, HopperBackwardParams
+from gpu.runtime import check_shared_memory, compile_kernel, current_raw_stream, source_beside
+from gpu.support import DTYPES, HEAD_DIMS, LOG2_E
+
+if TYPE_CHECKING:
+    from gpu.plans import BlockSparsePlan
+
+#: How each build computes dQ, and its DQ_MODE define in sm90.cu.
+DQ_MODES = {"separate": 0, "atomic": 1, "bulk": 2}
+#: Shared bytes after the tiles for the mbarriers.
+BARRIER_BYTES = 256
+#: A kv group's query heads are split over CTAs until the grid has this many CTAs per SM (one
+#: CTA fits an SM). Not yet measured: two waves keep the SMs busy while the heaviest key tiles
+#: finish.
+MIN_CTAS_PER_SM = 2
+CONVERT_THREADS = 256
+
+
+@dataclass(frozen=True)
+class HopperBackwardConfig:
+    """Compile-time choices of one Hopper backward build; each becomes a ``-D`` define."""
+
+    dtype: str  # a name of gpu.support.DTYPES
+    head_dim: int
+    dq: str = "bulk"  # a key of DQ_MODES
+    stages: int = 2  # Q / dO / lse2 / Δ buffers in the ring
+
+    block_m = 64  # query rows per step
+    block_n = 128  # keys per CTA, 64 per consumer warpgroup
+    threads = 384  # the producer warpgroup and two consumers
+    source = source_beside(__file__)
+    function = "attention_bwd_hopper"
+
+    def __post_init__(self) -> None:
+        check_choice("dtype", self.dtype, tuple(DTYPES))
+        check_choice("head_dim", self.head_dim, HEAD_DIMS)
+        check_choice("dq", self.dq, tuple(DQ_MODES))
+        check_choice("stages", self.stages, (2, 3))
+        check_shared_memory(
+            self.shared_bytes, f"dq={self.dq!r}, stages={self.stages}, head_dim={self.head_dim}"
+        )
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether two runs give bitwise-equal gradients (no atomics anywhere)."""
+        return self.dq == "separate"
+
+    @property
+    def shared_bytes(self) -> int:
+        """K, V, the ring (Q, dO, lse2, Δ), two dSᵀ tiles and two fp32 dQ staging tiles (where
+        the build computes dQ) and the mbarriers."""
+        m, n, d = self.block_m, self.block_n, self.head_dim
+        ring = self.stages * (2 * m * d * 2 + 2 * m * 4)
+        ds = 2 * n * m * 2 if self.dq != "separate" else 0
+        staging = 2 * m * 64 * 4 if self.dq == "bulk" else 0
+        return 2 * n * d * 2 + ring + ds + staging + BARRIER_BYTES
+
+    def defines(self) -> dict[str, int]:
+        return {"DTYPE_BF16": int(self.dtype == "bf16"), "HEAD_DIM": self.head_dim,
+                "STAGES": self.stages, "DQ_MODE": DQ_MODES[self.dq]}  # fmt: skip
+
+
+def group_splits(n_ctas: int, kv_group: int, n_sms: int) -> int:
+    """Into how many CTAs each kv group's query heads go: the fewest (a divisor of
+    ``kv_group``) that give ``n_ctas · splits >= MIN_CTAS_PER_SM · n_sms``.
+
+    >>> group_splits(128, 4, 132), group_splits(16, 8, 132), group_splits(512, 8, 132)
+    (4, 8, 1)
+    """
+    for splits in range(1, kv_group + 1):
+        if kv_group % splits == 0 and n_ctas * splits >= MIN_CTAS_PER_SM * n_sms:
+            return splits
+    return kv_group
+
+
+@dataclass(frozen=True)
+class HopperBackwardPlan:
+    """Everything a Hopper backward launch needs: tables, compiled kernels, tensor maps."""
+
+    config: HopperBackwardConfig
+    causal_offset: int
+    n_heads: int  # the layout's: 1 serves every query head
+    lists: torch.Tensor
+    entries: torch.Tensor
+    order: torch.Tensor
+    n_k_tiles: int
+    n_tiles: int
+    sub_rows_log2: int
+    sub_cols_log2: int
+    n_sms: int
+    prep: KernelLauncher
+    main: KernelLauncher
+    convert: KernelLauncher | None  # "bulk": the tiled fp32 dQ to 16 bits
+    dq: DqPlan | None  # "separate": the dQ kernel
+    maps: RowMaps
+
+    def flops(self, batch: int, q_heads: int) -> int:
+        """FLOPs the kernels execute for ``batch`` elements."""
+        cfg = self.config
+        repeats = q_heads if self.n_heads == 1 else 1
+        products = 4 if self.dq is not None else 5
+        main = 2 * products * batch * repeats * self.n_tiles * cfg.block_m * cfg.block_n
+        return main * cfg.head_dim + (0 if self.dq is None else self.dq.flops(batch, repeats))
+
+    def launch(self, *operands, scale: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``launch_hopper_backward(self, *operands, scale)``."""
+        return launch_hopper_backward(self, *operands, scale)
+
+
+def plan_hopper_backward(
+    layout: BlockSparsePlan, config: HopperBackwardConfig
+) -> HopperBackwardPlan:
+    """Compile ``config`` (and its dQ or convert kernel) for the plan's device around the
+    plan's transposed table (``gpu.plan(...).backward(...)`` does this for the chosen build)."""
+    lut = layout.backward_lut(config.block_m, config.block_n)
+    device = layout.device.index
+    defines = config.defines()
+    main = compile_kernel(config.source, config.function, defines, device=device)
+    convert = None
+    if config.dq == "bulk":
+        kernel = compile_kernel(config.source, "attention_bwd_dq_convert", defines, device=device)
+        convert = KernelLauncher(kernel, DqConvertParams, device, 0)
+    dq = None
+    if config.dq == "separate":
+        dq = plan_dq(layout, HopperDqConfig(config.dtype, config.head_dim))
+    return HopperBackwardPlan(
+        config=config, causal_offset=layout.causal_offset, n_heads=layout.n_heads,
+        lists=lut.lists, entries=lut.entries, order=lut.order, n_k_tiles=lut.n_k_tiles,
+        n_tiles=lut.n_tiles, sub_rows_log2=int(math.log2(lut.sub_rows)),
+        sub_cols_log2=int(math.log2(lut.sub_cols)),
+        n_sms=torch.cuda.get_device_properties(layout.device).multi_processor_count,
+        prep=compile_prep(config.dtype, config.head_dim, device),
+        main=KernelLauncher(main, HopperBackwardParams, device, config.shared_bytes),
+        convert=convert, dq=dq,
+        maps=RowMaps(config.block_m, config.block_n, config.block_n, config.block_m),
+    )  # fmt: skip
+
+
+def launch_hopper_backward(
+    plan: HopperBackwardPlan,
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    lse: torch.Tensor,
+    grad_out: torch.Tensor,
+    grad_lse: torch.Tensor | None,
+    scale: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(dq, dk, dv)``, as ``gpu.backward.fused.launch_backward`` gives them: checked forward
+    operands (strides TMA can read: the forward read them so), ``out`` and fp32 ``lse``; any
+    view of ``grad_out``; dq, dk and dv contiguous."""
+    batch, q_heads, seq_q, head_dim = q.shape
+    kv_heads, seq_k = k.shape[1], k.shape[2]
+    cfg = plan.config
+    grad_out = readable(grad_out)
+    stream = current_raw_stream(q.device.index)
+    rows, seq_q_pad = run_prep(plan.prep, out, grad_out, lse, grad_lse, stream)
+    n_ctas = plan.n_k_tiles * batch * kv_heads
+    splits = group_splits(n_ctas, q_heads // kv_heads, plan.n_sms)
+    dq_acc = None
+    if cfg.dq == "atomic":
+        dq_acc = q.new_zeros(q.shape, dtype=torch.float32)
+    elif cfg.dq == "bulk":
+        dq_acc = q.new_zeros(batch * q_heads * seq_q_pad * head_dim, dtype=torch.float32)
+    parts = None
+    if splits > 1:
+        parts = q.new_empty((2, batch, kv_heads, splits, seq_k, head_dim), dtype=torch.float32)
+    else:
+        dk, dv = k.new_empty(k.shape), v.new_empty(v.shape)
+    q_map, k_map, v_map, do_map, broadcast = plan.maps(q, k, v, grad_out)
+    plan.main(  # HopperBackwardParams, in field order
+        n_ctas * splits, cfg.threads, cfg.shared_bytes, stream,
+        # inputs, outputs, the plan's transposed table
+        q_map, k_map, v_map, do_map, rows[0].data_ptr(), rows[1].data_ptr(),
+        0 if dq_acc is None else dq_acc.data_ptr(),
+        0 if parts is not None else dk.data_ptr(), 0 if parts is not None else dv.data_ptr(),
+        0 if parts is None else parts[0].data_ptr(), 0 if parts is None else parts[1].data_ptr(),
+        plan.lists.data_ptr(), plan.entries.data_ptr(), plan.order.data_ptr(),
+        # shapes
+        batch, q_heads, kv_heads, q_heads // kv_heads, splits, int(plan.n_heads == 1),
+        plan.n_k_tiles, seq_q, seq_k, seq_q_pad, broadcast,
+        # masking and scaling
+        plan.causal_offset, plan.sub_rows_log2, plan.sub_cols_log2, scale, scale * LOG2_E,
+    )  # fmt: skip
+    if plan.dq is not None:
+        dq = launch_dq(plan.dq, q, k, v, grad_out, rows, seq_q_pad, layout_heads=plan.n_heads,
+                       causal_offset=plan.causal_offset, scale=scale, stream=stream)  # fmt: skip
+    elif plan.convert is not None:
+        dq = torch.empty_like(q, memory_format=torch.contiguous_format)
+        n_vectors = dq_acc.numel() // 4
+        plan.convert(  # DqConvertParams, in field order
+            -(-n_vectors // CONVERT_THREADS), CONVERT_THREADS, 0, stream,
+            dq_acc.data_ptr(), dq.data_ptr(), n_vectors, seq_q, seq_q_pad,
+        )  # fmt: skip
+    else:
+        dq = dq_acc.to(q.dtype)
+    if parts is not None:
+        dk, dv = parts.sum(3).to(k.dtype).unbind(0)
+    return dq, dk, dv
