@@ -4,12 +4,12 @@ Two measurements, one process, one GPU:
 
 1. **Host cost per call** (CPU timer): at B=1, H=1, S=256, D=64, 200 back-to-back calls timed
    with ``time.perf_counter`` while the GPU is held busy by a spin kernel queued first (so every
-   call only enqueues and the time is the host's alone), median of 21 trials, for each way to
-   call: CuPy's generic launch of the same kernel, ``run_fused`` (and its two pieces on the
-   plan's build: the parameter values, then the driver launch with them ready), the plan form (with and without ``out`` and ``return_lse``), the layout form on a cache hit
-   with a CUDA tensor, a CPU tensor and a ``designer.Layout``, the ``torch.library`` op called
-   eagerly through the dispatcher, and dense SDPA for scale. Targets: ≤ 30 µs with a plan,
-   ≤ 50 µs for the layout form.
+   call only enqueues and the time is the host's alone), median of 21 trials, for each way to call:
+   CuPy's generic launch of the same kernel, ``run_fused`` (and its two pieces on the plan's build:
+   the parameter values, then the driver launch with them ready), the plan form (with and without
+   ``out`` and ``return_lse``), the layout form on a cache hit with a CUDA tensor, a CPU tensor and
+   a ``designer.Layout``, the ``torch.library`` op called eagerly through the dispatcher, and dense
+   SDPA for scale. Targets: ≤ 30 µs with a plan, ≤ 50 µs for the layout form.
 2. **The public call against the kernel alone** at bf16, B=1, H=16, S=16384 on four standard
    cases: ``triton.testing.do_bench`` (CUDA events, L2 cleared before each call, median) around
    ``run_fused`` with a prebuilt plan, the plan call, the layout call with a CUDA layout tensor,

@@ -114,7 +114,9 @@ def _setup_context(ctx, inputs, output) -> None:
     ctx.save_for_backward(q, k, v, out, lse)
     ctx.plan_id, ctx.scale, ctx.reference = plan_id, scale, reference
     ctx.deterministic = deterministic
-    if not torch.compiler.is_compiling():  # a cached plan must outlive the backward
+    # A cached plan must outlive the backward. Traced, the id may be symbolic (a compiled
+    # function that ran with two plans takes the id as an input): the graph carries it then.
+    if not torch.compiler.is_compiling() and isinstance(plan_id, int):
         ctx.plan = plan_by_id(plan_id)
 
 

@@ -236,5 +236,6 @@ def launch_hopper_backward(
     else:
         dq = dq_acc.to(q.dtype)
     if parts is not None:
-        dk, dv = parts.sum(3).to(k.dtype).unbind(0)
+        # two tensors of their own (a custom op's outputs may not alias each other)
+        dk, dv = (part.sum(2).to(k.dtype) for part in parts.unbind(0))
     return dq, dk, dv

@@ -107,7 +107,7 @@ def test_the_table_refuses_what_it_cannot_give():
         choose_backward_build(hopper=True, deterministic=False, build="sm90")
     with pytest.raises(TypeError, match="deterministic must be True or False"):
         choose_backward_build(hopper=True, deterministic=1)
-    with pytest.raises(ValueError, match="token-masked .* fused backward only, got build 'sm90"):
+    with pytest.raises(ValueError, match=r"token-masked .* fused backward only, got build 'sm90"):
         choose_backward_build(hopper=True, deterministic=False, build="sm90_bulk", token_tiles=True)
     with pytest.raises(ValueError, match="fused backward only, got deterministic=True"):
         choose_backward_build(hopper=True, deterministic=True, token_tiles=True)
