@@ -116,7 +116,7 @@ def host_costs() -> dict[str, float]:
             q, k, v, layout, block, causal=True
         ),
         "torch.ops.blocksparse.attention (dispatcher)": lambda: torch.ops.blocksparse.attention(
-            q, k, v, the_plan.plan_id, scale, False
+            q, k, v, the_plan.plan_id, scale, False, False
         ),
         "dense SDPA (for scale)": lambda: torch.nn.functional.scaled_dot_product_attention(
             q, k, v, is_causal=True
