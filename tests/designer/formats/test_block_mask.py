@@ -303,7 +303,7 @@ def test_one_head_broadcasts_over_heads():
     mask = to_block_mask(layout, causal=True)
     assert mask.kv_num_blocks.shape == (1, 1, 2)
     dense = create_mask(mask.mask_mod, 1, 4, 192, 192, "cpu")
-    expected = layout.token_mask(0) & torch.ones(192, 192, dtype=torch.bool).tril()
+    expected = layout.token_mask(0)[0] & torch.ones(192, 192, dtype=torch.bool).tril()
     assert torch.equal(dense[0], expected.expand(4, -1, -1))
 
 
