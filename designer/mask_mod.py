@@ -270,13 +270,20 @@ def from_mask_mod(
     alignment = check_choice("causal_alignment", causal_alignment, CAUSAL_ALIGNMENTS)
     offset = causal_offset(alignment, seq_q, seq_k) if causal else None
     with one_thread():  # small tensor operations: a second thread only adds contention
-        return _from_mask_mod(mask_mod, heads, seq_q, seq_k, b, offset)
+        bounds = tile_bounds(mask_mod, heads=heads, seq_q=seq_q, seq_k=seq_k, block_size=b)
+        return layout_of_bounds(mask_mod, bounds, heads, seq_q, seq_k, b, offset)
 
 
-def _from_mask_mod(
-    mask_mod: MaskMod, heads: int, seq_q: int, seq_k: int, b: int, offset: int | None
+def layout_of_bounds(
+    mask_mod: MaskMod,
+    bounds: TileBounds,
+    heads: int,
+    seq_q: int,
+    seq_k: int,
+    b: int,
+    offset: int | None = None,
 ) -> Layout:
-    bounds = tile_bounds(mask_mod, heads=heads, seq_q=seq_q, seq_k=seq_k, block_size=b)
+    """Pass 2 of ``from_mask_mod`` (arguments checked) after pass 1 gave ``bounds``."""
     check_evaluation(evaluation_cost(bounds, b)[0])
     shown, m, n = bounds.full.shape
     blocks = bounds.full.clone()
