@@ -256,6 +256,13 @@ class Layout:
             token_density=allowed / (h * self.seq_len_q * self.seq_len_k),
         )
 
+    def partial_grid(self) -> torch.Tensor:
+        """Bool ``[H, M, N]``: the partial blocks (all False for a block-level layout)."""
+        grid = torch.zeros(self.shape, dtype=torch.bool)
+        if self.partials is not None:
+            grid[tuple(self.partials.index.to(torch.int64).T)] = True
+        return grid
+
     def to_numpy(self) -> np.ndarray:
         """The blocks as a read-only ``uint8`` numpy array (for pictures and numba code)."""
         array = self.blocks.numpy().view(np.uint8)

@@ -41,6 +41,8 @@ def check_version(
     found = check_int(f"{name} version", data.get("version"), low=1)
     if found not in versions:
         readable = " and ".join(map(str, versions))
+        if len(versions) > 2:
+            readable = ", ".join(map(str, versions[:-1])) + f" and {versions[-1]}"
         raise ValueError(
             f"{name} version {found} is not supported; this designer reads version {readable}"
         )
