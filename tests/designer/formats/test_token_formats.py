@@ -132,3 +132,37 @@ def test_a_version_3_file_with_bad_partials_is_refused():
     torch.save(content, buffer)
     with pytest.raises(ValueError, match=r"seq_len_q = 16 does not match the layout"):
         load_design(buffer.getvalue())
+
+
+@pytest.mark.parametrize("heads", [1, 2])
+def test_the_flex_snippet_builds_the_token_mask_from_the_download(tmp_path, monkeypatch, heads):
+    from designer.formats import flex_snippet
+
+    doc = torch.repeat_interleave(torch.arange(3), torch.tensor([100, 300, 100]))
+    layout = from_mask_mod_documents(doc, heads)
+    torch.save(block_mask_tensors(layout, causal=True), tmp_path / "t_blockmask.pt")
+    monkeypatch.chdir(tmp_path)
+    namespace = {}
+    exec(compile(flex_snippet(Design(layout, causal=True), "t_blockmask.pt"), "s", "exec"),
+         namespace)  # fmt: skip
+    made = create_mask(namespace["block_mask"].mask_mod, 1, heads, 500, 500)[0]
+    assert torch.equal(made, layout.token_mask())
+
+
+def from_mask_mod_documents(doc, heads):
+    from designer import from_mask_mod
+
+    return from_mask_mod(lambda b, h, q, k: (doc[q] == doc[k]) & (q >= k), heads=heads,
+                         seq_q=len(doc), seq_k=len(doc), block_size=64)  # fmt: skip
+
+
+def test_block_level_exports_say_they_cannot_hold_partial_blocks():
+    from designer.formats.exports import exports
+
+    doc = torch.repeat_interleave(torch.arange(2), torch.tensor([100, 412]))
+    found = {e.label: e for e in exports(Design(from_mask_mod_documents(doc, 2)))}
+    for label in ("CSR (row_ptr, col_idx)", "MIT base_blockmask", "DeepSpeed layout"):
+        assert "partial blocks (token masks inside blocks) it cannot express" in found[
+            label].unavailable  # fmt: skip
+    for label in ("Design (.pt)", "FlexAttention BlockMask", "FlexAttention snippet"):
+        assert found[label].unavailable is None and found[label].build()
