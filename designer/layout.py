@@ -32,7 +32,8 @@ import numpy as np
 import torch
 
 from designer import partials as tokens
-from designer.partials import PartialBlocks
+from designer.partials import PartialBlocks, unpack_bits
+from designer.partials import lookup as tokens_lookup
 from designer.validate import (
     as_block_tensor,
     check_int,
@@ -255,6 +256,22 @@ class Layout:
             masked_fraction=(computed - allowed) / computed if computed else 0.0,
             token_density=allowed / (h * self.seq_len_q * self.seq_len_k),
         )
+
+    def block_tokens(self, head: int, q_block: int, k_block: int) -> torch.Tensor:
+        """Bool ``[block, block]``: the token pairs one block attends (none past the lengths)."""
+        head = check_int("head", head, low=0, high=self.n_heads - 1)
+        row = check_int("q_block", q_block, low=0, high=self.n_q_blocks - 1)
+        col = check_int("k_block", k_block, low=0, high=self.n_k_blocks - 1)
+        b = self.block_size
+        tokens = torch.zeros(b, b, dtype=torch.bool)
+        if self.blocks[head, row, col]:
+            tokens[: self.seq_len_q - row * b, : self.seq_len_k - col * b] = True
+            if self.partials is not None:
+                key = torch.tensor([(head << 32) | (row << 16) | col])
+                found, bits = tokens_lookup(self.partials, key, b)
+                if bool(found[0]):
+                    tokens = unpack_bits(bits, b)[0]
+        return tokens
 
     def partial_grid(self) -> torch.Tensor:
         """Bool ``[H, M, N]``: the partial blocks (all False for a block-level layout)."""

@@ -29,7 +29,8 @@ import torch
 
 from designer.units import bytes_text
 
-#: Most bytes of partial-block bits a layout may hold (65,536 blocks of 64 tokens).
+#: Most bytes of partial-block bits a layout may hold (65,536 blocks of 64 tokens: a
+#: 1,000-token window over 65,536 tokens and 16 heads takes 48,656). Each head keeps its own.
 MAX_PARTIAL_BYTES = 32 << 20
 #: Most partial blocks a layout may hold (at block 16 a block's bits are 32 bytes).
 MAX_PARTIALS = 1 << 20
