@@ -285,6 +285,10 @@ def grid_keys(partials: PartialBlocks | None, own_heads: int, n_heads: int) -> t
     return (heads | keys[None, :]).reshape(-1)
 
 
+_OPERATIONS = {"or": torch.bitwise_or, "and": torch.bitwise_and,
+               "andnot": lambda a, b: a & ~b}  # fmt: skip
+
+
 def combine(
     a_blocks: torch.Tensor,
     a_partials: PartialBlocks | None,
@@ -297,12 +301,8 @@ def combine(
     two layouts' blocks and partial blocks (``b`` may have one head for all), before
     ``normalise``: a cell partial on either side gets the bytes of the operation, the others
     the block-level result."""
-    if how == "or":
-        blocks = a_blocks | b_blocks
-    elif how == "and":
-        blocks = a_blocks & b_blocks
-    else:
-        blocks = a_blocks & ~b_blocks
+    op = _OPERATIONS[how]  # the same on block flags and on token bits
+    blocks = op(a_blocks, b_blocks)
     n_heads = blocks.shape[0]
     keys = torch.unique(torch.cat([
         grid_keys(a_partials, a_blocks.shape[0], n_heads),
@@ -312,12 +312,7 @@ def combine(
         return blocks, None
     a_bits = cell_bits(a_blocks, a_partials, keys, block_size)
     b_bits = cell_bits(b_blocks, b_partials, keys, block_size)
-    if how == "or":
-        bits = a_bits | b_bits
-    elif how == "and":
-        bits = a_bits & b_bits
-    else:
-        bits = a_bits & ~b_bits
+    bits = op(a_bits, b_bits)
     index = index_of(keys)
     blocks[tuple(index.to(torch.int64).T)] = True
     check_partial_size(len(keys), block_size)
