@@ -27,6 +27,7 @@ import numpy as np
 
 from designer.cache import LruCache, head_key, head_keys
 from designer.design import Design
+from designer.layout import TokenStats
 from designer.lints import Lint, lint_design
 from designer.segment_stats import UNTILED, SegmentStats, head_tile_maps, tile_count_stats
 
@@ -46,6 +47,8 @@ ANALYSIS_CACHE_ENTRIES = 4
 #: 1.3-5.7 s to segment and 1.5-3.8 s to lint, at 1 % to 50 % density), with a margin.
 SEGMENT_NS_PER_CELL, SEGMENT_NS_PER_BLOCK = 25, 140
 LINT_NS_PER_CELL, LINT_NS_PER_BLOCK = 26, 80
+#: Token statistics of partial blocks, per byte of their bits (popcount and masks).
+PARTIAL_NS_PER_BYTE = 4
 #: Peak bytes: one head's segmentation scratch and tile rows, then the lints over the layout.
 SEGMENT_BYTES_PER_CELL, SEGMENT_BYTES_PER_BLOCK = 9, 36
 LINT_BYTES_PER_CELL = 12
@@ -84,11 +87,14 @@ class HeadTiles:
 
 @dataclass(frozen=True, eq=False)
 class Analysis:
-    """A design's segmentation per head, its statistics and lints."""
+    """A design's segmentation per head, its statistics and lints. Segmentation follows block
+    activity: a partial block is a block of its tile like any other; ``tokens`` counts full,
+    partial and empty blocks and what partial blocks mask away."""
 
     heads: tuple[HeadTiles, ...]
     stats: SegmentStats
     lints: tuple[Lint, ...]
+    tokens: TokenStats
 
     @property
     def widths(self) -> tuple[np.ndarray, ...]:
@@ -126,6 +132,8 @@ def analysis_cost(design: Design) -> tuple[float, int]:
     head_cells, head_active = cells // layout.n_heads, active / layout.n_heads
     ns = (SEGMENT_NS_PER_CELL + LINT_NS_PER_CELL) * cells
     ns += (SEGMENT_NS_PER_BLOCK + LINT_NS_PER_BLOCK) * active
+    if layout.partials is not None:  # token statistics: a count over the bits
+        ns += PARTIAL_NS_PER_BYTE * layout.partials.bits.numel()
     segment = SEGMENT_BYTES_PER_CELL * head_cells + SEGMENT_BYTES_PER_BLOCK * head_active
     return ns, int(max(segment, LINT_BYTES_PER_CELL * cells))
 
@@ -174,24 +182,39 @@ def head_tiles(blocks: np.ndarray, start_width: int) -> HeadTiles:
     return _heads_tiles(blocks[None], (head_key(blocks),), start_width)[0]
 
 
+def _token_digest(layout, digest) -> None:
+    """Add a token-exact layout's lengths and partial blocks to ``digest`` (nothing for a
+    block-level layout, so its digests are what they were)."""
+    if layout.whole_blocks:
+        return
+    digest.update(repr((layout.seq_len_q, layout.seq_len_k)).encode())
+    if layout.partials is not None:
+        digest.update(layout.partials.index.numpy().tobytes())
+        digest.update(layout.partials.bits.numpy().tobytes())
+
+
 def analysis_key(design: Design) -> str:
-    """A digest of all an analysis depends on: every head, block size, start width, causal."""
+    """A digest of all an analysis depends on: every head, block size, start width, causal,
+    and a token-exact layout's lengths and partial blocks."""
     layout = design.layout
     settings = (layout.shape, layout.block_size, design.effective_start_width, design.causal)
     digest = hashlib.blake2b(repr(settings).encode(), digest_size=16)
     for key in head_keys(layout):
         digest.update(key.encode())
+    _token_digest(layout, digest)
     return digest.hexdigest()
 
 
 def design_digest(design: Design) -> str:
     """The name a design's benchmark runs are stored under: blocks, block size, start width,
-    causal flag (unchanged across versions, so stored runs stay found)."""
+    causal flag (unchanged across versions, so stored runs stay found), and a token-exact
+    layout's lengths and partial blocks."""
     layout = design.layout
     digest = hashlib.blake2b(digest_size=16)
     settings = (layout.shape, layout.block_size, design.effective_start_width, design.causal)
     digest.update(repr(settings).encode())
     digest.update(layout.to_numpy().tobytes())
+    _token_digest(layout, digest)
     return digest.hexdigest()
 
 
@@ -227,7 +250,7 @@ def analyse(
     lints = _LINTS.get(key, lambda: tuple(lint_design(design)))
     if progress is not None:
         progress(1.0)
-    return Analysis(heads, stats, lints)
+    return Analysis(heads, stats, lints, layout.token_stats())
 
 
 def cached_analysis(

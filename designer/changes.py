@@ -19,7 +19,7 @@ from designer.layout import MAX_BLOCK_SIZE, Layout
 from designer.patterns.neighborhood_2d import covering_image
 from designer.patterns.packed_documents import covering_documents
 from designer.recipe import Recipe, RecipeStep
-from designer.validate import MAX_HEADS, check_bool, check_int
+from designer.validate import MAX_BLOCKS, MAX_HEADS, check_bool, check_int
 
 #: Most tokens on a side the app accepts (the layout size limit bounds it further).
 MAX_SEQ_LEN = 1 << 20
@@ -30,10 +30,11 @@ MAX_START_WIDTH = 1 << 16
 
 @dataclass(frozen=True)
 class Shape:
-    """What the setup widgets describe: sequence lengths in tokens, block size, heads.
+    """What the setup widgets describe: sequence lengths in tokens, block size, heads. A length
+    need not be whole blocks: its last block is cut short (``Layout.seq_q``).
 
-    >>> Shape(4096, 4096, 64, 8).n_q_blocks
-    64
+    >>> Shape(4096, 4096, 64, 8).n_q_blocks, Shape(1000, 1000, 64, 8).n_q_blocks
+    (64, 16)
     """
 
     seq_len_q: int
@@ -42,23 +43,18 @@ class Shape:
     n_heads: int
 
     def __post_init__(self) -> None:
-        block = check_int("block size", self.block_size, low=1, high=MAX_BLOCK_SIZE)
+        check_int("block size", self.block_size, low=1, high=MAX_BLOCK_SIZE)
         check_int("heads", self.n_heads, low=1, high=MAX_HEADS)
         for name, tokens in (("query tokens", self.seq_len_q), ("key tokens", self.seq_len_k)):
-            check_int(name, tokens, low=block, high=MAX_SEQ_LEN)
-            if tokens % block:
-                raise ValueError(
-                    f"{name} must be a multiple of the block size {block}, got {tokens} "
-                    f"(try {tokens // block * block or block} or {(tokens // block + 1) * block})"
-                )
+            check_int(name, tokens, low=1, high=MAX_SEQ_LEN)
 
     @property
     def n_q_blocks(self) -> int:
-        return self.seq_len_q // self.block_size
+        return -(-self.seq_len_q // self.block_size)
 
     @property
     def n_k_blocks(self) -> int:
-        return self.seq_len_k // self.block_size
+        return -(-self.seq_len_k // self.block_size)
 
     @classmethod
     def of(cls, layout: Layout) -> Shape:
@@ -81,6 +77,8 @@ def reshape(design: Design, shape: Shape) -> tuple[Design, str | None]:
         "n_q_blocks": shape.n_q_blocks,
         "n_k_blocks": shape.n_k_blocks,
         "block_size": shape.block_size,
+        "seq_q": shape.seq_len_q,
+        "seq_k": shape.seq_len_k,
     }
     try:
         recipe = replace(design.recipe, **dims)
@@ -119,15 +117,23 @@ def step_names(message: str) -> str:
     return _STEP_INDEX.sub(lambda match: f"Step {int(match[1]) + 1}", message)
 
 
-def fitted_step(pattern: str, n_q_blocks: int, **step: Any) -> RecipeStep:
+def fitted_step(
+    pattern: str, n_q_blocks: int, *, seq_q: int | None = None, **step: Any
+) -> RecipeStep:
     """A new step of ``pattern`` with its default parameters, those that depend on the grid
-    (document lengths, image size) fitted to ``n_q_blocks`` so that no query row is left out.
+    (document lengths, image size) fitted to ``n_q_blocks`` (token patterns: to ``seq_q``
+    tokens) so that no query row is left out.
 
     >>> fitted_step("neighborhood_2d", 16).params["height"]
     4
+    >>> fitted_step("token_documents", 16, seq_q=1000).params["doc_tokens"]
+    (375, 625)
     """
-    fit = _FITTED_DEFAULTS.get(pattern)
-    return RecipeStep(pattern, fit(n_q_blocks) if fit else {}, **step)
+    if fit := _FITTED_DEFAULTS.get(pattern):
+        return RecipeStep(pattern, fit(n_q_blocks), **step)
+    if fit := _FITTED_TOKENS.get(pattern):
+        return RecipeStep(pattern, fit(seq_q or n_q_blocks), **step)
+    return RecipeStep(pattern, {}, **step)
 
 
 def set_step(design: Design, index: int, step: RecipeStep) -> Design:
@@ -180,5 +186,18 @@ _FITTED_DEFAULTS: dict[str, Callable[[int], dict[str, Any]]] = {
 }
 
 
+def _squarest_width(tokens: int) -> int:
+    """The width of the squarest canvas of ``tokens`` pixels, rows of whole width."""
+    return covering_image(min(tokens, MAX_BLOCKS))[1]
+
+
+_FITTED_TOKENS: dict[str, Callable[[int], dict[str, Any]]] = {
+    "token_documents": lambda n: {"doc_tokens": covering_documents(n)},
+    "token_causal_documents": lambda n: {"doc_tokens": covering_documents(n)},
+    "token_natten": lambda n: {"width": min(_squarest_width(n), 4096)},
+}
+
+
 def _empty_recipe(layout: Layout) -> Recipe:
-    return Recipe(layout.n_heads, layout.n_q_blocks, layout.n_k_blocks, layout.block_size)
+    return Recipe(layout.n_heads, layout.n_q_blocks, layout.n_k_blocks, layout.block_size,
+                  seq_q=layout.seq_q, seq_k=layout.seq_k)  # fmt: skip

@@ -2,7 +2,11 @@
 
 An edit is a frozen value rather than a function call so that a design's recipe can replay it, an
 undo history can hold it and a file can carry it (``to_dict`` / ``edit_from_dict``). Regions are
-given in block coordinates ``(row, col)`` = ``(query block, key block)``:
+given in block coordinates ``(row, col)`` = ``(query block, key block)``, and act on whole
+blocks: a partial block painted ``set`` becomes full, ``clear`` empty, and ``toggle`` (it is
+active) empty too; each is one edit, and the token masks of the blocks an edit does not touch
+stay as they are. A ``CopyHead`` copies a head's partial blocks with it, a ``Transpose``
+transposes them. Regions:
 
 - ``Cells(((r, c), ...))``: the listed blocks;
 - ``Rect(row0, col0, row1, col1)``: the box between two corners, both included;
@@ -21,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from designer.layout import Layout
+from designer.partials import drop_cells, head_map, transposed
 from designer.regions import (
     MAX_EDIT_CELLS,
     REGIONS,
@@ -52,6 +57,7 @@ __all__ = [
     "apply_edit",
     "check_heads",
     "edit_from_dict",
+    "edited_partials",
     "fit_heads",
     "region_from_dict",
 ]
@@ -176,7 +182,22 @@ def apply_edit(layout: Layout, op: Edit) -> Layout:
         blocks[heads] &= ~mask
     else:
         blocks[heads] ^= mask
-    return Layout(blocks, layout.block_size)
+    partials = drop_cells(layout.partials, op.heads, mask)
+    return Layout(blocks, layout.block_size, partials, layout.seq_q, layout.seq_k)
+
+
+def edited_partials(partials, op: Edit, shape: Shape, block_size: int):
+    """The partial blocks after ``op`` on a layout of ``shape`` (see the module docstring)."""
+    if partials is None:
+        return None
+    if isinstance(op, Transpose):
+        return transposed(partials)
+    if isinstance(op, CopyHead):
+        sources: list[int | None] = [None] * shape[0]
+        for target in op.targets:
+            sources[target] = op.source
+        return head_map(partials, sources, partials, block_size)
+    return drop_cells(partials, op.heads, op.region.mask(shape[1], shape[2]))
 
 
 def edit_from_dict(data: Any) -> Edit:

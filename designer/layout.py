@@ -2,11 +2,22 @@
 
 A layout is a ``[H, M, N]`` 0/1 grid (heads, query blocks, key blocks) plus ``block_size``, the
 number of tokens on each side of a block, so ``seq_len_q = M * block_size`` and
-``seq_len_k = N * block_size``. ``M != N`` is allowed (cross-attention). Query rows run top to
-bottom, keys left to right; causal attention lives on and below the diagonal (``col <= row``),
-aligned at the top-left corner as in ``q_idx >= k_idx``. Where a layout is run at other lengths
-(``Sq != Sk``, a partial last block), causal can also align at the bottom-right corner, as in
-FlashAttention >= 2.1 and KV-cache prefill: ``causal_offset`` says how.
+``seq_len_k = N * block_size`` unless the last block row or column is cut short: ``seq_q`` and
+``seq_k`` give token lengths ``(M - 1)·block < seq_q <= M·block`` (``None``: whole blocks).
+``M != N`` is allowed (cross-attention).
+
+An active block is full, or partial when ``partials`` (``designer.partials``) holds its token
+mask. Token ``(q, k)`` of head ``h`` is attended when its block is active, its block is full or
+its bit is set, and ``q < seq_q``, ``k < seq_k`` (a design's ``causal`` rule comes on top).
+Layouts are kept in a normal form, so equal attention means equal layouts: a partial block
+that allows every token it holds is full, one that allows none is inactive, and bits past the
+lengths are 0; a block-level layout has none at all (``partials is None``).
+
+Query rows run top to bottom, keys left to right; causal attention lives on and below the
+diagonal (``col <= row``), aligned at the top-left corner as in ``q_idx >= k_idx``. Where a
+layout is run at other lengths (``Sq != Sk``, a partial last block), causal can also align at
+the bottom-right corner, as in FlashAttention >= 2.1 and KV-cache prefill: ``causal_offset``
+says how.
 
 Layouts are immutable values: every operation returns a new one, so an editor can keep an undo
 history by reference and the app can cache on them.
@@ -20,12 +31,23 @@ from typing import Any
 import numpy as np
 import torch
 
-from designer.validate import as_block_tensor, check_int, check_int_list, check_layout_shape
+from designer import partials as tokens
+from designer.partials import PartialBlocks, unpack_bits
+from designer.partials import lookup as tokens_lookup
+from designer.validate import (
+    as_block_tensor,
+    check_int,
+    check_int_list,
+    check_layout_shape,
+    token_length,
+)
 
 #: Block sizes a layout may use (tokens per block side).
 MAX_BLOCK_SIZE = 4096
 #: Where causal attention is anchored: ``k_idx <= q_idx`` or ``k_idx <= q_idx + Sk - Sq``.
 CAUSAL_ALIGNMENTS = ("top_left", "bottom_right")
+#: Most cells of a dense token mask ``Layout.token_mask`` makes (bool: 256 MiB).
+MAX_TOKEN_MASK_CELLS = 1 << 28
 
 
 def causal_offset(causal_alignment: str, seq_q: int, seq_k: int) -> int:
@@ -51,17 +73,39 @@ class HeadStats:
     mean_row_blocks: float
 
 
+@dataclass(frozen=True)
+class TokenStats:
+    """A layout's blocks by kind and what its tiles compute at the token level (before a
+    design's causal rule): ``computed`` token pairs of the active blocks inside the lengths,
+    ``allowed`` those attended, ``masked_fraction`` the share of computed scores that partial
+    blocks mask away, ``token_density`` allowed pairs over all ``H·Sq·Sk``."""
+
+    full_blocks: int
+    partial_blocks: int
+    empty_blocks: int
+    computed: int
+    allowed: int
+    masked_fraction: float
+    token_density: float
+
+
 @dataclass(frozen=True, eq=False)
 class Layout:
-    """A validated ``[H, M, N]`` block layout and its block size.
+    """A validated ``[H, M, N]`` block layout, its block size, its partial blocks' token masks
+    and its token lengths, in normal form (see the module docstring).
 
     >>> layout = Layout(torch.ones(2, 4, 4, dtype=torch.int64), 64)
     >>> layout.shape, layout.seq_len_q, layout.density
     ((2, 4, 4), 256, 1.0)
+    >>> Layout(torch.ones(1, 4, 4, dtype=torch.bool), 64, seq_q=200).seq_len_q
+    200
     """
 
     blocks: torch.Tensor
     block_size: int
+    partials: PartialBlocks | None = None
+    seq_q: int | None = None
+    seq_k: int | None = None
 
     def __post_init__(self) -> None:
         blocks = as_block_tensor("layout", self.blocks)
@@ -69,10 +113,40 @@ class Layout:
             raise ValueError(
                 f"layout must have at least one head and block, got {list(blocks.shape)}"
             )
+        block = check_int("block_size", self.block_size, low=1, high=MAX_BLOCK_SIZE)
+        object.__setattr__(self, "block_size", block)
+        _, m, n = blocks.shape
+        for name, count in (("seq_q", m), ("seq_k", n)):
+            text = f"{name} (the layout's {count} blocks of {block} tokens)"
+            length = token_length(text, getattr(self, name), count, block)
+            object.__setattr__(self, name, None if length == count * block else length)
+        partials = self.partials
+        if partials is not None:
+            if not isinstance(partials, PartialBlocks):
+                raise TypeError(
+                    f"partials must be PartialBlocks or None, got {type(partials).__name__}"
+                )
+            if partials.block_size != block:
+                raise ValueError(
+                    f"partials must have masks of the block size {block}, got {partials.block_size}"
+                )
+            blocks, partials = tokens.normalise(blocks, partials, self.seq_len_q, self.seq_len_k)
         object.__setattr__(self, "blocks", blocks)
-        object.__setattr__(
-            self, "block_size", check_int("block_size", self.block_size, low=1, high=MAX_BLOCK_SIZE)
-        )
+        object.__setattr__(self, "partials", partials)
+
+    def _with(self, blocks: torch.Tensor, partials: PartialBlocks | None = None,
+              transpose: bool = False, normal: bool = False) -> Layout:  # fmt: skip
+        """A layout of these lengths (swapped by ``transpose``) with new blocks and partials.
+
+        ``normal``: the partials are already in normal form for the blocks (copied, moved or
+        dropped from this normal layout), so they are not checked again.
+        """
+        seq_q, seq_k = (self.seq_k, self.seq_q) if transpose else (self.seq_q, self.seq_k)
+        if not normal or partials is None:
+            return Layout(blocks, self.block_size, partials, seq_q, seq_k)
+        layout = Layout(blocks, self.block_size, None, seq_q, seq_k)
+        object.__setattr__(layout, "partials", partials if partials.count else None)
+        return layout
 
     @classmethod
     def from_array(cls, array: Any, block_size: int) -> Layout:
@@ -104,11 +178,23 @@ class Layout:
 
     @property
     def seq_len_q(self) -> int:
-        return self.n_q_blocks * self.block_size
+        """Query tokens: ``seq_q``, or whole blocks."""
+        return self.n_q_blocks * self.block_size if self.seq_q is None else self.seq_q
 
     @property
     def seq_len_k(self) -> int:
-        return self.n_k_blocks * self.block_size
+        """Key tokens: ``seq_k``, or whole blocks."""
+        return self.n_k_blocks * self.block_size if self.seq_k is None else self.seq_k
+
+    @property
+    def whole_blocks(self) -> bool:
+        """Whether the lengths are whole blocks and no block is partial (a block-level layout)."""
+        return self.partials is None and self.seq_q is None and self.seq_k is None
+
+    @property
+    def n_partial(self) -> int:
+        """Number of partial blocks over all heads."""
+        return 0 if self.partials is None else self.partials.count
 
     # ----------------------------------------------------------------- statistics
     @property
@@ -143,6 +229,57 @@ class Layout:
             )
         return stats
 
+    def token_stats(self) -> TokenStats:
+        """Full, partial and empty block counts and the token-level numbers of ``TokenStats``."""
+        h, m, n = self.shape
+        b, nnz, partial = self.block_size, self.nnz, self.n_partial
+        last_q, last_k = self.seq_len_q - (m - 1) * b, self.seq_len_k - (n - 1) * b
+        grid = self.to_numpy()
+        in_last_row = int(np.count_nonzero(grid[:, m - 1, :]))
+        in_last_col = int(np.count_nonzero(grid[:, :, n - 1]))
+        corner = int(np.count_nonzero(grid[:, m - 1, n - 1]))
+        # every active block computes b x b pairs, less what the cut last row and column drop
+        computed = nnz * b * b - in_last_row * (b - last_q) * b - in_last_col * (b - last_k) * b
+        computed += corner * (b - last_q) * (b - last_k)
+        allowed = computed
+        if self.partials is not None:
+            index = self.partials.index
+            rows = torch.clamp(self.seq_len_q - index[:, 1].to(torch.int64) * b, max=b)
+            cols = torch.clamp(self.seq_len_k - index[:, 2].to(torch.int64) * b, max=b)
+            allowed -= int((rows * cols).sum()) - self.partials.allowed_tokens()
+        return TokenStats(
+            full_blocks=nnz - partial,
+            partial_blocks=partial,
+            empty_blocks=h * m * n - nnz,
+            computed=computed,
+            allowed=allowed,
+            masked_fraction=(computed - allowed) / computed if computed else 0.0,
+            token_density=allowed / (h * self.seq_len_q * self.seq_len_k),
+        )
+
+    def block_tokens(self, head: int, q_block: int, k_block: int) -> torch.Tensor:
+        """Bool ``[block, block]``: the token pairs one block attends (none past the lengths)."""
+        head = check_int("head", head, low=0, high=self.n_heads - 1)
+        row = check_int("q_block", q_block, low=0, high=self.n_q_blocks - 1)
+        col = check_int("k_block", k_block, low=0, high=self.n_k_blocks - 1)
+        b = self.block_size
+        tokens = torch.zeros(b, b, dtype=torch.bool)
+        if self.blocks[head, row, col]:
+            tokens[: self.seq_len_q - row * b, : self.seq_len_k - col * b] = True
+            if self.partials is not None:
+                key = torch.tensor([(head << 32) | (row << 16) | col])
+                found, bits = tokens_lookup(self.partials, key, b)
+                if bool(found[0]):
+                    tokens = unpack_bits(bits, b)[0]
+        return tokens
+
+    def partial_grid(self) -> torch.Tensor:
+        """Bool ``[H, M, N]``: the partial blocks (all False for a block-level layout)."""
+        grid = torch.zeros(self.shape, dtype=torch.bool)
+        if self.partials is not None:
+            grid[tuple(self.partials.index.to(torch.int64).T)] = True
+        return grid
+
     def to_numpy(self) -> np.ndarray:
         """The blocks as a read-only ``uint8`` numpy array (for pictures and numba code)."""
         array = self.blocks.numpy().view(np.uint8)
@@ -154,29 +291,36 @@ class Layout:
         return self.blocks.to(torch.int64)
 
     # ----------------------------------------------------------------- algebra
+    # Token-level when partial blocks are involved: a union of a partial and an empty block is
+    # the partial one, of two partial ones the union of their masks, and so on.
     def union(self, other: Layout) -> Layout:
-        """Blocks active in either layout."""
-        return self._combine(other, torch.logical_or, "union")
+        """Token pairs attended in either layout."""
+        return self._combine(other, "or", "union")
 
     def intersection(self, other: Layout) -> Layout:
-        """Blocks active in both layouts."""
-        return self._combine(other, torch.logical_and, "intersection")
+        """Token pairs attended in both layouts."""
+        return self._combine(other, "and", "intersection")
 
     def difference(self, other: Layout) -> Layout:
-        """Blocks active here but not in ``other``."""
-        return self._combine(other, lambda a, b: a & ~b, "difference")
+        """Token pairs attended here but not in ``other``."""
+        return self._combine(other, "andnot", "difference")
 
     def complement(self) -> Layout:
-        """Every inactive block becomes active and vice versa."""
-        return Layout(~self.blocks, self.block_size)
+        """Every token pair inside the lengths attended here is not, and vice versa."""
+        blocks, partials = ~self.blocks, self.partials
+        if partials is not None:
+            blocks[tuple(partials.index.to(torch.int64).T)] = True
+            partials = PartialBlocks(partials.index, ~partials.bits)
+        return self._with(blocks, partials)
 
     def causal_clip(self) -> Layout:
         """Drop blocks wholly above the diagonal (``col > row``): no query there may attend."""
-        return Layout(torch.tril(self.blocks), self.block_size)
+        return self._with(torch.tril(self.blocks), tokens.causal_rows(self.partials), normal=True)
 
     def transpose(self) -> Layout:
-        """Swap query and key blocks in every head."""
-        return Layout(self.blocks.transpose(1, 2), self.block_size)
+        """Swap query and key blocks (and tokens) in every head."""
+        partials = tokens.transposed(self.partials)
+        return self._with(self.blocks.transpose(1, 2), partials, transpose=True, normal=True)
 
     def with_heads(self, heads: list[int], source: Layout) -> Layout:
         """Replace ``heads`` with ``source``'s heads (one source head is broadcast to all)."""
@@ -189,26 +333,51 @@ class Layout:
             )
         blocks = self.blocks.clone()
         blocks[heads] = source.blocks.expand(len(heads), -1, -1)
-        return Layout(blocks, self.block_size)
+        partials = self.partials
+        if partials is not None or source.partials is not None:
+            sources: list[int | None] = [None] * self.n_heads
+            for i, head in enumerate(heads):
+                sources[head] = 0 if source.n_heads == 1 else i
+            partials = tokens.head_map(source.partials, sources, self.partials, self.block_size)
+        return self._with(blocks, partials, normal=True)
 
     def select_heads(self, heads: list[int]) -> Layout:
         """A layout made of the listed heads, in that order."""
         heads = check_int_list("heads", heads, low=0, high=self.n_heads - 1, min_len=1)
-        return Layout(self.blocks[heads], self.block_size)
+        partials = tokens.head_map(self.partials, heads, None, self.block_size)
+        return self._with(self.blocks[heads], partials, normal=True)
 
     def broadcast_heads(self, n_heads: int) -> Layout:
         """Copy a one-head layout to ``n_heads`` heads."""
         n_heads = check_int("n_heads", n_heads, low=1)
         if self.n_heads != 1:
             raise ValueError(f"broadcast_heads needs a one-head layout, got {self.n_heads} heads")
-        return Layout(self.blocks.expand(n_heads, -1, -1), self.block_size)
+        partials = tokens.repeated(self.partials, n_heads)
+        return self._with(self.blocks.expand(n_heads, -1, -1), partials, normal=True)
 
     # ----------------------------------------------------------------- token level
-    def token_mask(self, head: int = 0) -> torch.Tensor:
-        """The ``[seq_len_q, seq_len_k]`` bool mask of one head (for references and tests)."""
-        head = check_int("head", head, low=0, high=self.n_heads - 1)
-        b = self.block_size
-        return self.blocks[head].repeat_interleave(b, 0).repeat_interleave(b, 1)
+    def token_mask(self, head: int | None = None) -> torch.Tensor:
+        """The bool ``[H, seq_len_q, seq_len_k]`` token mask of every head, or ``[1, ...]`` of
+        one (for references and tests); refused past ``MAX_TOKEN_MASK_CELLS`` cells."""
+        heads = list(range(self.n_heads))
+        if head is not None:
+            heads = [check_int("head", head, low=0, high=self.n_heads - 1)]
+        b, (_, m, n) = self.block_size, self.shape
+        cells = len(heads) * m * n * b * b
+        if cells > MAX_TOKEN_MASK_CELLS:
+            raise ValueError(
+                f"a dense token mask of {len(heads)} head(s) x {m * b} x {n * b} tokens has "
+                f"{cells:,} cells, more than the limit of {MAX_TOKEN_MASK_CELLS:,}; ask for one "
+                f"head, or work with the blocks and partial blocks"
+            )
+        mask = self.blocks[heads].repeat_interleave(b, 1).repeat_interleave(b, 2)
+        if self.partials is not None:
+            chosen = self.select_heads(heads).partials
+            if chosen is not None:
+                index = chosen.index.to(torch.int64)
+                tiles = mask.view(len(heads), m, b, n, b)
+                tiles[index[:, 0], index[:, 1], :, index[:, 2], :] = chosen.unpack()
+        return mask[:, : self.seq_len_q, : self.seq_len_k]
 
     # ----------------------------------------------------------------- value semantics
     def __eq__(self, other: object) -> bool:
@@ -217,27 +386,38 @@ class Layout:
         return (
             self.block_size == other.block_size
             and self.shape == other.shape
+            and (self.seq_q, self.seq_k) == (other.seq_q, other.seq_k)
             and bool(torch.equal(self.blocks, other.blocks))
+            and self.partials == other.partials
         )
 
     def __hash__(self) -> int:
-        return hash((self.block_size, self.shape, self.blocks.numpy().tobytes()))
+        partials = b"" if self.partials is None else self.partials.bits.numpy().tobytes()
+        keys = b"" if self.partials is None else self.partials.index.numpy().tobytes()
+        lengths = () if self.whole_blocks else (self.seq_q, self.seq_k, keys, partials)
+        return hash((self.block_size, self.shape, self.blocks.numpy().tobytes(), *lengths))
 
     def __repr__(self) -> str:
         h, m, n = self.shape
+        extra = f", partial_blocks={self.n_partial}" if self.partials is not None else ""
+        for name in ("seq_q", "seq_k"):
+            if getattr(self, name) is not None:
+                extra += f", {name}={getattr(self, name)}"
         return (
             f"Layout(heads={h}, q_blocks={m}, k_blocks={n}, block_size={self.block_size}, "
-            f"density={self.density:.4f})"
+            f"density={self.density:.4f}{extra})"
         )
 
-    def _combine(self, other: Layout, op: Any, what: str) -> Layout:
+    def _combine(self, other: Layout, how: str, what: str) -> Layout:
         self._check_compatible(other, what)
         if other.n_heads not in (1, self.n_heads):
             raise ValueError(
                 f"{what} needs layouts with the same number of heads (or one), "
                 f"got {self.n_heads} and {other.n_heads}"
             )
-        return Layout(op(self.blocks, other.blocks), self.block_size)
+        blocks, partials = tokens.combine(self.blocks, self.partials, other.blocks,
+                                          other.partials, how, self.block_size)  # fmt: skip
+        return self._with(blocks, partials)
 
     def _check_compatible(self, other: Layout, what: str) -> None:
         if not isinstance(other, Layout):
@@ -250,4 +430,9 @@ class Layout:
             raise ValueError(
                 f"{what} needs the same [q_blocks, k_blocks], got "
                 f"{list(self.blocks.shape[1:])} and {list(other.blocks.shape[1:])}"
+            )
+        if (other.seq_len_q, other.seq_len_k) != (self.seq_len_q, self.seq_len_k):
+            raise ValueError(
+                f"{what} needs the same token lengths, got {self.seq_len_q} x {self.seq_len_k} "
+                f"and {other.seq_len_q} x {other.seq_len_k}"
             )

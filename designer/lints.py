@@ -3,8 +3,8 @@
 ``lint_design(design)`` returns ``Lint`` findings, errors first: query rows that attend to
 nothing, blocks above the diagonal of a causal design, heads that share one layout, a start width
 that makes no tiles, the layouts DeepSpeed's own segmentation gets wrong (phantom or duplicate
-blocks, or no tiles at all), and blocks so scattered that our fused kernel's tiles compute mostly
-inactive scores.
+blocks, or no tiles at all), blocks so scattered that our fused kernel's tiles compute mostly
+inactive scores, and the scores partial blocks compute only to mask away.
 Each finding names the heads and a few example blocks, so a view can point at them.
 """
 
@@ -78,6 +78,7 @@ def lint_design(design: Design) -> list[Lint]:
     lints += _no_tiles(layout, design.effective_start_width)
     lints += _deepspeed_segmentation(layout, design.effective_start_width)
     lints += _scattered_for_fused_tiles(layout)
+    lints += _partial_blocks(layout)
     return sorted(lints, key=lambda lint: SEVERITIES.index(lint.severity))
 
 
@@ -131,6 +132,36 @@ def _causal_violations(layout: Layout) -> list[Lint]:
             ),
             heads=heads,
             cells=_examples(np.concatenate(examples)),
+        )
+    ]
+
+
+#: Share of computed scores masked away inside partial blocks past which it is a warning.
+MASKED_WARNING = 0.25
+
+
+def _partial_blocks(layout: Layout) -> list[Lint]:
+    """How many blocks are partial and what their masks cost: their tiles are computed whole."""
+    if layout.partials is None:
+        return []
+    stats = layout.token_stats()
+    index = layout.partials.index
+    heads = tuple(sorted(set(index[:, 0].tolist())))
+    severity = "warning" if stats.masked_fraction > MASKED_WARNING else "info"
+    active = stats.partial_blocks + stats.full_blocks
+    return [
+        Lint(
+            code="partial-blocks",
+            severity=severity,
+            message=(
+                f"{_count(stats.partial_blocks, 'block')} of {active:,} "
+                f"active {'is' if stats.partial_blocks == 1 else 'are'} partial (a token mask "
+                f"inside the block) in {_heads_text(heads)}: the kernel computes them whole, so "
+                f"{stats.masked_fraction:.1%} of the scores computed are masked away. Smaller "
+                "blocks follow the mask more closely."
+            ),
+            heads=heads,
+            cells=tuple(tuple(cell) for cell in index[:MAX_EXAMPLES].tolist()),
         )
     ]
 

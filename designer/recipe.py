@@ -2,7 +2,11 @@
 
 ``build()`` starts from an empty ``[n_heads, n_q_blocks, n_k_blocks]`` layout, applies each
 ``RecipeStep`` to its heads in order (the pattern is generated for those heads only, so a per-head
-parameter has one value per listed head), then replays the edits. Random patterns take a ``seed``
+parameter has one value per listed head), then replays the edits. ``seq_q`` and ``seq_k`` are
+the token lengths when the last block row or column is cut short (``None``: whole blocks); a
+token pattern (``designer.patterns``, family ``token``) makes partial blocks at them, steps
+combine token by token where partial blocks meet, and edits act on whole blocks
+(``designer.edit``). Random patterns take a ``seed``
 parameter, so the same recipe always gives the same layout. ``to_dict`` / ``recipe_from_dict``
 carry it through JSON and ``.pt`` files; reading checks every key, name, range and parameter.
 
@@ -38,11 +42,20 @@ from designer.edit import (
     apply_edit,
     check_heads,
     edit_from_dict,
+    edited_partials,
     fit_heads,
 )
 from designer.layout import MAX_BLOCK_SIZE, Layout
-from designer.patterns.registry import PATTERNS, make_pattern
+from designer.mask_mod import (
+    CHUNK_PAIRS,
+    NS_PER_BOUNDED_BLOCK,
+    check_evaluation,
+    evaluation_cost,
+)
+from designer.partials import row_bytes
+from designer.patterns.registry import PATTERNS, make_pattern, token_bounds
 from designer.recipe_cost import (
+    COPY_NS,
     RecipeCost,
     RecipeTooLarge,
     build_bytes,
@@ -63,6 +76,7 @@ from designer.validate import (
     check_keys,
     check_layout_shape,
     error_context,
+    token_length,
 )
 
 #: How a step's pattern meets the blocks its heads already have.
@@ -188,22 +202,33 @@ def _edited_shape(index: int, op: Any, shape: Shape) -> Shape:
 #: changing one step of a large design (a seed, say) then regenerates that step alone.
 STEP_CACHE_CELLS = 256 << 20
 STEP_CACHE_SECONDS = 15 * 60
-_STEPS = LruCache(STEP_CACHE_CELLS, size=lambda blocks: blocks.numel(),
-                  ttl_seconds=STEP_CACHE_SECONDS)  # fmt: skip
+_STEPS = LruCache(STEP_CACHE_CELLS, size=lambda made: made.blocks.numel() + (
+    made.partials.nbytes if made.partials is not None else 0),
+    ttl_seconds=STEP_CACHE_SECONDS)  # fmt: skip
 
 
-def _step_blocks(
-    step: RecipeStep, n_heads: int, n_q: int, n_k: int, block_size: int
-) -> torch.Tensor:
-    """The ``[n_heads, n_q, n_k]`` bool pattern of one step, generated once per its arguments
-    (read-only: builds combine it into their own grid)."""
-    key = (step.pattern, step.params, n_heads, n_q, n_k, block_size)
+def _step_layout(
+    step: RecipeStep, n_heads: int, n_q: int, n_k: int, block_size: int, seq: tuple
+) -> Layout:
+    """The ``[n_heads, n_q, n_k]`` layout of one step, generated once per its arguments
+    (read-only: builds combine it into their own grid); ``seq`` the token lengths."""
+    token = PATTERNS[step.pattern].family == "token"
+    key = (step.pattern, step.params, n_heads, n_q, n_k, block_size, seq if token else None)
+    params = step.params.to_plain()
+    lengths = {"seq_q": seq[0], "seq_k": seq[1]} if token else {}
     return _STEPS.get(
-        key,
-        lambda: (
-            make_pattern(step.pattern, n_heads, n_q, n_k, block_size, step.params.to_plain()).blocks
-        ),
+        key, lambda: make_pattern(step.pattern, n_heads, n_q, n_k, block_size, params, **lengths)
     )
+
+
+def _combined(current: Layout, made: Layout, how: str) -> Layout:
+    if how == "union":
+        return current.union(made)
+    if how == "intersect":
+        return current.intersection(made)
+    if how == "subtract":
+        return current.difference(made)
+    return made
 
 
 def _combine(current: torch.Tensor, made: torch.Tensor, how: str) -> torch.Tensor:
@@ -219,7 +244,8 @@ def _combine(current: torch.Tensor, made: torch.Tensor, how: str) -> torch.Tenso
 # --------------------------------------------------------------------------- recipes
 @dataclass(frozen=True)
 class Recipe:
-    """Shape and block size, the pattern steps, then the edits: everything ``build()`` needs."""
+    """Shape, block size and token lengths, the pattern steps, then the edits: everything
+    ``build()`` needs."""
 
     n_heads: int
     n_q_blocks: int
@@ -227,6 +253,8 @@ class Recipe:
     block_size: int
     steps: tuple[RecipeStep, ...] = ()
     edits: tuple[Edit, ...] = ()
+    seq_q: int | None = None
+    seq_k: int | None = None
 
     def __post_init__(self) -> None:
         shape = check_layout_shape(self.n_heads, self.n_q_blocks, self.n_k_blocks)
@@ -234,16 +262,26 @@ class Recipe:
             object.__setattr__(self, name, value)
         block_size = check_int("block_size", self.block_size, low=1, high=MAX_BLOCK_SIZE)
         object.__setattr__(self, "block_size", block_size)
+        for name, count in (("seq_q", shape[1]), ("seq_k", shape[2])):
+            length = token_length(name, getattr(self, name), count, block_size)
+            object.__setattr__(self, name, None if length == count * block_size else length)
+        seq = self.token_lengths
         steps = tuple(_check_items("steps", self.steps, MAX_STEPS))
         for i, step in enumerate(steps):
             if not isinstance(step, RecipeStep):
                 raise TypeError(f"steps[{i}] must be a RecipeStep, got {type(step).__name__}")
             fit_heads(f"steps[{i}].heads", step.heads or (), self.n_heads)
         ns, chars, values, transient = 0, 0, 0, 0
-        for step in steps:
+        for i, step in enumerate(steps):
             heads = self.n_heads if step.heads is None else len(step.heads)
-            ns += step_ns(step.pattern, step.params, heads, *shape[1:])
-            transient = max(transient, step_bytes(step.pattern, step.params, heads, *shape[1:]))
+            if PATTERNS[step.pattern].family == "token":
+                with error_context(f"steps[{i}] ({step.pattern})"):
+                    step_cost = token_step_cost(step, heads, shape, block_size, seq)
+            else:
+                step_cost = (step_ns(step.pattern, step.params, heads, *shape[1:]),
+                             step_bytes(step.pattern, step.params, heads, *shape[1:]))  # fmt: skip
+            ns += step_cost[0]
+            transient = max(transient, step_cost[1])
             size = step_size(step)
             chars, values = chars + size[0] + 1, values + size[1] + 1
         edits = tuple(_check_items("edits", self.edits, MAX_EDITS))
@@ -263,6 +301,14 @@ class Recipe:
         self.__dict__["_shape_after_edits"] = shape  # what the next edit must fit
         self.__dict__["_cost"] = RecipeCost(ns, transposes, chars, transient, values)
 
+    @property
+    def token_lengths(self) -> tuple[int, int]:
+        """``(seq_q, seq_k)`` in tokens: the given lengths, or whole blocks."""
+        return (
+            self.n_q_blocks * self.block_size if self.seq_q is None else self.seq_q,
+            self.n_k_blocks * self.block_size if self.seq_k is None else self.seq_k,
+        )
+
     def build(self) -> Layout:
         """The layout this recipe makes (built once, then shared: layouts are immutable)."""
         return self._layout
@@ -274,18 +320,35 @@ class Recipe:
             return self._built()
 
     def _built(self) -> Layout:
+        """Block-level steps combine in place on one grid; where partial blocks take part, the
+        step combines token by token through ``Layout`` (``_combined``)."""
+        b, seq = self.block_size, self.token_lengths
         blocks = torch.zeros(self.n_heads, self.n_q_blocks, self.n_k_blocks, dtype=torch.bool)
+        partials = None
         for i, step in enumerate(self.steps):
             heads = slice(None) if step.heads is None else list(step.heads)
             with error_context(f"steps[{i}] ({step.pattern})"):
-                made = _step_blocks(
+                made = _step_layout(
                     step, self.n_heads if step.heads is None else len(step.heads),
-                    self.n_q_blocks, self.n_k_blocks, self.block_size,
+                    self.n_q_blocks, self.n_k_blocks, b, seq,
                 )  # fmt: skip
-            blocks[heads] = _combine(blocks[heads], made, step.combine)
+            if made.partials is None and partials is None:
+                blocks[heads] = _combine(blocks[heads], made.blocks, step.combine)
+                continue
+            current = Layout(blocks, b, partials, *seq)
+            made = Layout(made.blocks, b, made.partials, *seq)
+            if step.heads is None:
+                current = _combined(current, made, step.combine)
+            else:
+                part = _combined(current.select_heads(heads), made, step.combine)
+                current = current.with_heads(heads, part)
+            blocks, partials = current.blocks.clone(), current.partials
         for op in self.edits:
+            partials = edited_partials(partials, op, tuple(blocks.shape), b)
             blocks = replay_edit(blocks, op)
-        return Layout(blocks, self.block_size)
+            if isinstance(op, Transpose):
+                seq = seq[::-1]
+        return Layout(blocks, b, partials, *seq)
 
     def with_step(self, step: RecipeStep) -> Recipe:
         """The same recipe with one more pattern step (before the edits)."""
@@ -368,20 +431,48 @@ class Recipe:
         return cost.ns + copy_ns(self.__dict__["_shape_after_edits"], cost.transposes)
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict that ``recipe_from_dict`` reads back to an equal recipe."""
+        """A JSON-ready dict that ``recipe_from_dict`` reads back to an equal recipe (the token
+        lengths only when they are not whole blocks: block-level recipes read as before)."""
+        lengths = {key: getattr(self, key) for key in ("seq_q", "seq_k") if getattr(self, key)}
         return {
             "n_heads": self.n_heads,
             "n_q_blocks": self.n_q_blocks,
             "n_k_blocks": self.n_k_blocks,
             "block_size": self.block_size,
+            **lengths,
             "steps": [step.to_dict() for step in self.steps],
             "edits": [op.to_dict() for op in self.edits],
         }
 
 
+def token_step_cost(
+    step: RecipeStep, heads: int, shape: Shape, block_size: int, seq: tuple[int, int]
+) -> tuple[int, int]:
+    """``(nanoseconds, bytes)`` of one token step, from its pass-1 bounds (``token_bounds``,
+    cached for the build), refused before those bounds are made when they alone would pass
+    the budget."""
+    _, n_q, n_k = shape
+    check_budget(n_q * n_k * NS_PER_BOUNDED_BLOCK)
+    spec = PATTERNS[step.pattern]
+    values = {p.name: p.check(step.params.get(p.name, p.default), heads) for p in spec.params}
+    bounds = token_bounds(step.pattern, values, block_size, *seq)
+    pairs, ns = evaluation_cost(bounds, block_size)
+    check_evaluation(pairs, f"pattern {step.pattern!r}")
+    partial_bytes = bounds.evaluated_blocks * heads * block_size * row_bytes(block_size)
+    ns += n_q * n_k * NS_PER_BOUNDED_BLOCK + heads * n_q * n_k * COPY_NS
+    return ns, 16 * min(pairs, CHUNK_PAIRS) + 3 * partial_bytes + heads * n_q * n_k
+
+
 def _snapshot(layout: Layout) -> Recipe:
-    """A flat recipe that builds ``layout`` (already built: it is ``layout`` itself)."""
-    recipe = Recipe(*layout.shape, layout.block_size, edits=snapshot_edits(layout))
+    """A flat recipe that builds ``layout`` (already built: it is ``layout`` itself); a layout
+    with partial blocks has none (edits paint whole blocks), so it raises ``RecipeTooLarge``."""
+    if layout.partials is not None:
+        raise RecipeTooLarge(
+            "this design's recipe is at its limits (build time, size or edits), and its partial "
+            "blocks cannot be flattened into edits of whole blocks; drop some edits or steps"
+        )
+    recipe = Recipe(*layout.shape, layout.block_size, edits=snapshot_edits(layout),
+                    seq_q=layout.seq_q, seq_k=layout.seq_k)  # fmt: skip
     recipe.__dict__["_layout"] = layout
     return recipe
 
@@ -396,7 +487,7 @@ def recipe_from_dict(data: Any, *, read_ns: int = 0, build: bool = True) -> Reci
     gives it that layout, ``formats.settings.adopt_layout``).
     """
     keys = ("n_heads", "n_q_blocks", "n_k_blocks", "block_size", "steps", "edits")
-    check_keys("recipe", data, keys)
+    check_keys("recipe", data, keys, ("seq_q", "seq_k"))
     steps = _check_items("recipe steps", data["steps"], MAX_STEPS)
     edits = _check_items("recipe edits", data["edits"], MAX_EDITS)
     read_steps = []
@@ -416,6 +507,8 @@ def recipe_from_dict(data: Any, *, read_ns: int = 0, build: bool = True) -> Reci
             data["block_size"],
             tuple(read_steps),
             tuple(read_edits),
+            data.get("seq_q"),
+            data.get("seq_k"),
         )
         check_budget(read_ns + recipe.build_ns)
         if build:

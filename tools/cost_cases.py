@@ -139,6 +139,10 @@ def allowed_cases() -> list[Case]:
     transpose = recipe_text(*LARGEST, [("causal", {})], [{"op": "transpose"}])
     cases.append(Case("one transpose, then a copy of the largest grid", "allowed", "upload",
                       "accepted", transpose, "transpose.json"))  # fmt: skip
+    window = recipe_text(16, 1024, 1024, [("token_sliding_window", {"window_tokens": 1000})],
+                         block_size=64)  # fmt: skip
+    cases.append(Case("token window of 1000 over 16 x 65,536 tokens (48,656 partial blocks)",
+                      "allowed", "upload", "accepted", window, "tokens.json"))  # fmt: skip
     return cases
 
 
@@ -164,6 +168,9 @@ def refused_cases() -> list[Case]:
             {"format": "blocksparse-design", "block_size": list(range(5_000_000))}
         ),
         "512 MiB deflated zip of zeros": bomb.getvalue(),
+        "token NATTEN past the partial-mask cap, 16 x 65,536 tokens": recipe_text(
+            16, 1024, 1024, [("token_natten", {"width": 256})], block_size=64
+        ),
     }
     return [Case(name, "refused", "upload", "refused", data) for name, data in files.items()]
 

@@ -22,6 +22,7 @@ from designer.design import Design
 from designer.edit import ACTIONS, Band, CopyHead, EditOp
 from designer.storage import DesignStore
 from ui import keys, state
+from ui.block_zoom_ui import block_zoom_ui, head_partials
 from ui.canvas import edit_value, paint_canvas
 from ui.canvas.apply import apply_trigger
 from ui.canvas.payload import head_payload
@@ -75,7 +76,8 @@ def editor_ui(store: DesignStore) -> None:
         paint_canvas(data, key=keys.PAINT_CANVAS, on_edit=functools.partial(_on_edit, store))
         st.caption(HINT)
         _, analysis = current_analysis()
-        st.html(legend_html(legend_entries(analysis)))
+        st.html(legend_html(legend_entries(analysis, partial=layout.partials is not None)))
+    block_zoom_ui(current, head)
 
 
 def _tools_ui(store: DesignStore, n_heads: int) -> int:
@@ -143,10 +145,15 @@ def _head_data(current: Design, head: int) -> dict:
     """The canvas payload of one head, from its segmentation cached by content."""
     blocks = current.layout.blocks[head].numpy()
     tiles = head_view(current, head)  # untiled when segmenting it costs more than a page may
-    return _head_payload(tiles.key, current.effective_start_width, blocks, tiles)
+    partial, partial_key = head_partials(current.layout, head)
+    return _head_payload(tiles.key, partial_key, current.effective_start_width, blocks, tiles,
+                         partial)  # fmt: skip
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def _head_payload(key: str, start_width: int, _blocks: np.ndarray, _tiles: HeadTiles) -> dict:
-    """Cached by the head's content key and start width (the arguments not hashed follow)."""
-    return head_payload(_blocks, _tiles.widths, _tiles.odd)
+def _head_payload(
+    key: str, partial_key: str, start_width: int, _blocks: np.ndarray, _tiles: HeadTiles,
+    _partial: np.ndarray | None,
+) -> dict:  # fmt: skip
+    """Cached by the head's content keys and start width (the arguments not hashed follow)."""
+    return head_payload(_blocks, _tiles.widths, _tiles.odd, _partial)

@@ -56,6 +56,8 @@ BAND_LOW = "band_low"
 BAND_HIGH = "band_high"
 COPY_TARGETS = "copy_targets"
 SHOW_TILES = "show_tiles"
+#: The block the zoom shows: its query and key block.
+ZOOM_ROW, ZOOM_COL = "zoom_row", "zoom_col"
 
 # ----------------------------------------------------------------- files widgets
 LIBRARY_NAME = "library_name"

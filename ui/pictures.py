@@ -21,6 +21,10 @@ FRAME_RGB = (200, 206, 216)
 #: Active blocks when the picture is not coloured by tile width, and active blocks that no
 #: tile covers when it is (start width 0): they still attend, so they are still drawn.
 ACTIVE_RGB = (47, 62, 92)
+#: Token pairs a block attends but the design's causal rule masks, in the block zoom.
+PARTIAL_RGB = (160, 170, 196)
+#: Pixels per block from which the pictures hatch partial blocks.
+HATCH_PX = 4
 #: Tile colours by log2(width): single blocks (the least efficient tiles) amber, then blue,
 #: green, purple, red, … for 2–3, 4–7, 8–15, 16–31 blocks.
 WIDTH_PALETTE = (
@@ -65,6 +69,29 @@ def plain_pictures(blocks: np.ndarray) -> np.ndarray:
     """``[..., M, N, 3]`` uint8: active blocks dark, empty ones light."""
     index = np.asarray(blocks, dtype=bool).view(np.uint8)
     return _lookup(np.array([EMPTY_RGB, ACTIVE_RGB], dtype=np.uint8), index)
+
+
+def with_partials(image: np.ndarray, partial: np.ndarray, grow: int) -> np.ndarray:
+    """``image`` (``[M·grow, N·grow, 3]``) with its partial blocks (bool ``[M, N]``) drawn as
+    they are: their colour halfway to white, and hatched (every third anti-diagonal pixel in
+    the colour) when a block is at least ``HATCH_PX`` pixels."""
+    cells = np.repeat(np.repeat(partial, grow, 0), grow, 1)
+    drawn = image.copy()
+    drawn[cells] = (image[cells].astype(np.uint16) + 255) // 2
+    if grow >= HATCH_PX:
+        rows, cols = np.indices(cells.shape)
+        stripes = cells & ((rows + cols) % 3 == 0)
+        drawn[stripes] = image[stripes]
+    return drawn
+
+
+def token_picture(tokens: np.ndarray, inside: np.ndarray, masked: np.ndarray) -> np.ndarray:
+    """``[b, b, 3]`` uint8 of one block's token pairs: attended dark, not attended light,
+    attended by the block but masked by the design's causal rule ``masked`` in the partial
+    colour, past the sequence lengths (``~inside``) in the frame colour."""
+    index = np.where(inside, np.where(tokens, np.where(masked, 2, 1), 0), 3).astype(np.uint8)
+    palette = np.array([EMPTY_RGB, ACTIVE_RGB, PARTIAL_RGB, FRAME_RGB], dtype=np.uint8)
+    return _lookup(palette, index)
 
 
 def max_pool(grid: np.ndarray, factor: int) -> np.ndarray:

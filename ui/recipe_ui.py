@@ -25,8 +25,10 @@ from ui.params import (
     step_widget_values,
 )
 
-#: Patterns in menu order: block-level generators first, then DeepSpeed's configs.
-PATTERN_ORDER = sorted(PATTERNS, key=lambda name: PATTERNS[name].family != "generator")
+#: Patterns in menu order: block-level generators first, then the token catalogue, then
+#: DeepSpeed's configs.
+_FAMILY_ORDER = {"generator": 0, "token": 1, "deepspeed": 2}
+PATTERN_ORDER = sorted(PATTERNS, key=lambda name: _FAMILY_ORDER[PATTERNS[name].family])
 COMBINE_LABELS = {"replace": "replace", "union": "∪ union", "intersect": "∩ intersect",
                   "subtract": "− subtract"}  # fmt: skip
 #: Seeds drawn by the re-roll button (well inside what a browser number field holds).
@@ -186,9 +188,11 @@ def _on_per_head(store: DesignStore, index: int, name: str) -> None:
 
 def _on_pattern(store: DesignStore, index: int) -> None:
     session = st.session_state
+    layout = state.design(session).layout
     step = changes.fitted_step(
         session[keys.step_key(index, "pattern")],
-        state.design(session).layout.n_q_blocks,
+        layout.n_q_blocks,
+        seq_q=layout.seq_len_q,
         heads=tuple(session[keys.step_key(index, "heads")]) or None,
         combine=session[keys.step_key(index, "combine")],
     )

@@ -80,13 +80,20 @@ class HistoryBox:
         history = self._history
         if history is None:
             return 0
-        seen = {history.present.layout.blocks.data_ptr()}
+        present = history.present.layout
+        seen = {present.blocks.data_ptr()}
+        if present.partials is not None:
+            seen.add(present.partials.bits.data_ptr())
         total = 0
         for design in (*history.past, *history.future):
-            blocks = design.layout.blocks
-            if blocks.data_ptr() not in seen:
-                seen.add(blocks.data_ptr())
-                total += blocks.nbytes
+            layout = design.layout
+            tensors = [layout.blocks]
+            if layout.partials is not None:  # token masks: the partial blocks' bits
+                tensors += [layout.partials.bits, layout.partials.index]
+            for tensor in tensors:
+                if tensor.data_ptr() not in seen:
+                    seen.add(tensor.data_ptr())
+                    total += tensor.nbytes
         return total
 
     def __getattr__(self, name: str):  # present, past, future, limit, can_undo, can_redo

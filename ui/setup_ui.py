@@ -32,7 +32,7 @@ def setup_ui(store: DesignStore) -> None:
         on_change=_on_shape,
         args=(store,),
         disabled=fixed,
-        help="Sequence length of the queries; a multiple of the block size.",
+        help="Sequence length of the queries, in tokens; the last block may be cut short.",
     )
     right.number_input(
         "Key tokens",
@@ -41,7 +41,8 @@ def setup_ui(store: DesignStore) -> None:
         on_change=_on_shape,
         args=(store,),
         disabled=fixed,
-        help="Sequence length of the keys: the same as the queries for self-attention.",
+        help="Sequence length of the keys: the same as the queries for self-attention; the last "
+        "block may be cut short.",
     )
     left.selectbox(
         "Block size",

@@ -32,6 +32,7 @@ def header_ui(store: DesignStore) -> None:
     title.caption(
         f"{layout.n_heads} heads · {layout.seq_len_q:,} × {layout.seq_len_k:,} tokens · "
         f"blocks of {layout.block_size} · {layout.n_q_blocks} × {layout.n_k_blocks} blocks"
+        + (f" · {layout.n_partial:,} partial" if layout.n_partial else "")
         + (" · causal" if current.causal else "")
     )
     history = state.history(session)
@@ -54,9 +55,15 @@ def header_ui(store: DesignStore) -> None:
         )
     packed = layout.nnz * layout.block_size**2 * SCORE_BYTES
     cells = layout.n_heads * layout.n_q_blocks * layout.n_k_blocks
+    partial = layout.n_partial
     figures = st.columns(5)
     figures[0].metric("Density", f"{layout.density:.2%}", help="Active blocks over all blocks")
-    figures[1].metric("Active blocks", f"{layout.nnz:,}", help=f"of {cells:,} over all heads")
+    figures[1].metric(
+        "Active blocks",
+        f"{layout.nnz:,}",
+        help=f"of {cells:,} over all heads"
+        + (f"; {partial:,} of them partial (a token mask inside)" if partial else ""),
+    )
     if analysis is None:
         figures[2].metric("Tiles", "—", help="Not segmented yet: see below")
         figures[3].metric("FLOPs vs dense", "—", help="Counted from the tiles, once segmented")
@@ -110,11 +117,35 @@ def lints_ui(store: DesignStore, lints: tuple[Lint, ...]) -> None:
         show_message(keys.LINTS_PLACE)
 
 
+def tokens_ui(analysis: Analysis) -> None:
+    """Full, partial and empty blocks, and what the partial ones cost at the token level."""
+    tokens = analysis.tokens
+    numbers = st.columns(5)
+    numbers[0].metric("Full blocks", f"{tokens.full_blocks:,}")
+    numbers[1].metric(
+        "Partial blocks",
+        f"{tokens.partial_blocks:,}",
+        help="Active blocks with a token mask inside: computed whole, masked inside",
+    )
+    numbers[2].metric("Empty blocks", f"{tokens.empty_blocks:,}")
+    numbers[3].metric(
+        "Masked away",
+        f"{tokens.masked_fraction:.1%}",
+        help="Share of the scores the tiles compute that partial blocks mask away",
+    )
+    numbers[4].metric(
+        "Token density", f"{tokens.token_density:.2%}",
+        help="Attended token pairs over all (before the causal rule)",
+    )  # fmt: skip
+
+
 def analysis_ui() -> None:
     """Per-width tile counts, per-head statistics and the per-head density chart."""
     current = state.design(st.session_state)
     layout = current.layout
     _, analysis = current_analysis()
+    if analysis is not None:
+        tokens_ui(analysis)
     left, right = st.columns([3, 2])
     with left:
         if analysis is not None:

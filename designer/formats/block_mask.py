@@ -14,8 +14,9 @@ mask carries both, and they agree:
   inside the layout's last block (``seq_q``, ``seq_k``);
 - ``mask_mod(b, h, q_idx, kv_idx)`` is ``layout[h, q_idx // block, kv_idx // block]`` at the
   layout's own block size (and ``kv_idx <= q_idx + d`` when causal: ``d = 0`` aligned top-left,
-  ``Sk - Sq`` bottom-right, as ``gpu.plan`` has it), so the attention is the layout's, token for
-  token, compiled or eager.
+  ``Sk - Sq`` bottom-right, as ``gpu.plan`` has it), and inside a partial block its stored bit
+  (a table of slots ``[H, M, N]`` points at the block's bits, slot 0 being all ones), so the
+  attention is the layout's, token for token, compiled or eager.
 
 The batch dimension is 1 (it broadcasts); a one-head layout broadcasts over heads.
 
@@ -34,7 +35,9 @@ Back to a layout: 128-token tiles do not say which 16-token blocks inside them a
 the exported ``mask_mod`` carries its layout, as the attributes ``mask_mod.layout`` (a
 ``Layout``), ``mask_mod.causal`` and ``mask_mod.causal_offset`` (the ``d`` above).
 ``from_block_mask`` returns that layout once the block lists are checked to be exactly its
-tiles; a mask without it is read from its lists alone.
+tiles. Any other mask (``create_block_mask``'s) is read token-exact at its tiles: full tiles
+are full blocks, and inside each partial tile the mask's own ``mask_mod`` is evaluated
+(``designer.mask_mod``); a ``mask_mod`` that cannot be evaluated raises rather than guess.
 
 ``block_mask_tensors`` is the same mask for a file: the ``BlockMask.from_kv_blocks`` arguments
 (tensors and plain values that ``torch.load(..., weights_only=True)`` reads back) plus one more
@@ -63,11 +66,13 @@ from designer.formats.flex_tiles import (
     check_tiles,
     flex_tile_size,
     kv_lists,
+    layout_tiles,
     listed_tiles,
-    tile_classes,
 )
-from designer.formats.packing import pack_blocks
+from designer.formats.packing import pack_blocks, pack_partials
 from designer.layout import CAUSAL_ALIGNMENTS, Layout, causal_offset
+from designer.mask_mod import check_evaluation, evaluate_blocks, head_dependent
+from designer.threads import one_thread
 from designer.validate import check_bool, check_choice, check_int, token_length
 
 
@@ -85,7 +90,8 @@ def to_block_mask(
 
     ``block_size`` is the layout's own (the default) and, when given, must equal it; the tile
     size follows from it. ``seq_q`` and ``seq_k`` are the token lengths when the last block row
-    or column is partial, ``(M - 1)·block < seq_q <= M·block`` (default: whole blocks), and
+    or column is partial, ``(M - 1)·block < seq_q <= M·block`` (default: the layout's own; a
+    layout with token lengths or partial blocks runs at its own only), and
     ``causal_alignment`` anchors causal as in ``gpu.plan``: ``"top_left"`` keeps
     ``k_idx <= q_idx``, ``"bottom_right"`` keeps ``k_idx <= q_idx + Sk - Sq``.
     """
@@ -98,11 +104,21 @@ def to_block_mask(
         )
     causal = check_bool("causal", causal)
     alignment = check_choice("causal_alignment", causal_alignment, CAUSAL_ALIGNMENTS)
+    given_q, given_k = seq_q is not None, seq_k is not None
     blocks_text = f"the layout's {{}} blocks of {block}"
     seq_q = token_length(f"seq_q ({blocks_text.format(layout.n_q_blocks)})", seq_q,
                          layout.n_q_blocks, block)  # fmt: skip
     seq_k = token_length(f"seq_k ({blocks_text.format(layout.n_k_blocks)})", seq_k,
                          layout.n_k_blocks, block)  # fmt: skip
+    if not layout.whole_blocks:
+        own = (layout.seq_len_q, layout.seq_len_k)
+        asked = (seq_q if given_q else own[0], seq_k if given_k else own[1])
+        if asked != own:
+            raise ValueError(
+                f"seq_q, seq_k must be the layout's own token lengths {own[0]} x {own[1]} (its "
+                f"partial blocks are masks at them), got {asked[0]} x {asked[1]}"
+            )
+        seq_q, seq_k = own
     offset = causal_offset(alignment, seq_q, seq_k)
     arguments = _kv_arguments(layout, causal, (seq_q, seq_k), offset)
     for key, value in arguments.items():
@@ -125,6 +141,9 @@ def block_mask_tensors(layout: Layout, *, causal: bool = False) -> dict[str, Any
     _check_layout(layout)
     causal = check_bool("causal", causal)
     stored = {**pack_blocks(layout), "block_size": layout.block_size, "causal": causal}
+    if not layout.whole_blocks:  # token-exact layouts: their masks and lengths travel too
+        stored["partials"] = pack_partials(layout)
+        stored["seq_lengths"] = (layout.seq_len_q, layout.seq_len_k)
     lengths = (layout.seq_len_q, layout.seq_len_k)
     return {**_kv_arguments(layout, causal, lengths, 0), "layout": stored}
 
@@ -133,10 +152,7 @@ def _kv_arguments(
     layout: Layout, causal: bool, seq_lengths: tuple[int, int], offset: int
 ) -> dict[str, Any]:
     tile = flex_tile_size(layout.block_size)
-    full, partial = tile_classes(
-        layout.blocks, layout.block_size, causal=causal, tile_size=tile,
-        seq_lengths=seq_lengths, causal_offset=offset,
-    )  # fmt: skip
+    full, partial = layout_tiles(layout, causal, tile, seq_lengths, offset)
     kv_num, kv_indices = kv_lists(partial)
     full_num, full_indices = kv_lists(full)
     return {
@@ -170,10 +186,16 @@ def layout_mask_mod(
     blocks = layout.blocks.to(device)
     table = (blocks[0] if one_head else blocks).clone()  # its own storage, at offset 0
     block_size = layout.block_size
+    slots, bits = _slots(layout, device)
 
     def mask_mod(b, h, q_idx, kv_idx):
         q_block, kv_block = q_idx // block_size, kv_idx // block_size
         allowed = table[q_block, kv_block] if one_head else table[h, q_block, kv_block]
+        if slots is not None:
+            slot = slots[q_block, kv_block] if one_head else slots[h, q_block, kv_block]
+            row, col = q_idx - q_block * block_size, kv_idx - kv_block * block_size
+            byte = bits[slot, row, col // 8]
+            allowed = allowed & (((byte >> (col % 8)) & 1) == 1)
         return allowed & (kv_idx <= q_idx + causal_offset) if causal else allowed
 
     h, m, n = layout.shape
@@ -183,17 +205,35 @@ def layout_mask_mod(
     return mask_mod
 
 
+def _slots(layout: Layout, device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """``(slots, bits)`` of the partial blocks for ``layout_mask_mod``: ``slots`` int32
+    ``[H, M, N]`` (``[M, N]`` for one head; an index must be int32 or int64) holds ``1 + p``
+    at partial block ``p``, 0 elsewhere; ``bits`` is ``[1 + P, b, ceil(b / 8)]`` with an
+    all-ones slot 0 first."""
+    partials = layout.partials
+    if partials is None:
+        return None, None
+    dtype = torch.int32
+    slots = torch.zeros(layout.shape, dtype=dtype)
+    slots[tuple(partials.index.to(torch.int64).T)] = torch.arange(1, partials.count + 1,
+                                                                 dtype=dtype)  # fmt: skip
+    ones = torch.full((1, *partials.bits.shape[1:]), 0xFF, dtype=torch.uint8)
+    bits = torch.cat([ones, partials.bits])
+    slots = slots[0] if layout.n_heads == 1 else slots
+    return slots.to(device).contiguous(), bits.to(device)
+
+
 def from_block_mask(block_mask: BlockMask) -> tuple[Layout, int]:
-    """The layout of a ``BlockMask`` and its block size.
+    """The token-exact layout of a ``BlockMask`` and its block size.
 
     A mask from ``to_block_mask`` gives back the layout its ``mask_mod`` carries, at the
     layout's own block size, once its block lists are checked to be exactly that layout's tiles.
-    Any other mask is read from its lists, one block per tile, partial and full together (a
-    ``mask_mod`` masking tokens inside tiles is not part of a layout): every batch entry must
-    list the same tiles, tiles must be square and the sequence lengths whole tiles. So an
-    exported mask rebuilt without our ``mask_mod`` (a slice, or ``from_kv_blocks`` with another)
-    reads back at its 128-token tiles: the lists alone cannot say which 16-token blocks inside
-    a tile are active. ``block_mask_tensors`` files keep the layout for that reason.
+    Any other mask is read at its tiles (square, the same in every batch entry): a full tile is
+    a full block, and each partial tile is evaluated token by token with the mask's own
+    ``mask_mod`` (``b`` = 0), so ``create_block_mask``'s masks come back exactly, their sequence
+    lengths too. A ``mask_mod`` that fails on index tensors, or that reads the head while the
+    mask lists one head for all, raises ``ValueError``: the tokens inside its partial tiles
+    cannot be known. (Causal masks come back as their tokens, causal diagonal tiles partial.)
     """
     if not isinstance(block_mask, BlockMask):
         raise TypeError(f"block_mask must be a BlockMask, got {type(block_mask).__name__}")
@@ -227,12 +267,34 @@ def from_block_mask(block_mask: BlockMask) -> tuple[Layout, int]:
         check_tiles(carried, causal, q_block, (seq_q, seq_k), full[0], partial[0], "block_mask",
                     causal_offset=offset)  # fmt: skip
         return carried, carried.block_size
-    layout = Layout(partial[0] | full[0], q_block)
-    if (seq_q, seq_k) != (layout.seq_len_q, layout.seq_len_k):
+    with one_thread():
+        return _token_layout(block_mask, full[0], partial[0] & ~full[0], q_block), q_block
+
+
+def _token_layout(block_mask: BlockMask, full, partial, block: int) -> Layout:
+    """The layout of ``full`` tiles and of ``partial`` ones evaluated with ``mask_mod``."""
+    seq_q, seq_k = tuple(block_mask.seq_lengths)
+    mask_mod = block_mask.mask_mod
+    what = "block_mask's mask_mod"
+    if mask_mod is None:
+        raise ValueError(f"{what} is None: the tokens inside its partial tiles are unknown")
+    heads = full.shape[0]
+    try:
+        reads_head = head_dependent(mask_mod, max(heads, 2))
+    except (ValueError, TypeError) as error:
+        try:  # a one-head mask whose mask_mod takes head 0 alone serves one head
+            reads_head = heads > 1 or head_dependent(mask_mod, 1)
+        except (ValueError, TypeError):
+            raise ValueError(f"{what} cannot tell its partial tiles' tokens: {error}") from error
+    if heads == 1 and reads_head:
         raise ValueError(
-            f"block_mask seq_lengths must be whole blocks: {layout.n_q_blocks} x "
-            f"{layout.n_k_blocks} blocks of {q_block} tokens cover {layout.seq_len_q} x "
-            f"{layout.seq_len_k}, got {seq_q} x {seq_k} (a mask from to_block_mask reads back "
-            f"through the layout its mask_mod carries)"
+            f"{what} reads the head, but block_mask lists its tiles for one head (broadcast "
+            "over every head): the tokens of each head's partial tiles cannot be known"
         )
-    return layout, q_block
+    tiles = partial.nonzero()
+    check_evaluation(len(tiles) * block * block, what)
+    found = evaluate_blocks(mask_mod, tiles, block, seq_q, seq_k, what=what)
+    blocks = full.clone()
+    blocks[tuple(tiles[found.active].T)] = True
+    partials = found.partials if found.partials.count else None
+    return Layout(blocks, block, partials, seq_q, seq_k)

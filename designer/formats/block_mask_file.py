@@ -14,15 +14,17 @@ from typing import Any
 import torch
 
 from designer.formats.flex_tiles import check_tiles, listed_tiles
-from designer.formats.packing import unpack_blocks
+from designer.formats.packing import read_partials, unpack_blocks
 from designer.formats.torch_file import file_tensor
 from designer.layout import MAX_BLOCK_SIZE, Layout
 from designer.validate import (
     MAX_LAYOUT_CELLS,
     check_bool,
     check_int,
+    check_int_list,
     check_keys,
     check_layout_shape,
+    error_context,
 )
 
 
@@ -74,8 +76,8 @@ def layout_from_tensors(tensors: Mapping[str, Any]) -> tuple[Layout, bool]:
         )  # fmt: skip
         if (seq_q, seq_k) != (layout.seq_len_q, layout.seq_len_k):
             raise ValueError(
-                f"file seq_lengths ({seq_q}, {seq_k}) end inside the layout's last blocks: a "
-                f"design covers whole blocks, {layout.seq_len_q} x {layout.seq_len_k} tokens"
+                f"file seq_lengths ({seq_q}, {seq_k}) are not its layout's token lengths, "
+                f"{layout.seq_len_q} x {layout.seq_len_k}"
             )
         return layout, causal
     blocks = partial if full is None else full if partial is None else partial | full
@@ -87,11 +89,20 @@ def layout_from_tensors(tensors: Mapping[str, Any]) -> tuple[Layout, bool]:
 
 
 def _stored_layout(stored: Any) -> tuple[Layout, bool]:
-    """The layout and causal flag of a file's ``"layout"`` entry."""
-    check_keys("layout", stored, ("bits", "shape", "block_size", "causal"))
+    """The layout and causal flag of a file's ``"layout"`` entry (with, for a token-exact
+    layout, its partial blocks and token lengths)."""
+    check_keys("layout", stored, ("bits", "shape", "block_size", "causal"),
+               ("partials", "seq_lengths"))  # fmt: skip
     blocks = unpack_blocks({"bits": stored["bits"], "shape": stored["shape"]})
     block = check_int("layout block_size", stored["block_size"], low=1, high=MAX_BLOCK_SIZE)
-    return Layout(blocks, block), check_bool("layout causal", stored["causal"])
+    causal = check_bool("layout causal", stored["causal"])
+    if "seq_lengths" not in stored:
+        return Layout(blocks, block), causal
+    lengths = check_int_list("layout seq_lengths", stored["seq_lengths"], low=1, min_len=2,
+                             max_len=2)  # fmt: skip
+    with error_context("layout partials"):
+        partials = read_partials(stored.get("partials"))
+    return Layout(blocks, block, partials, *lengths), causal
 
 
 def _blocks_of(

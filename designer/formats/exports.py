@@ -5,12 +5,17 @@ Bytes are built only when asked (``Export.build``), so the page does not seriali
 download. Files that hold tensors are ``torch.save`` dicts of tensors and plain values, which
 ``torch.load(..., weights_only=True)`` reads back.
 
-Every file reads back here, or says why not (``Export.note``). A tensor file whose plain form
-would pass what an upload takes (``MAX_FILE_BYTES``) is written compactly instead, as the
-importer reads it: its archive deflated (``torch_file.deflated``; ``torch.load`` reads it as it
-is), the DeepSpeed layout as bool (``.long()`` is ``make_layout``'s int64), CSR indices as
-int32. A file that would still not come back says what to load instead, and one whose making
-alone would take more than ``MAX_EXPORT_BYTES`` of memory is ``unavailable``, saying why.
+Every file reads back here, or says why not (``Export.note``). Block-level formats (DeepSpeed,
+CSR, MIT's ``base_blockmask``) cannot hold a token-exact design's partial blocks: for such a
+design they are ``unavailable``, saying so and what to download instead, and where only its
+token lengths are not whole blocks, their ``note`` says that the lengths are not kept.
+
+A tensor file whose plain form would pass what an upload takes (``MAX_FILE_BYTES``) is written
+compactly instead, as the importer reads it: its archive deflated (``torch_file.deflated``;
+``torch.load`` reads it as it is), the DeepSpeed layout as bool (``.long()`` is
+``make_layout``'s int64), CSR indices as int32. A file that would still not come back says
+what to load instead, and one whose making alone would take more than ``MAX_EXPORT_BYTES`` of
+memory is ``unavailable``, saying why.
 """
 
 from __future__ import annotations
@@ -89,6 +94,7 @@ def exports(design: Design) -> list[Export]:
     cells = layout.n_heads * layout.n_q_blocks * layout.n_k_blocks
     nnz = layout.nnz
     tile = flex_tile_size(layout.block_size)
+    block_level = _block_level(layout)
     tiles = layout.n_heads * -(-layout.seq_len_q // tile) * -(-layout.seq_len_k // tile)
     deepspeed_int64 = 8 * cells + ARCHIVE_BYTES <= MAX_FILE_BYTES
     csr_bytes = 8 * (nnz + layout.n_heads * (layout.n_q_blocks + 1))
@@ -111,7 +117,9 @@ def exports(design: Design) -> list[Export]:
             "mask_mod from it, since without one eager flex_attention attends to every token "
             "pair. The FlexAttention snippet shows how.",
             lambda: _torch_bytes(block_mask_tensors(layout, causal=design.causal)),
-            unavailable=_too_costly("BlockMask tile lists", 20 * tiles),
+            unavailable=_too_costly(
+                "BlockMask tile lists", 20 * tiles + 4 * cells * (layout.partials is not None)
+            ),
             note=_size_note(8 * tiles + cells // 8, 8 * tiles + cells // 8),
         ),
         Export(
@@ -131,6 +139,7 @@ def exports(design: Design) -> list[Export]:
             else "A bare bool [heads, q_blocks, k_blocks] tensor (.long() gives make_layout's "
             "int64), in a deflated archive that torch.load reads as it is.",
             lambda: _torch_bytes(layout.to_int64() if deepspeed_int64 else layout.blocks),
+            unavailable=_not_whole("DeepSpeed's layouts", layout) or block_level("DeepSpeed"),
             note=None
             if deepspeed_int64
             else f"Saved as bool: as int64 it would be {bytes_text(8 * cells)}, "
@@ -143,9 +152,13 @@ def exports(design: Design) -> list[Export]:
             "text/x-python",
             f"A SparsityConfig subclass whose make_layout returns {stem}_deepspeed.pt.",
             lambda: deepspeed_snippet(design, f"{stem}_deepspeed.pt").encode("utf-8"),
-            unavailable=None
-            if layout.n_q_blocks == layout.n_k_blocks
-            else "DeepSpeed layouts are square; this one is not",
+            unavailable=_not_whole("DeepSpeed's layouts", layout)
+            or block_level("DeepSpeed")
+            or (
+                None
+                if layout.n_q_blocks == layout.n_k_blocks
+                else "DeepSpeed layouts are square; this one is not"
+            ),
         ),
         Export(
             "CSR (row_ptr, col_idx)",
@@ -153,11 +166,11 @@ def exports(design: Design) -> list[Export]:
             "application/octet-stream",
             f"row_ptr [heads, q_blocks + 1] and col_idx [nnz], {str(csr_dtype)[6:]}.",
             lambda: _torch_bytes(csr_tensors(design, csr_dtype)),
-            unavailable=_too_costly("CSR", 16 * nnz),
+            unavailable=block_level("CSR") or _too_costly("CSR", 16 * nnz),
             note=f"{nnz:,} blocks: more than the {MAX_CSR_BLOCKS:,} a CSR upload may hold here; "
             "load the Design (.pt) instead."
             if nnz > MAX_CSR_BLOCKS
-            else _size_note(csr_bytes, csr_bytes // 2),
+            else _lengths_note(layout) or _size_note(csr_bytes, csr_bytes // 2),
         ),
         Export(
             "MIT base_blockmask",
@@ -165,10 +178,13 @@ def exports(design: Design) -> list[Export]:
             "application/octet-stream",
             "bool [1, heads, q_blocks, k_blocks] for MIT Block-Sparse-Attention.",
             lambda: _torch_bytes({"base_blockmask": to_base_blockmask(layout)}),
-            unavailable=None
-            if layout.block_size == MIT_BLOCK_SIZE
-            else f"needs {MIT_BLOCK_SIZE}-token blocks (this design has {layout.block_size})",
-            note=_size_note(cells, cells),
+            unavailable=block_level("MIT's base_blockmask")
+            or (
+                None
+                if layout.block_size == MIT_BLOCK_SIZE
+                else f"needs {MIT_BLOCK_SIZE}-token blocks (this design has {layout.block_size})"
+            ),
+            note=_lengths_note(layout) or _size_note(cells, cells),
         ),
         Export(
             "JSON recipe",
@@ -187,6 +203,41 @@ def exports(design: Design) -> list[Export]:
             lambda: python_snippet(design_file_name(design)).encode("utf-8"),
         ),
     ]
+
+
+def _block_level(layout) -> Callable[[str], str | None]:
+    """Why a block-level format cannot hold ``layout``: its partial blocks, if any."""
+
+    def why(what: str) -> str | None:
+        if layout.partials is None:
+            return None
+        return (
+            f"{what} lists whole blocks, and this design has {layout.n_partial:,} partial blocks "
+            "(token masks inside blocks) it cannot express; download the FlexAttention BlockMask "
+            "or the Design (.pt), which keep them"
+        )
+
+    return why
+
+
+def _not_whole(what: str, layout) -> str | None:
+    """Why a format of whole-block sequences cannot hold ``layout``'s token lengths."""
+    if layout.seq_q is None and layout.seq_k is None:
+        return None
+    return (
+        f"{what} cover whole blocks, and this design's {layout.seq_len_q} x {layout.seq_len_k} "
+        f"tokens end inside its last blocks of {layout.block_size}"
+    )
+
+
+def _lengths_note(layout) -> str | None:
+    """That a block-level file does not keep token lengths inside the last blocks."""
+    if layout.seq_q is None and layout.seq_k is None:
+        return None
+    return (
+        f"Blocks only: the {layout.seq_len_q} x {layout.seq_len_k} token lengths (inside the last "
+        "blocks) are not kept; the Design (.pt) keeps them."
+    )
 
 
 def _too_costly(what: str, memory: int) -> str | None:

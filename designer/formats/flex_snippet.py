@@ -6,7 +6,8 @@ Two forms, chosen by the design:
   sliding window, block-diagonal, prefix-LM, attention sinks): ``create_block_mask`` with a
   ``mask_mod`` over block indices, no file needed;
 - otherwise the **tensors file** (``block_mask_tensors``): the packed layout popped from it
-  makes the ``mask_mod``, and ``BlockMask.from_kv_blocks`` takes the rest. Without a
+  makes the ``mask_mod`` (with its partial blocks' bits, for a token-exact design), and
+  ``BlockMask.from_kv_blocks`` takes the rest. Without a
   ``mask_mod``, eager ``flex_attention`` (CPU) attends to every token pair whatever the tiles;
   with it, eager and compiled runs agree.
 
@@ -75,6 +76,32 @@ _RULES: dict[str, Callable[..., str]] = {
 }
 
 
+_BLOCK_RULE = """\
+            def mask_mod(b, h, q_idx, kv_idx):
+                # Eager flex_attention decides every pair here; compiled, those of partial tiles.
+                # Indices computed from the arguments only: the FLASH backend compiles no other.
+                return blocks[{pick}q_idx // BLOCK, kv_idx // BLOCK]{causal}
+"""
+#: A token-exact design's rule: inside a partial block, its bit (slot 0: all ones, full blocks).
+_TOKEN_RULE = """\
+            parts = stored["partials"]  # partial blocks: (head, q block, k block) and their bits
+            slots = torch.zeros(stored["shape"], dtype=torch.int32)
+            count = len(parts["index"])
+            slots[tuple(parts["index"].long().T)] = torch.arange(1, count + 1, dtype=torch.int32)
+            ones = torch.full((1, *parts["bits"].shape[1:]), 255, dtype=torch.uint8)
+            masks = torch.cat([ones, parts["bits"]]).to(DEVICE)
+            slots = slots{plane}.to(DEVICE)
+
+            def mask_mod(b, h, q_idx, kv_idx):
+                # Eager flex_attention decides every pair here; compiled, those of partial tiles.
+                # Indices computed from the arguments only: the FLASH backend compiles no other.
+                qb, kb = q_idx // BLOCK, kv_idx // BLOCK
+                row, col = q_idx - qb * BLOCK, kv_idx - kb * BLOCK
+                byte = masks[slots[{pick}qb, kb], row, col // 8]  # bit col % 8: key col attends
+                return blocks[{pick}qb, kb] & (((byte >> (col % 8)) & 1) == 1){causal}
+"""
+
+
 def flex_snippet(design: Design, tensors_filename: str) -> str:
     """Code building ``design``'s ``BlockMask`` and running ``flex_attention`` (see above).
 
@@ -137,6 +164,10 @@ def flex_snippet(design: Design, tensors_filename: str) -> str:
 
             block_mask = BlockMask.from_kv_blocks(**saved, mask_mod=mask_mod).to(DEVICE)
             """
+        if layout.partials is not None:
+            block_rule = _BLOCK_RULE.format(pick=pick, causal=causal_test)
+            token_rule = _TOKEN_RULE.format(pick=pick, causal=causal_test, plane=plane)
+            body = body.replace(block_rule, token_rule)
     tail = """\
 
         # "AUTO" (Triton) or "FLASH": FlexAttention's FA4 backend, on a Hopper or Blackwell GPU

@@ -7,7 +7,7 @@ are a multiple of 128 tokens, else ``FLEX_BLOCK`` = 128-token tiles, each of the
 
 - **full** when every token pair in it is active under the layout (and ``k_idx <= q_idx + d``
   when causal, ``d`` the causal offset: 0 top-left, ``Sk - Sq`` bottom-right): the kernel skips
-  ``mask_mod`` there;
+  ``mask_mod`` there; a tile covering a partial block is never full;
 - **partial** when some pairs are: ``mask_mod`` decides pair by pair;
 - absent otherwise.
 
@@ -59,13 +59,15 @@ def tile_classes(
     tile_size: int = FLEX_BLOCK,
     seq_lengths: tuple[int, int] | None = None,
     causal_offset: int = 0,
+    partial: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(full, partial)`` bool ``[H, ceil(Sq / tile), ceil(Sk / tile)]`` for bool ``[H, M, N]``.
 
     ``seq_lengths`` is ``(Sq, Sk)`` (default: whole blocks; the caller checks that the blocks
-    cover them), ``causal_offset`` the ``d`` of ``k_idx <= q_idx + d``. Memory stays within a few
-    times the layout's cells for blocks under a tile, and the tile grid is refused above
-    ``MAX_LAYOUT_CELLS`` (blocks far larger than a tile).
+    cover them), ``causal_offset`` the ``d`` of ``k_idx <= q_idx + d``, ``partial`` the bool
+    ``[H, M, N]`` partial blocks (``Layout.partial_grid``), which make their tiles partial.
+    Memory stays within a few times the layout's cells for blocks under a tile, and the tile
+    grid is refused above ``MAX_LAYOUT_CELLS`` (blocks far larger than a tile).
     """
     heads, n_q, n_k = blocks.shape
     seq_q, seq_k = seq_lengths or (n_q * block_size, n_k * block_size)
@@ -79,7 +81,7 @@ def tile_classes(
             f"{MAX_LAYOUT_CELLS:,}"
         )
     tile_any = _reduce(blocks, rows, cols, torch.any)
-    tile_all = _reduce(blocks, rows, cols, torch.all)
+    tile_all = _reduce(blocks if partial is None else blocks & ~partial, rows, cols, torch.all)
     if causal:
         first_q = torch.arange(rows.shape[0])[:, None] * tile_size
         first_k = torch.arange(cols.shape[0])[None, :] * tile_size
@@ -145,6 +147,17 @@ def listed_tiles(num: torch.Tensor, indices: torch.Tensor, n: int) -> torch.Tens
     return dense
 
 
+def layout_tiles(
+    layout: Layout, causal: bool, tile_size: int, seq_lengths: tuple[int, int], causal_offset: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``tile_classes`` of ``layout``'s blocks and partial blocks."""
+    partial = None if layout.partials is None else layout.partial_grid()
+    return tile_classes(
+        layout.blocks, layout.block_size, causal=causal, tile_size=tile_size,
+        seq_lengths=seq_lengths, causal_offset=causal_offset, partial=partial,
+    )  # fmt: skip
+
+
 def check_tiles(
     layout: Layout,
     causal: bool,
@@ -169,10 +182,7 @@ def check_tiles(
             f"its layout ({layout.block_size}-token blocks) has {expected_tile}-token tiles over "
             f"{whole[0]} x {whole[1]} tokens (or a partial last block of them)"
         )
-    want_full, want_partial = tile_classes(
-        layout.blocks, layout.block_size, causal=causal, tile_size=tile_size,
-        seq_lengths=lengths, causal_offset=causal_offset,
-    )  # fmt: skip
+    want_full, want_partial = layout_tiles(layout, causal, tile_size, lengths, causal_offset)
     if full.shape != want_full.shape:
         raise ValueError(
             f"{what} lists tiles for [heads, rows, columns] {list(full.shape)}, but its layout "

@@ -23,6 +23,7 @@ import torch
 
 from designer.formats.torch_file import file_tensor
 from designer.layout import Layout
+from designer.partials import PartialBlocks
 from designer.validate import check_int_list, check_keys, check_layout_shape
 
 
@@ -54,3 +55,19 @@ def unpack_blocks(packed: Any) -> torch.Tensor:
     if unpacked[cells:].any():
         raise ValueError("layout bits past the last block must be 0")
     return torch.from_numpy(unpacked[:cells].view(np.bool_).reshape(shape))
+
+
+def pack_partials(layout: Layout) -> dict[str, torch.Tensor] | None:
+    """``layout``'s partial blocks for a file: ``{"index": int32 [P, 3], "bits": uint8 [P, b,
+    ceil(b / 8)]}`` (``designer.partials``), or None."""
+    partials = layout.partials
+    return None if partials is None else {"index": partials.index, "bits": partials.bits}
+
+
+def read_partials(value: Any) -> PartialBlocks | None:
+    """The partial blocks of a ``pack_partials`` value read from a file, its tensors checked
+    (real storage, dtype, shape, order, size) before any is used."""
+    if value is None:
+        return None
+    check_keys("partials", value, ("index", "bits"))
+    return PartialBlocks(file_tensor("index", value["index"]), file_tensor("bits", value["bits"]))

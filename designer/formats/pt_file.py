@@ -8,6 +8,11 @@ Layout of the file (version 2)::
      "causal": bool, "start_width": int | None, "name": str, "created": str, "modified": str,
      "recipe": uint8 [n] tensor of the UTF-8 JSON text of Recipe.to_dict() | None}
 
+Version 3, for token-exact layouts (partial blocks, or lengths that are not whole blocks), adds
+``"partials": {"index": int32 [P, 3], "bits": uint8 [P, block, ceil(block / 8)]} | None``
+(``designer.partials``), and its ``seq_len_q``/``seq_len_k`` may end inside the last block.
+Block-level designs are still written as version 2, byte for byte as before.
+
 The layout is bit-packed, so the largest design (4 × 4096 × 4096 blocks) is an 8 MiB file. The
 recipe travels as JSON bytes in a tensor, so the pickle stays a few KiB whatever the edits
 (torch unpickles in Python; json parses in C). Version 1 stored ``"layout"`` as an int64
@@ -30,7 +35,7 @@ import torch
 
 from designer.design import Design
 from designer.formats.json_recipe import MAX_JSON_CHARS, json_values, parse_json
-from designer.formats.packing import pack_blocks, unpack_blocks
+from designer.formats.packing import pack_blocks, pack_partials, read_partials, unpack_blocks
 from designer.formats.settings import (
     SETTING_KEYS,
     adopt_layout,
@@ -41,17 +46,21 @@ from designer.formats.settings import (
 )
 from designer.formats.torch_file import check_archive, file_tensor
 from designer.layout import Layout
+from designer.partials import MAX_PARTIAL_BYTES, MAX_PARTIALS
 from designer.recipe import Recipe, recipe_from_dict
 from designer.recipe_cost import READ_NS_PER_VALUE
 from designer.validate import MAX_LAYOUT_CELLS, check_int, check_keys, error_context
 
 FORMAT = "blocksparse-design"
 VERSION = 2
-#: Versions read: 1 (int64 layout) and 2 (bit-packed layout).
-READ_VERSIONS = (1, 2)
-#: Largest file read: a bit-packed layout of the largest size (8 MiB) plus room for a recipe as
-#: large as the largest JSON recipe. The upload limit in ``.streamlit/config.toml`` is this.
-MAX_FILE_BYTES = MAX_LAYOUT_CELLS // 8 + MAX_JSON_CHARS
+#: The version of token-exact designs (partial blocks, or lengths inside the last block).
+TOKEN_VERSION = 3
+#: Versions read: 1 (int64 layout), 2 (bit-packed layout) and 3 (with partial blocks).
+READ_VERSIONS = (1, 2, 3)
+#: Largest file read: a bit-packed layout of the largest size (8 MiB), room for a recipe as
+#: large as the largest JSON recipe and for the most partial blocks a layout may hold (their
+#: bits and index). The upload limit in ``.streamlit/config.toml`` is this.
+MAX_FILE_BYTES = MAX_LAYOUT_CELLS // 8 + MAX_JSON_CHARS + MAX_PARTIAL_BYTES + 12 * MAX_PARTIALS
 
 
 def save_design(design: Design, path_or_file: str | os.PathLike | IO[bytes]) -> None:
@@ -91,7 +100,7 @@ def design_file_bytes(design: Design) -> bytes:
         recipe = _recipe_tensor(design.recipe)
     content = {
         "format": FORMAT,
-        "version": VERSION,
+        "version": VERSION if layout.whole_blocks else TOKEN_VERSION,
         "layout": pack_blocks(layout),
         "block_size": layout.block_size,
         "seq_len_q": layout.seq_len_q,
@@ -99,6 +108,8 @@ def design_file_bytes(design: Design) -> bytes:
         **settings,
         "recipe": recipe,
     }
+    if not layout.whole_blocks:
+        content["partials"] = pack_partials(layout)
     buffer = io.BytesIO()
     torch.save(content, buffer)
     data = buffer.getvalue()
@@ -138,22 +149,32 @@ def design_from_content(content: Mapping[str, Any], *, rebuild_recipe: bool = Tr
     checked, not its blocks: for files this designer wrote, see ``settings.adopt_layout``)."""
     version = check_version("design file", content, FORMAT, READ_VERSIONS)
     sizes = ("layout", "block_size", "seq_len_q", "seq_len_k")
-    check_keys("design file", content, ("format", "version", *sizes, *SETTING_KEYS, "recipe"))
+    tokens = ("partials",) if version == TOKEN_VERSION else ()
+    check_keys("design file", content,
+               ("format", "version", *sizes, *SETTING_KEYS, "recipe", *tokens))  # fmt: skip
     if version == 1:
         blocks = file_tensor("layout", content["layout"])
     else:
         blocks = unpack_blocks(content["layout"])
     layout = Layout(blocks, content["block_size"])  # checks the shape before copying anything
+    lengths = []
     for key, count, what in (
         ("seq_len_q", layout.n_q_blocks, "q_blocks"),
         ("seq_len_k", layout.n_k_blocks, "k_blocks"),
     ):
         found = check_int(key, content[key], low=1)
-        if found != count * layout.block_size:
+        whole = count * layout.block_size
+        if found != whole and not (tokens and whole - layout.block_size < found < whole):
+            inside = f" (or, in version {TOKEN_VERSION}, inside the last block)" * bool(tokens)
             raise ValueError(
                 f"{key} = {found} does not match the layout: {count} {what} x "
-                f"block_size {layout.block_size} = {count * layout.block_size}"
+                f"block_size {layout.block_size} = {whole}{inside}"
             )
+        lengths.append(found)
+    if tokens:
+        with error_context("partials"):
+            partials = read_partials(content["partials"])
+            layout = Layout(layout.blocks, layout.block_size, partials, *lengths)
     recipe = None
     if content["recipe"] is not None:
         recipe = _read_recipe(content["recipe"], version, build=rebuild_recipe)

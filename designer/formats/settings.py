@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from designer.design import Design
+from designer.edit import Transpose
 from designer.layout import Layout
 from designer.recipe import Recipe
 from designer.validate import check_int, shown
@@ -40,6 +41,8 @@ def check_version(
     found = check_int(f"{name} version", data.get("version"), low=1)
     if found not in versions:
         readable = " and ".join(map(str, versions))
+        if len(versions) > 2:
+            readable = ", ".join(map(str, versions[:-1])) + f" and {versions[-1]}"
         raise ValueError(
             f"{name} version {found} is not supported; this designer reads version {readable}"
         )
@@ -59,6 +62,16 @@ def check_rebuilds(recipe: Recipe, layout: Layout) -> None:
         raise ValueError(
             f"recipe does not rebuild the layout: {differ} of {layout.blocks.numel()} blocks differ"
         )
+    if (built.seq_len_q, built.seq_len_k) != (layout.seq_len_q, layout.seq_len_k):
+        raise ValueError(
+            f"recipe builds {built.seq_len_q} x {built.seq_len_k} tokens, but the layout has "
+            f"{layout.seq_len_q} x {layout.seq_len_k}"
+        )
+    if built.partials != layout.partials:
+        raise ValueError(
+            f"recipe does not rebuild the layout's token masks: it makes {built.n_partial} "
+            f"partial blocks, the layout has {layout.n_partial}, and they differ"
+        )
 
 
 def adopt_layout(recipe: Recipe, layout: Layout) -> None:
@@ -66,6 +79,14 @@ def adopt_layout(recipe: Recipe, layout: Layout) -> None:
     wrote itself, whose writer checked that the recipe rebuilds the layout (``check_rebuilds``).
     Shape and block size are still checked."""
     shape = recipe.shape_after_edits
+    lengths = recipe.token_lengths
+    if sum(isinstance(op, Transpose) for op in recipe.edits) % 2:
+        lengths = lengths[::-1]
+    if lengths != (layout.seq_len_q, layout.seq_len_k):
+        raise ValueError(
+            f"recipe builds {lengths[0]} x {lengths[1]} tokens, but the layout has "
+            f"{layout.seq_len_q} x {layout.seq_len_k}"
+        )
     if shape != layout.shape or recipe.block_size != layout.block_size:
         raise ValueError(
             f"recipe builds a {list(shape)} layout with block_size {recipe.block_size}, "

@@ -19,9 +19,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from designer.cache import LruCache
 from designer.layout import MAX_BLOCK_SIZE, Layout
+from designer.mask_mod import TileBounds, layout_of_bounds, tile_bounds
 from designer.patterns.specs import ParamSpec, PatternSpec
-from designer.validate import check_choice, check_int, check_layout_shape
+from designer.threads import one_thread
+from designer.validate import check_choice, check_int, check_layout_shape, token_length
 
 __all__ = ["PATTERNS", "ParamSpec", "PatternSpec", "make_pattern"]
 
@@ -57,6 +60,31 @@ def collect_specs(package: str, folder: Path) -> dict[str, PatternSpec]:
 PATTERNS: dict[str, PatternSpec] = collect_specs(__package__, Path(__file__).parent)
 
 
+#: Pass-1 bounds of token patterns kept (``token_bounds``): a recipe estimates its cost from
+#: them when it is made, and its build then starts from them.
+_BOUNDS = LruCache(64 << 20, size=lambda bounds: 2 * bounds.full.numel(), ttl_seconds=15 * 60)
+
+
+def _frozen(value: Any) -> Any:
+    return tuple(map(_frozen, value)) if isinstance(value, (list, tuple)) else value
+
+
+def token_bounds(
+    name: str, params: Mapping[str, Any], block_size: int, seq_q: int, seq_k: int
+) -> TileBounds:
+    """Which blocks of token pattern ``name`` (its parameters checked) are surely full and which
+    need their tokens evaluated, for one head (token patterns are the same on every head)."""
+    spec = PATTERNS[name]
+    key = (name, _frozen(sorted(params.items())), block_size, seq_q, seq_k)
+
+    def bound() -> TileBounds:
+        with one_thread():
+            rule = spec.rule(dict(params), seq_q, seq_k)
+            return tile_bounds(rule, heads=1, seq_q=seq_q, seq_k=seq_k, block_size=block_size)
+
+    return _BOUNDS.get(key, bound)
+
+
 def make_pattern(
     name: str,
     n_heads: int,
@@ -64,9 +92,14 @@ def make_pattern(
     n_k_blocks: int,
     block_size: int,
     params: Mapping[str, Any],
+    *,
+    seq_q: int | None = None,
+    seq_k: int | None = None,
 ) -> Layout:
     """The layout of pattern ``name``; missing parameters take their defaults.
 
+    ``seq_q`` and ``seq_k`` are the token lengths when the last block row or column is cut
+    short (default: whole blocks); token patterns are made at them, block patterns ignore them.
     Raises ``ValueError`` for an unknown name (listing the known ones), unknown parameter names,
     values out of range, or a non-square shape for a DeepSpeed pattern; ``TypeError`` for values
     of the wrong type. Python's global ``random`` state is left as it was.
@@ -91,5 +124,11 @@ def make_pattern(
         param.name: param.check(params.get(param.name, param.default), n_heads)
         for param in spec.params
     }
-    blocks = spec.build(n_heads, n_q_blocks, n_k_blocks, block_size, values)
-    return Layout(blocks, block_size)
+    if spec.rule is None:
+        return Layout(spec.build(n_heads, n_q_blocks, n_k_blocks, block_size, values), block_size)
+    seq_q = token_length("seq_q", seq_q, n_q_blocks, block_size)
+    seq_k = token_length("seq_k", seq_k, n_k_blocks, block_size)
+    rule = spec.rule(values, seq_q, seq_k)
+    bounds = token_bounds(name, values, block_size, seq_q, seq_k)
+    with one_thread():
+        return layout_of_bounds(rule, bounds, n_heads, seq_q, seq_k, block_size)

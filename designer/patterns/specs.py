@@ -25,11 +25,13 @@ from designer.validate import (
 )
 
 PARAM_KINDS = ("int", "float", "bool", "choice", "int_list")
-FAMILIES = ("generator", "deepspeed")
+FAMILIES = ("generator", "deepspeed", "token")
 
 #: Makes a pattern: ``(n_heads, n_q_blocks, n_k_blocks, block_size, params) -> [H, M, N]``, with
 #: ``params`` every parameter of the spec, already checked.
 Builder = Callable[[int, int, int, int, dict[str, Any]], torch.Tensor]
+#: Makes a token pattern's rule: ``(params, seq_q, seq_k) -> mask_mod(b, h, q_idx, kv_idx)``.
+RuleMaker = Callable[[dict[str, Any], int, int], Callable[..., torch.Tensor]]
 
 
 def calls(generator: Callable[..., torch.Tensor]) -> Builder:
@@ -93,7 +95,10 @@ class PatternSpec:
     ``random`` patterns take a ``seed`` parameter; ``square_only`` ones need
     ``n_q_blocks == n_k_blocks`` (DeepSpeed configs build square layouts). ``order`` places the
     pattern in the registry, so in menus and in messages that list the names (ascending:
-    generators from 10, DeepSpeed's configs from 200, in steps of 10 to leave room).
+    generators from 10, DeepSpeed's configs from 200, token patterns from 300, in steps of 10
+    to leave room). A block pattern has a ``build``; a ``token`` pattern has a ``rule`` instead,
+    a ``mask_mod`` over token indices that ``designer.from_mask_mod`` turns into full, partial
+    and empty blocks.
     """
 
     name: str
@@ -103,11 +108,18 @@ class PatternSpec:
     params: tuple[ParamSpec, ...]
     random: bool
     square_only: bool
-    build: Builder = field(kw_only=True, compare=False, repr=False)
+    build: Builder | None = field(default=None, kw_only=True, compare=False, repr=False)
     order: int = field(kw_only=True)
+    rule: RuleMaker | None = field(default=None, kw_only=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_choice(f"family of pattern {self.name!r}", self.family, FAMILIES)
+        if (self.family == "token") != (self.rule is not None) or (self.build is None) == (
+            self.rule is None
+        ):
+            raise ValueError(
+                f"pattern {self.name!r}: token patterns have a rule, the others a build"
+            )
         check_int(f"order of pattern {self.name!r}", self.order, low=0)
         names = [param.name for param in self.params]
         if len(set(names)) != len(names):

@@ -111,7 +111,8 @@ def test_token_mask_expands_blocks():
     expected = torch.tensor(
         [[1, 1, 0, 0], [1, 1, 0, 0], [0, 0, 1, 1], [0, 0, 1, 1]], dtype=torch.bool
     )
-    assert torch.equal(layout.token_mask(0), expected)
+    assert torch.equal(layout.token_mask(0), expected[None])
+    assert torch.equal(layout.token_mask(), expected[None])
 
 
 def test_equality_and_hash():

@@ -164,3 +164,18 @@ def test_blocks_grouped_into_fused_tiles_or_as_large_cost_nothing_extra():
     assert "scattered-for-fused-tiles" not in by_code(lints_of(scattered_64, 64))
     empty = torch.zeros(1, 8, 8, dtype=torch.bool)
     assert "scattered-for-fused-tiles" not in by_code(lints_of(empty, 16))
+
+
+def test_partial_blocks_are_counted_with_the_scores_they_mask_away():
+    from designer import from_mask_mod
+    from designer.analysis import analyse
+
+    layout = from_mask_mod(lambda b, h, q, k: k <= q, heads=1, seq_q=64, seq_k=64, block_size=32)
+    (lint,) = [lint for lint in lint_design(Design(layout)) if lint.code == "partial-blocks"]
+    assert lint.severity == "warning" and lint.cells == ((0, 0, 0), (0, 1, 1))
+    assert (
+        "2 blocks of 3 active are partial" in lint.message and "32.3%" in lint.message
+    )  # 2 x 496 of 3 x 1024
+    tokens = analyse(Design(layout)).tokens
+    assert (tokens.full_blocks, tokens.partial_blocks, tokens.empty_blocks) == (1, 2, 1)
+    assert tokens.allowed == 64 * 65 // 2 and tokens.computed == 3 * 32 * 32

@@ -26,7 +26,7 @@ def naive_attention(
     out = torch.zeros(q.shape, dtype=torch.float64)
     logsumexp = torch.zeros(q.shape[:3], dtype=torch.float64)
     for h in range(n_heads):
-        mask = layout.token_mask(h)[:seq_q, :seq_k]
+        mask = layout.token_mask(h)[0, :seq_q, :seq_k]
         if causal:
             diagonal = seq_k - seq_q if bottom_right else 0
             mask = mask & torch.ones(seq_q, seq_k, dtype=torch.bool).tril(diagonal)

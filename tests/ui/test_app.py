@@ -110,13 +110,18 @@ def test_impossible_parameter_shows_a_message_and_keeps_the_design(data_dir):
     assert not at.error and metric(at, "Density") != "16.24%"
 
 
-def test_sequence_length_must_be_a_multiple_of_the_block(data_dir):
+def test_sequence_lengths_need_not_be_whole_blocks(data_dir):
     at = open_app()
-    at.number_input(key=keys.SEQ_LEN_K).set_value(4100).run()
-    assert any(
-        "key tokens must be a multiple of the block size 64" in unescaped(e.value) for e in at.error
-    )
+    at.number_input(key=keys.SEQ_LEN_K).set_value(4000).run()  # DeepSpeed's layouts are square
+    assert any("needs n_q_blocks == n_k_blocks" in unescaped(e.value) for e in at.error)
     assert current(at).layout.seq_len_k == 4096
+    at.number_input(key=keys.SEQ_LEN_Q).set_value(4000).run()
+    layout = current(at).layout
+    assert not at.error and (layout.seq_len_q, layout.seq_len_k, layout.n_q_blocks) == (
+        4000,
+        4000,
+        63,
+    )
 
 
 def test_block_size_change_rebuilds_the_layout(data_dir):

@@ -34,8 +34,8 @@ def test_a_negative_start_width_is_refused_with_a_message(data_dir):  # noqa: F8
     ("key", "value", "message"),
     [
         (keys.N_HEADS, 0, "heads must be in [1, "),
-        (keys.SEQ_LEN_Q, 0, "query tokens must be in [64, "),
-        (keys.SEQ_LEN_K, -64, "key tokens must be in [64, "),
+        (keys.SEQ_LEN_Q, 0, "query tokens must be in [1, "),
+        (keys.SEQ_LEN_K, -64, "key tokens must be in [1, "),
     ],
 )
 def test_out_of_range_numbers_say_what_is_allowed(data_dir, key, value, message):  # noqa: F811

@@ -29,6 +29,7 @@ const SIZES = [1, 2, 4, 8];
 const ACTIVE_RGB = [47, 62, 92]; // an active block whose tile is not known (yet)
 const MAX_HEIGHT_PX = 640;
 const MIN_GRID_PX = 8; // grid lines show from this many pixels per block
+const MIN_HATCH_PX = 6; // partial blocks are hatched from this many pixels per block
 const MAX_CELL_PX = 64;
 const STORE_KEY = "blocksparse-designer.paint-tools";
 const editors = new WeakMap();
@@ -81,9 +82,12 @@ class Editor {
     this.layout(reshaped);
     const token = ++this.loading;
     this.canvas.dataset.ready = "false";
-    Promise.all([inflate(data.cells), inflate(data.codes)]).then(([bits, runs]) => {
+    const partial = data.partial ? inflate(data.partial) : Promise.resolve(null);
+    Promise.all([inflate(data.cells), inflate(data.codes), partial]).then(([bits, runs, part]) => {
       if (token !== this.loading) return; // a newer head arrived meanwhile
       this.base = unpackBits(bits, rows * cols);
+      this.partial = part && unpackBits(part, rows * cols); // token masks inside: drawn lighter
+      this.canvas.dataset.partial = String(this.partial ? this.partial.reduce((a, b) => a + b) : 0);
       const scale = data.codes_scale;
       this.codeCols = Math.ceil(cols / scale);
       this.codes = runLengthDecode(runs, Math.ceil(rows / scale) * this.codeCols);
@@ -133,7 +137,13 @@ class Editor {
 
   colour(i) {
     if (!this.shown[i]) return this.empty;
-    return this.base[i] ? this.palette[this.code(i)] : this.palette[0];
+    const colour = this.base[i] ? this.palette[this.code(i)] : this.palette[0];
+    return this.isPartial(i) ? lighter(colour) : colour;
+  }
+
+  // A partial block as Python sent it, not painted over since (a stroke makes blocks whole).
+  isPartial(i) {
+    return Boolean(this.partial && this.partial[i] && this.base[i] && this.shown[i]);
   }
 
   // ---------------------------------------------------------------- geometry

@@ -54,6 +54,12 @@ function rgba(hex) {
   return packRGBA([(v >> 16) & 255, (v >> 8) & 255, v & 255]);
 }
 
+// A packed pixel halfway to white: how a partial block shows its colour.
+function lighter(pixel) {
+  const mix = (shift) => ((((pixel >> shift) & 255) + 255) >> 1) << shift;
+  return (255 << 24) | mix(16) | mix(8) | mix(0);
+}
+
 function packRGBA([r, g, b]) {
   return (255 << 24) | (b << 16) | (g << 8) | r; // little-endian ImageData pixel
 }

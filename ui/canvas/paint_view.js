@@ -116,6 +116,7 @@ Object.assign(Editor.prototype, {
       ctx.drawImage(this.image, x, y, cols * scale, rows * scale);
     }
     if (scale >= MIN_GRID_PX) this.drawGrid(w, h);
+    if (scale >= MIN_HATCH_PX && this.partial) this.drawHatch(w, h);
     ctx.save();
     ctx.strokeStyle = "rgba(30, 40, 60, 0.35)";
     ctx.setLineDash([3, 3]);
@@ -146,6 +147,31 @@ Object.assign(Editor.prototype, {
       const py = Math.round(y + r * scale) + 0.5;
       ctx.moveTo(x + c0 * scale, py);
       ctx.lineTo(x + c1 * scale, py);
+    }
+    ctx.stroke();
+    ctx.restore();
+  },
+
+  // Partial blocks hatched (diagonal strokes inside the block), the visible ones only.
+  drawHatch(w, h) {
+    const ctx = this.ctx, { rows, cols } = this.shape, { scale, x, y } = this.view;
+    const c0 = Math.max(0, Math.floor(-x / scale)), c1 = Math.min(cols, Math.ceil((w - x) / scale));
+    const r0 = Math.max(0, Math.floor(-y / scale)), r1 = Math.min(rows, Math.ceil((h - y) / scale));
+    ctx.save();
+    ctx.strokeStyle = "rgba(30, 40, 60, 0.55)";
+    ctx.lineWidth = 1;
+    ctx.beginPath();
+    const step = Math.max(3, scale / 4);
+    for (let r = r0; r < r1; r++) {
+      for (let c = c0; c < c1; c++) {
+        if (!this.isPartial(r * cols + c)) continue;
+        const px = x + c * scale, py = y + r * scale;
+        for (let d = step; d < 2 * scale; d += step) {
+          const a = Math.min(d, scale), b = Math.max(0, d - scale);
+          ctx.moveTo(px + b, py + a);
+          ctx.lineTo(px + a, py + b);
+        }
+      }
     }
     ctx.stroke();
     ctx.restore();

@@ -4,6 +4,8 @@ comes back).
 Pure numpy, no Streamlit. Python sends the canvas one head (``head_payload``):
 
 - ``cells``: the head's blocks, bit-packed row-major (``np.packbits``), deflated, base64;
+- ``partial``: the head's partial blocks (a token mask inside), bit-packed and deflated as
+  ``cells`` (``""`` when it has none): the canvas draws them lighter, hatched when zoomed in;
 - ``codes``: each block's tile as one byte, run-length encoded (values then ``<u4`` lengths),
   deflated, base64. Code 0 is no tile; ``k`` is ``widths[k - 1]``; +128 marks an odd tile (drawn
   darker). When the runs would pass ``MAX_CODE_BYTES`` the codes are max-pooled ``codes_scale``
@@ -31,10 +33,13 @@ MAX_CODE_BYTES = 1 << 20
 ODD_FLAG = 128
 
 
-def head_payload(blocks: np.ndarray, widths: np.ndarray, odd: np.ndarray) -> dict[str, Any]:
+def head_payload(
+    blocks: np.ndarray, widths: np.ndarray, odd: np.ndarray, partial: np.ndarray | None = None
+) -> dict[str, Any]:
     """The canvas's data for one head: ``blocks`` ``[M, N]`` bool, its tiles' ``widths``
-    (uint, 0 where inactive, ``UNTILED`` where active but in no tile) and ``odd`` flags. Colours
-    are the pictures' palette; blocks in no tile are drawn like active blocks."""
+    (uint, 0 where inactive, ``UNTILED`` where active but in no tile), ``odd`` flags and
+    ``partial`` blocks (bool ``[M, N]``, or None). Colours are the pictures' palette; blocks in
+    no tile are drawn like active blocks."""
     n_rows, n_cols = blocks.shape
     table = np.unique(widths[(widths > 0) & (widths != UNTILED)])  # active in no tile: code 0
     if len(table) >= ODD_FLAG:
@@ -54,6 +59,9 @@ def head_payload(blocks: np.ndarray, widths: np.ndarray, odd: np.ndarray) -> dic
         "rows": n_rows,
         "cols": n_cols,
         "cells": _pack(np.packbits(blocks.astype(bool, copy=False), axis=None).tobytes()),
+        "partial": ""
+        if partial is None or not partial.any()
+        else _pack(np.packbits(partial.astype(bool, copy=False), axis=None).tobytes()),
         "codes": _pack(runs),
         "codes_scale": scale,
         "widths": table.tolist(),

@@ -40,7 +40,7 @@ def token_masks(
     layout: Layout, causal: bool, seq_q: int, seq_k: int, causal_offset: int = 0
 ) -> torch.Tensor:
     """Bool ``[H, seq_q, seq_k]``: the pairs each head attends, token by token."""
-    tokens = torch.stack([layout.token_mask(h) for h in range(layout.n_heads)])
+    tokens = layout.token_mask()
     tokens = tokens[:, :seq_q, :seq_k]
     if causal:
         q_idx, k_idx = torch.arange(seq_q)[:, None], torch.arange(seq_k)[None, :]

@@ -197,8 +197,9 @@ def test_reads_masks_that_torch_builds():
 def test_a_mask_whose_lists_left_its_layout_is_refused(rng):
     layout = random_layout(rng, 2, 16, 16, 0.4, 16)
     mask = to_block_mask(layout)
-    head = mask[:, :1]  # torch drops the mask_mod of a slice: the tiles are the blocks
-    assert from_block_mask(head) == (Layout(tiles_of(head)[0] | tiles_of(head)[1], 128), 128)
+    head = mask[:, :1]  # torch drops the mask_mod of a slice: its tokens are not known
+    with pytest.raises(ValueError, match=r"mask_mod cannot tell its partial tiles' tokens"):
+        from_block_mask(head)
     lists = (head.kv_num_blocks, head.kv_indices, head.full_kv_num_blocks, head.full_kv_indices)
     sliced = BlockMask.from_kv_blocks(*lists, BLOCK_SIZE=128, mask_mod=mask.mask_mod)
     with pytest.raises(ValueError, match=r"block_mask lists tiles for \[heads, rows, columns\] \["):
@@ -234,7 +235,7 @@ def test_a_file_without_the_layout_is_read_from_its_lists(rng):
         (lambda c: c["layout"].update(shape=[2, 16, 17]), r"layout bits must be uint8 \[68\]"),
         (lambda c: c["kv_indices"].fill_(9), r"kv_indices: tile indices must be in \[0, 1\]"),
         (lambda c: c.update(seq_lengths=(256, 300)), "file has 128-token tiles over 256 x 300"),
-        (lambda c: c.update(seq_lengths=(256, 250)), r"\(256, 250\) end inside the layout's l"),
+        (lambda c: c.update(seq_lengths=(256, 250)), r"\(256, 250\) are not its layout's token"),
         (lambda c: c.update(extra=1), "file has unknown keys"),
     ],
 )
@@ -279,11 +280,13 @@ def test_unrepresentable_block_masks_are_refused():
         ValueError, match="same blocks in every batch entry, got a batch of 2 whose"
     ):
         from_block_mask(BlockMask.from_kv_blocks(num, indices, BLOCK_SIZE=16))
-    ragged = create_block_mask(lambda b, h, q, k: q >= k, 1, 1, 60, 64, device="cpu", BLOCK_SIZE=16)
-    with pytest.raises(
-        ValueError, match="seq_lengths must be whole blocks: 4 x 4 blocks of 16 tok"
-    ):
-        from_block_mask(ragged)
+
+    def causal(b, h, q, k):
+        return q >= k
+
+    ragged = create_block_mask(causal, 1, 1, 60, 64, device="cpu", BLOCK_SIZE=16)
+    layout, block = from_block_mask(ragged)  # read token-exact, lengths and all
+    assert block == 16 and torch.equal(layout.token_mask(), create_mask(causal, 1, 1, 60, 64)[0])
     flat = BlockMask.from_kv_blocks(torch.ones(2, dtype=torch.int32), indices[0, 0])
     with pytest.raises(ValueError, match=r"per \[batch, head, row\], got kv_indices of shape \[2,"):
         from_block_mask(flat)
@@ -303,7 +306,7 @@ def test_one_head_broadcasts_over_heads():
     mask = to_block_mask(layout, causal=True)
     assert mask.kv_num_blocks.shape == (1, 1, 2)
     dense = create_mask(mask.mask_mod, 1, 4, 192, 192, "cpu")
-    expected = layout.token_mask(0) & torch.ones(192, 192, dtype=torch.bool).tril()
+    expected = layout.token_mask(0)[0] & torch.ones(192, 192, dtype=torch.bool).tril()
     assert torch.equal(dense[0], expected.expand(4, -1, -1))
 
 

@@ -86,7 +86,7 @@ def test_exports_say_why_they_are_unavailable(rng):
 
 
 def test_files_too_large_to_upload_are_made_compact_and_still_read_back(rng, monkeypatch):
-    """Past the upload limit (here 4 KiB for a small design; really 24 MiB): the DeepSpeed
+    """Past the upload limit (here 4 KiB for a small design; really 68 MiB): the DeepSpeed
     layout goes bool, CSR indices int32, the archives deflated, and each says so."""
     monkeypatch.setattr("designer.formats.exports.MAX_FILE_BYTES", 4096)
     recipe = Recipe(2, 128, 128, 128, steps=(RecipeStep("random_per_row", {"seed": 3}),))

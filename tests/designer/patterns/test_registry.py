@@ -52,6 +52,18 @@ def test_catalogue_covers_every_family():
         "neighborhood_2d",
     }
     assert set(DEEPSPEED_NAMES) == set(CONFIGS)
+    assert {name for name, spec in PATTERNS.items() if spec.family == "token"} == {
+        "token_sliding_window",
+        "token_dilated_window",
+        "token_prefix_lm",
+        "token_documents",
+        "token_causal_documents",
+        "token_global",
+        "token_sinks",
+        "token_natten",
+        "token_tiled_natten",
+        "token_sliding_tiles",
+    }
     for name, spec in PATTERNS.items():
         assert spec.name == name and spec.label and spec.description
         assert spec.square_only == (spec.family == "deepspeed")
@@ -216,9 +228,14 @@ def test_errors(args, error, message):
         make_pattern(*args)
 
 
-def _digest(blocks):
+def _digest(layout):
+    """A block pattern's blocks as they were hashed; a token pattern's partial blocks too."""
+    blocks = layout.blocks
     header = f"{blocks.dtype} {list(blocks.shape)}".encode()
-    return hashlib.sha256(header + blocks.contiguous().numpy().tobytes()).hexdigest()
+    data = header + blocks.contiguous().numpy().tobytes()
+    if layout.partials is not None:
+        data += layout.partials.index.numpy().tobytes() + layout.partials.bits.numpy().tobytes()
+    return hashlib.sha256(data).hexdigest()
 
 
 def test_the_registry_holds_the_patterns_it_held_in_their_order():
@@ -240,8 +257,8 @@ def test_every_spec_and_default_layout_is_what_it_was(name):
     layouts = expected.pop("layouts")
     assert json.loads(json.dumps(described)) == expected
     for shape, digest in layouts.items():
-        blocks = make_pattern(name, *map(int, shape.split("x")), 32, {}).blocks
-        assert _digest(blocks) == digest, shape
+        layout = make_pattern(name, *map(int, shape.split("x")), 32, {})
+        assert _digest(layout) == digest, shape
 
 
 def _package(tmp_path, monkeypatch, modules):

@@ -53,7 +53,7 @@ def test_active_pairs_counts_the_token_mask(heads, n_q, n_k, block, causal, seed
     layout = Layout(torch.from_numpy(rng.random((heads, n_q, n_k)) < 0.5), block)
     expected = 0
     for h in range(heads):
-        mask = layout.token_mask(h)
+        mask = layout.token_mask(h)[0]
         if causal:
             mask = mask & torch.ones_like(mask).tril()
         expected += int(mask.sum())
