@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from designer.layout import Layout
+from designer.model_shape import ModelShape
 from designer.validate import check_bool, check_int, shown
 
 if TYPE_CHECKING:
@@ -34,7 +35,8 @@ def now_iso() -> str:
 
 @dataclass(frozen=True)
 class Design:
-    """A layout with its name, causal flag, segmentation start width and recipe.
+    """A layout with its name, causal flag, segmentation start width, recipe, and the shape of
+    the model it is costed in (``model_shape``: batch, heads, kv heads, head dim).
 
     ``recipe`` (when present) regenerates ``layout`` exactly: patterns, then manual edits.
     ``causal`` means attention also applies ``q_idx >= k_idx`` inside blocks.
@@ -47,6 +49,7 @@ class Design:
     recipe: Recipe | None = None
     created: str = field(default_factory=now_iso)
     modified: str = field(default_factory=now_iso)
+    model_shape: ModelShape = field(default_factory=ModelShape)
 
     def __post_init__(self) -> None:
         if not isinstance(self.layout, Layout):
@@ -56,6 +59,10 @@ class Design:
                 f"name must be a non-empty string of at most 200 characters, got {shown(self.name)}"
             )
         check_bool("causal", self.causal)
+        if not isinstance(self.model_shape, ModelShape):
+            raise TypeError(
+                f"model_shape must be a ModelShape, got {type(self.model_shape).__name__}"
+            )
         if self.start_width is not None:
             check_int("start_width", self.start_width, low=0, high=1 << 16)
         for key in ("created", "modified"):

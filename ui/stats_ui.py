@@ -8,6 +8,7 @@ import streamlit as st
 
 from designer import changes
 from designer.analysis import Analysis
+from designer.costs import attention_costs
 from designer.lints import SEVERITIES, Lint
 from designer.storage import DesignStore
 from designer.units import bytes_text
@@ -17,8 +18,6 @@ from ui.figures import head_density_figure
 from ui.text import plain
 
 _BADGE = {"error": "red", "warning": "orange", "info": "blue"}
-#: Bytes per attention score in the packed ``[B, H·nnz, block, block]`` tensor (fp16/bf16).
-SCORE_BYTES = 2
 
 
 def header_ui(store: DesignStore) -> None:
@@ -52,14 +51,18 @@ def header_ui(store: DesignStore) -> None:
             on_click=state.redo,
             args=(session, store),
         )
-    packed = layout.nnz * layout.block_size**2 * SCORE_BYTES
+    costs = attention_costs(current)
     cells = layout.n_heads * layout.n_q_blocks * layout.n_k_blocks
     figures = st.columns(5)
     figures[0].metric("Density", f"{layout.density:.2%}", help="Active blocks over all blocks")
     figures[1].metric("Active blocks", f"{layout.nnz:,}", help=f"of {cells:,} over all heads")
     if analysis is None:
         figures[2].metric("Tiles", "—", help="Not segmented yet: see below")
-        figures[3].metric("FLOPs vs dense", "—", help="Counted from the tiles, once segmented")
+    elif current.effective_start_width == 0:
+        figures[2].metric(
+            "Tiles", "none", help="Segmentation start width 0 makes no tiles: the SDD path "
+            '(impl="sdd") would compute nothing; the fused kernel needs no tiles.',
+        )  # fmt: skip
     else:
         stats = analysis.stats
         figures[2].metric(
@@ -69,15 +72,16 @@ def header_ui(store: DesignStore) -> None:
             f"{current.effective_start_width} ({stats.mean_tile_blocks:.2f} blocks per tile on "
             "average)",
         )
-        figures[3].metric(
-            "FLOPs vs dense",
-            f"{stats.flops / stats.dense_flops:.2%}",
-            help="QKᵀ of the tiles against dense attention's (PV scales the same way)",
-        )
+    figures[3].metric(
+        "FLOPs vs dense",
+        f"{costs.vs_dense:.2%}",
+        help=f"The attention's FLOPs (4·D per computed token pair: QKᵀ and PV) against "
+        f"{costs.dense_kind} attention's",
+    )
     figures[4].metric(
         "Packed scores",
-        bytes_text(packed),
-        help="Memory of the block-sparse score tensor per batch element (bf16)",
+        bytes_text(costs.score_bytes),
+        help="Memory of the SDD path's block-sparse score tensor (bf16)",
     )
     show_message(keys.AUTOSAVE_PLACE)
     if analysis is None:

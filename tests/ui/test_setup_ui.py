@@ -56,6 +56,10 @@ def test_start_width_zero_still_draws_the_active_blocks(data_dir):  # noqa: F811
     assert current(at).start_width == 0
     legend = " ".join(html.proto.body for html in at.get("html"))
     assert f"active, in no tile: {current(at).layout.nnz:,} blocks" in legend
+    tiles = next(m for m in at.metric if m.label == "Tiles")
+    assert tiles.value == "none" and "start width 0" in tiles.help
+    flops = next(m for m in at.metric if m.label == "FLOPs vs dense")
+    assert flops.value == f"{current(at).layout.density:.2%}"  # the attention's, not the tiles'
 
 
 def test_vary_per_head_starts_from_the_current_value(data_dir):  # noqa: F811
