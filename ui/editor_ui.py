@@ -30,7 +30,7 @@ from ui.common import change_design, current_analysis, show_message
 from ui.figures import legend_html
 from ui.overview_ui import legend_entries
 
-SCOPES = ("this head", "chosen heads", "all heads")
+SCOPES = ("this head", "this and chosen heads", "all heads")
 DEFAULTS = {
     keys.EDIT_HEAD: 0,
     keys.EDIT_ACTION: "set",
@@ -82,8 +82,12 @@ def _tools_ui(store: DesignStore, n_heads: int) -> int:
     head = st.selectbox("Head", range(n_heads), key=keys.EDIT_HEAD)
     st.segmented_control("Action", ACTIONS, key=keys.EDIT_ACTION, required=True)
     scope = st.radio("Apply to", SCOPES, key=keys.EDIT_SCOPE, horizontal=True)
-    if scope == "chosen heads":
-        st.multiselect("Heads", range(n_heads), key=keys.EDIT_HEADS, placeholder="this head")
+    if scope == SCOPES[1]:
+        others = [h for h in range(n_heads) if h != head]
+        st.multiselect(
+            "Also heads", others, key=keys.EDIT_HEADS, placeholder="this head only",
+            help="The head on screen is always edited; these are edited with it.",
+        )  # fmt: skip
     # An expander showing its error stays open (a rerun would otherwise draw it closed).
     band_error = state.message(st.session_state, keys.BAND_PLACE)
     with st.expander("Diagonal band", expanded=band_error is not None, key="band_expander"):
@@ -103,12 +107,13 @@ def _tools_ui(store: DesignStore, n_heads: int) -> int:
 
 
 def target_heads(session: state.State, n_heads: int, head: int) -> tuple[int, ...] | None:
-    """The heads an edit of ``head`` applies to, from the scope widgets (``None``: all heads)."""
+    """The heads an edit of ``head`` applies to, from the scope widgets (``None``: all heads):
+    the head on screen always, so what is drawn on it stays there."""
     scope = session[keys.EDIT_SCOPE]
-    if scope == "all heads":
+    if scope == SCOPES[2]:
         return None
-    chosen = [h for h in session[keys.EDIT_HEADS] if h < n_heads] if scope == "chosen heads" else []
-    return tuple(sorted(chosen)) or (head,)
+    chosen = [h for h in session[keys.EDIT_HEADS] if h < n_heads] if scope == SCOPES[1] else []
+    return tuple(sorted({head, *chosen}))
 
 
 def _on_edit(store: DesignStore) -> None:

@@ -51,3 +51,18 @@ def test_painting_blocks_already_painted_records_no_undo_step(paint):
     at.segmented_control(key=keys.EDIT_ACTION).set_value("toggle").run()
     at.button(key="apply_band").click().run()
     assert len(at.session_state[keys.HISTORY].past) == 1
+
+
+def test_chosen_heads_include_the_head_on_screen(paint):
+    at = paint
+    before = at.session_state[keys.HISTORY].present.layout.blocks.clone()
+    at.radio(key=keys.EDIT_SCOPE).set_value("this and chosen heads").run()
+    assert 0 not in at.multiselect(key=keys.EDIT_HEADS).options  # the head shown goes anyway
+    at.multiselect(key=keys.EDIT_HEADS).set_value([5])
+    at.session_state[keys.EDIT_ACTION] = "clear"  # the diagonal, active in every head
+    at.number_input(key=keys.BAND_LOW).set_value(0)
+    at.number_input(key=keys.BAND_HIGH).set_value(0).run()
+    at.button(key="apply_band").click().run()
+    after = at.session_state[keys.HISTORY].present.layout.blocks
+    changed = [h for h in range(after.shape[0]) if not after[h].equal(before[h])]
+    assert changed == [0, 5]
