@@ -84,6 +84,9 @@ def _tools_ui(store: DesignStore, n_heads: int) -> int:
     scope = st.radio("Apply to", SCOPES, key=keys.EDIT_SCOPE, horizontal=True)
     if scope == SCOPES[1]:
         others = [h for h in range(n_heads) if h != head]
+        session = st.session_state  # the head shown is no option: it is always edited
+        if head in session[keys.EDIT_HEADS]:
+            session[keys.EDIT_HEADS] = [h for h in session[keys.EDIT_HEADS] if h != head]
         st.multiselect(
             "Also heads", others, key=keys.EDIT_HEADS, placeholder="this head only",
             help="The head on screen is always edited; these are edited with it.",
@@ -100,6 +103,9 @@ def _tools_ui(store: DesignStore, n_heads: int) -> int:
     copy_error = state.message(st.session_state, keys.COPY_PLACE)
     with st.expander("Copy this head", expanded=copy_error is not None, key="copy_expander"):
         others = [h for h in range(n_heads) if h != head]
+        session = st.session_state  # the head shown is no option: it is always edited
+        if head in session[keys.EDIT_HEADS]:
+            session[keys.EDIT_HEADS] = [h for h in session[keys.EDIT_HEADS] if h != head]
         st.multiselect("to heads", others, key=keys.COPY_TARGETS)
         st.button("Copy", key="copy_head", on_click=_on_copy, args=(store,))
         show_message(keys.COPY_PLACE)

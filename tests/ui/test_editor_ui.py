@@ -66,3 +66,12 @@ def test_chosen_heads_include_the_head_on_screen(paint):
     after = at.session_state[keys.HISTORY].present.layout.blocks
     changed = [h for h in range(after.shape[0]) if not after[h].equal(before[h])]
     assert changed == [0, 5]
+
+
+def test_showing_a_chosen_head_keeps_the_page_whole(paint):
+    at = paint
+    at.radio(key=keys.EDIT_SCOPE).set_value("this and chosen heads").run()
+    at.multiselect(key=keys.EDIT_HEADS).set_value([3, 5]).run()
+    at.selectbox(key=keys.EDIT_HEAD).set_value(3).run()
+    assert not at.exception
+    assert at.multiselect(key=keys.EDIT_HEADS).value == [5]
