@@ -8,8 +8,9 @@ layout (``Recipe.with_edit``) rather than replaying the whole recipe.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -18,12 +19,13 @@ from designer.edit import Band, Edit, EditOp, apply_edit
 from designer.layout import MAX_BLOCK_SIZE, Layout
 from designer.patterns.neighborhood_2d import covering_image
 from designer.patterns.packed_documents import covering_documents
+from designer.patterns.registry import PATTERNS
 from designer.recipe import Recipe, RecipeStep
 from designer.validate import MAX_HEADS, check_bool, check_int
 
 #: Most tokens on a side the app accepts (the layout size limit bounds it further).
 MAX_SEQ_LEN = 1 << 20
-_STEP_INDEX = re.compile(r"\bsteps\[(\d+)\]")
+_STEP_INDEX = re.compile(r"\bsteps\[(\d+)\](?: \((\w+)\))?")
 #: Widest segmentation start width, in blocks (as ``Design`` allows).
 MAX_START_WIDTH = 1 << 16
 
@@ -86,12 +88,23 @@ def reshape(design: Design, shape: Shape) -> tuple[Design, str | None]:
         recipe = replace(design.recipe, **dims)
         note = None
     except (ValueError, TypeError):
-        recipe = replace(design.recipe, edits=(), **dims)
+        with _step_named():
+            recipe = replace(design.recipe, edits=(), **dims)
         note = (
             f"{len(design.recipe.edits)} manual edit(s) did not fit the new shape and were "
             "dropped; undo brings them back"
         )
-    return design.with_layout(recipe.build(), recipe=recipe), note
+    with _step_named():
+        return design.with_layout(recipe.build(), recipe=recipe), note
+
+
+@contextlib.contextmanager
+def _step_named() -> Iterator[None]:
+    """Errors raised inside re-raised with their steps numbered and named as the app does."""
+    try:
+        yield
+    except (ValueError, TypeError) as error:
+        raise type(error)(step_names(str(error))) from error
 
 
 def rebuild(
@@ -102,21 +115,59 @@ def rebuild(
     A design imported without a recipe starts one at its shape, replacing the imported blocks.
     """
     base = design.recipe or _empty_recipe(design.layout)
-    try:
+    with _step_named():
         recipe = replace(base, steps=steps, edits=base.edits if edits is None else edits)
         layout = recipe.build()
-    except (ValueError, TypeError) as error:
-        raise type(error)(step_names(str(error))) from error
     return design.with_layout(layout, recipe=recipe)
 
 
 def step_names(message: str) -> str:
-    """A recipe message as the app words it: the API's ``steps[1]`` is the app's "Step 2".
+    """A recipe message as the app words it: the API's ``steps[1] (sliding_window)`` is the
+    app's "Step 2 (Sliding window)", numbered and named as the cards are.
 
     >>> step_names("steps[1] (sliding_window): window_blocks must be in [1, 64], got 0")
-    'Step 2 (sliding_window): window_blocks must be in [1, 64], got 0'
+    'Step 2 (Sliding window): window_blocks must be in [1, 64], got 0'
     """
-    return _STEP_INDEX.sub(lambda match: f"Step {int(match[1]) + 1}", message)
+
+    def named(match: re.Match) -> str:
+        pattern = match[2]
+        label = f" ({PATTERNS[pattern].label})" if pattern in PATTERNS else ""
+        return f"Step {int(match[1]) + 1}{label}"
+
+    return _STEP_INDEX.sub(named, message)
+
+
+def square_steps(design: Design) -> tuple[str, ...]:
+    """Labels of the design's steps whose pattern is self-attention only (DeepSpeed's)."""
+    steps = design.recipe.steps if design.recipe else ()
+    labels = (PATTERNS[step.pattern].label for step in steps if PATTERNS[step.pattern].square_only)
+    return tuple(dict.fromkeys(labels))
+
+
+def follow_square(design: Design, shape: Shape, moved: str) -> tuple[Shape, str | None]:
+    """``shape`` with the other side following the ``moved`` one (``"q"`` or ``"k"``) when the
+    design is square and a step needs it square: one edit changes both lengths. Returns the
+    shape and a note saying so, if it did.
+
+    >>> from designer.recipe import Recipe
+    >>> recipe = Recipe(1, 4, 4, 16, steps=(RecipeStep("deepspeed_dense"),))
+    >>> design = Design(recipe.build(), recipe=recipe)
+    >>> follow_square(design, Shape(128, 64, 16, 1), "q")[0].seq_len_k
+    128
+    """
+    layout = design.layout
+    labels = square_steps(design)
+    if not labels or layout.seq_len_q != layout.seq_len_k or moved not in ("q", "k"):
+        return shape, None
+    tokens = shape.seq_len_q if moved == "q" else shape.seq_len_k
+    if shape.seq_len_q == shape.seq_len_k:
+        return shape, None
+    other = "key" if moved == "q" else "query"
+    note = (
+        f"{other.capitalize()} tokens follow to {tokens:,}: {', '.join(labels)} is "
+        "self-attention (as many query tokens as key tokens)"
+    )
+    return replace(shape, seq_len_q=tokens, seq_len_k=tokens), note
 
 
 def fitted_step(pattern: str, n_q_blocks: int, **step: Any) -> RecipeStep:

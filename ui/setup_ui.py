@@ -30,7 +30,7 @@ def setup_ui(store: DesignStore) -> None:
         step=block,
         key=keys.SEQ_LEN_Q,
         on_change=_on_shape,
-        args=(store,),
+        args=(store, "q"),
         disabled=fixed,
         help="Sequence length of the queries; a multiple of the block size.",
     )
@@ -39,7 +39,7 @@ def setup_ui(store: DesignStore) -> None:
         step=block,
         key=keys.SEQ_LEN_K,
         on_change=_on_shape,
-        args=(store,),
+        args=(store, "k"),
         disabled=fixed,
         help="Sequence length of the keys: the same as the queries for self-attention.",
     )
@@ -89,7 +89,9 @@ def setup_ui(store: DesignStore) -> None:
     show_message(keys.NAME)
 
 
-def _on_shape(store: DesignStore) -> None:
+def _on_shape(store: DesignStore, moved: str | None = None) -> None:
+    """A new shape; ``moved`` names the length that changed ("q" or "k"): in a self-attention
+    design whose patterns need it, the other length follows (``changes.follow_square``)."""
     session = st.session_state
 
     def reshape(current):
@@ -99,9 +101,12 @@ def _on_shape(store: DesignStore) -> None:
             session[keys.BLOCK_SIZE],
             session[keys.N_HEADS],
         )
+        shape, followed = changes.follow_square(current, shape, moved)
+        session[keys.SEQ_LEN_Q], session[keys.SEQ_LEN_K] = shape.seq_len_q, shape.seq_len_k
         new, note = changes.reshape(current, shape)
-        if note:
-            state.notice(session, ":material/content_cut:", note)
+        for said in (followed, note):
+            if said:
+                state.notice(session, ":material/straighten:", said)
         return new
 
     change_design(store, keys.SETUP_PLACE, reshape)

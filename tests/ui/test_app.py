@@ -173,8 +173,23 @@ def test_square_only_pattern_on_cross_attention_is_refused(data_dir):
     assert current(at).layout.shape == (8, 64, 128)
     at.selectbox(key=keys.step_key(0, "pattern")).set_value("deepspeed_fixed").run()
     assert_clean(at)
-    assert any("needs n_q_blocks == n_k_blocks" in unescaped(e.value) for e in at.error)
+    said = [unescaped(e.value) for e in at.error]
+    assert said == ["Step 1 (DeepSpeed Fixed): DeepSpeed Fixed ('deepspeed_fixed') is "
+                    "self-attention: it needs as many query blocks as key blocks (DeepSpeed "
+                    "layouts are square), got 64 and 128"]  # fmt: skip
     assert at.selectbox(key=keys.step_key(0, "pattern")).value == "sliding_window"
+
+
+def test_query_tokens_of_a_deepspeed_design_change_in_one_edit(data_dir):
+    at = open_app()  # the default: DeepSpeed BigBird, 4096 x 4096 tokens
+    at.number_input(key=keys.SEQ_LEN_Q).set_value(8192).run()
+    assert_clean(at)
+    assert not at.error
+    assert current(at).layout.shape == (8, 128, 128)
+    assert at.number_input(key=keys.SEQ_LEN_K).value == 8192
+    assert any("Key tokens follow to 8,192" in unescaped(t.value) for t in at.toast)
+    at.number_input(key=keys.SEQ_LEN_K).set_value(2048).run()
+    assert current(at).layout.shape == (8, 32, 32)
 
 
 def upload(at, name, data, block_size=None):
