@@ -86,7 +86,7 @@ def test_recipe_messages_name_steps_as_the_app_does(data_dir):  # noqa: F811
     at.text_input(key=keys.values_key(1, "window_blocks")).input("3").run()
     assert_clean(at)
     (error,) = (unescaped(e.value) for e in at.error)
-    assert error.startswith("Step 2 (sliding_window): window_blocks must be one value or")
+    assert error.startswith("Step 2 (Sliding window): window_blocks must be one value or")
     assert "steps[" not in error
 
 
