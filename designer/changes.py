@@ -198,8 +198,8 @@ def remove_step(design: Design, index: int) -> Design:
 
 
 def clip_causal(design: Design) -> Design:
-    """Clear every block above the diagonal (``col > row``), as an edit the recipe keeps."""
-    return edit(design, EditOp("clear", Band(1, max(1, design.layout.n_k_blocks))))
+    """Clear every block above the diagonal (``row - col < 0``), as an edit the recipe keeps."""
+    return edit(design, EditOp("clear", Band(-max(1, design.layout.n_k_blocks), -1)))
 
 
 def drop_edits(design: Design) -> Design:

@@ -131,7 +131,7 @@ def allowed_cases() -> list[Case]:
     )
     cases.append(Case("BigBird, most random blocks allowed, 16 x 2048^2", "allowed", "upload",
                       "accepted", bigbird, "bigbird.json"))  # fmt: skip
-    band = {"op": "edit", "action": "toggle", "region": {"kind": "band", "lo": -4, "hi": 4},
+    band = {"op": "edit", "action": "toggle", "region": {"kind": "band", "low": -4, "high": 4},
             "heads": None}  # fmt: skip
     bands = _most(lambda n: recipe_text(16, 2048, 2048, [("causal", {})], [band] * n), 200)
     cases.append(Case("most full-grid band edits allowed, 16 x 2048^2", "allowed", "upload",
@@ -149,7 +149,7 @@ def refused_cases() -> list[Case]:
     bigbird = {"num_random_blocks": 2047, "different_layout_per_head": True}
     step = ("sliding_window", {"window_blocks": 3})
     band = {"op": "edit", "action": "set", "heads": None,
-            "region": {"kind": "band", "lo": 0, "hi": 0}}  # fmt: skip
+            "region": {"kind": "band", "low": 0, "high": 0}}  # fmt: skip
     bomb = io.BytesIO()
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("archive/data/0", bytes(512 << 20))

@@ -95,9 +95,12 @@ def _tools_ui(store: DesignStore, n_heads: int) -> int:
     band_error = state.message(st.session_state, keys.BAND_PLACE)
     with st.expander("Diagonal band", expanded=band_error is not None, key="band_expander"):
         low, high = st.columns(2)
-        low.number_input("from offset", min_value=-(1 << 16), max_value=1 << 16, key=keys.BAND_LOW)
-        high.number_input("to offset", min_value=-(1 << 16), max_value=1 << 16, key=keys.BAND_HIGH)
-        st.caption("Offsets are col − row: 0 is the diagonal, −1 the one below it.")
+        low.number_input("low", min_value=-(1 << 16), max_value=1 << 16, key=keys.BAND_LOW)
+        high.number_input("high", min_value=-(1 << 16), max_value=1 << 16, key=keys.BAND_HIGH)
+        st.caption(
+            "Diagonals with low ≤ row − col ≤ high (query block − key block, as everywhere in the "
+            "designer): 0 is the diagonal, 1 the one below it, −1 the one above."
+        )
         st.button("Apply to band", key="apply_band", on_click=_on_band, args=(store, n_heads))
         show_message(keys.BAND_PLACE)
     copy_error = state.message(st.session_state, keys.COPY_PLACE)

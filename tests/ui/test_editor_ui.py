@@ -34,7 +34,7 @@ def test_an_expander_showing_its_error_stays_open(paint):
     at.number_input(key=keys.BAND_HIGH).set_value(1).run()
     at.button(key="apply_band").click().run()
     band = expander(at, "Diagonal band")
-    assert band.proto.expanded and "lo <= hi" in unescaped(band.error[0].value)
+    assert band.proto.expanded and "low <= high" in unescaped(band.error[0].value)
     at.button(key="copy_head").click().run()
     copy = expander(at, "Copy this head")
     assert copy.proto.expanded and "Pick the heads" in unescaped(copy.error[0].value)

@@ -189,10 +189,10 @@ def test_row_column_and_band_tools(browser, server):
     after, before = paint.done(), after
     assert np.array_equal(after, before | box_mask((0, 63), (50, 50)))
     pick(page, "band")
-    drag(page, [(30, 10), (35, 12)])  # offsets col - row from -20 to -23
+    drag(page, [(30, 10), (35, 12)])  # offsets row - col from 20 to 23
     after, before = paint.done(), after
-    offsets = np.arange(64)[None, :] - np.arange(64)[:, None]
-    assert np.array_equal(after, before | ((offsets >= -23) & (offsets <= -20)))
+    offsets = np.arange(64)[:, None] - np.arange(64)[None, :]
+    assert np.array_equal(after, before | ((offsets >= 20) & (offsets <= 23)))
     paint.assert_no_errors()
 
 

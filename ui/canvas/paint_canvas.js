@@ -240,8 +240,8 @@ class Editor {
         if (clo === chi) return { kind: "column", col: clo };
         return { kind: "rect", row0: 0, col0: clo, row1: rows - 1, col1: chi };
       default: {
-        const a = ca - ra, b = cb - rb;
-        return { kind: "band", lo: Math.min(a, b), hi: Math.max(a, b) };
+        const a = ra - ca, b = rb - cb; // offsets are row - col, as in Python
+        return { kind: "band", low: Math.min(a, b), high: Math.max(a, b) };
       }
     }
   }
