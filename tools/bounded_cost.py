@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -98,11 +97,6 @@ def _over_target(case: Case, result: dict) -> list[str]:
         if cost["extra_peak_mb"] > MAX_ACCEPTED_PEAK_MB:
             found.append(f"{step}: +{cost['extra_peak_mb']:.0f} MB peak")
     return found
-
-
-def _cpu_s() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 def calibrate() -> None:

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from bounded_cost import _cpu_s, _memory_kib  # noqa: E402  (one way to measure, shared)
+from whole_path import _cpu_s, _kib  # noqa: E402  (one way to measure, shared)
 
 CLIENT = "canvascost01"
 CASES = (
@@ -71,7 +71,7 @@ def strokes_for(case: str, shape: tuple[int, int, int]) -> list[dict]:
         region = {"kind": "mask", "row0": 0, "col0": 0, "rows": rows, "cols": cols, "bits": bits}
         return [paint(seq, "toggle", [0], region) for seq in (1, 2)]
     if "bands" in case:
-        region = {"kind": "band", "lo": -cols, "hi": cols}
+        region = {"kind": "band", "low": -cols, "high": cols}
         return [paint(seq, "toggle", [0], region) for seq in range(1, 65)]
     cells = [(r, (r * 7) % cols) for r in range(64)]
     return [
@@ -87,12 +87,12 @@ def paint(seq: int, action: str, heads, region: dict) -> dict:
 
 def measured(work) -> dict:
     Path("/proc/self/clear_refs").write_text("5")  # peak RSS from here
-    rss0, cpu0, wall0 = _memory_kib("VmRSS"), _cpu_s(), time.perf_counter()
+    rss0, cpu0, wall0 = _kib("VmRSS"), _cpu_s(), time.perf_counter()
     work()
     return {
         "cpu_s": _cpu_s() - cpu0,
         "wall_s": time.perf_counter() - wall0,
-        "extra_peak_mb": (_memory_kib("VmHWM") - rss0) / 1024,
+        "extra_peak_mb": (_kib("VmHWM") - rss0) / 1024,
     }
 
 
