@@ -238,6 +238,14 @@ class DesignStore:
             atomic_write(path, data)
             return _version(path)
 
+    def autosave_age(self, session_id: str, *, now: float | None = None) -> float:
+        """Seconds since the session's autosave was written (``inf`` when there is none)."""
+        try:
+            written = self._autosave_path(session_id).stat().st_mtime
+        except OSError:
+            return float("inf")
+        return (time.time() if now is None else now) - written
+
     def autosave_version(self, session_id: str) -> str:
         """The version of a session's autosave (``NO_AUTOSAVE`` if it has none)."""
         return _version(self._autosave_path(session_id))

@@ -34,6 +34,11 @@ def header_ui(store: DesignStore) -> None:
         + (" · causal" if current.causal else "")
     )
     history = state.history(session)
+    kept = (
+        f"{len(history.past)} step{'s' if len(history.past) != 1 else ''} to undo; up to "
+        f"{history.limit} are kept for a design this size. They survive a reload of this page, "
+        "not a restart of the server."
+    )
     with buttons.container(horizontal=True, horizontal_alignment="right"):
         st.button(
             "Undo",
@@ -42,6 +47,7 @@ def header_ui(store: DesignStore) -> None:
             disabled=not history.can_undo,
             on_click=state.undo,
             args=(session, store),
+            help=kept,
         )
         st.button(
             "Redo",

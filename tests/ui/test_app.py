@@ -458,3 +458,16 @@ def test_drop_manual_edits(data_dir):
     at.button(key="drop_edits").click().run()
     assert_clean(at)
     assert current(at).recipe.edits == () and current(at).layout == load_default_design().layout
+
+
+def test_a_reload_keeps_undo_and_says_nothing_was_restored(data_dir):
+    at = open_app()
+    at.number_input(key=GLOBALS).set_value(3).run()
+    session = at.query_params[keys.SESSION_QUERY_PARAM]
+    reloaded = open_app({keys.SESSION_QUERY_PARAM: session})
+    assert not reloaded.toast  # the page was just open: nothing to announce
+    undo = reloaded.button(key=keys.UNDO)
+    assert not undo.disabled
+    assert "1 step to undo; up to 50 are kept" in undo.help and "survive a reload" in undo.help
+    undo.click().run()
+    assert reloaded.number_input(key=GLOBALS).value == 2

@@ -1,7 +1,7 @@
 """Two tabs on one session id, driven headless with ``AppTest``: neither loses the other's work."""
 
 from designer.storage import DesignStore
-from tests.ui.test_app import current, data_dir, open_app  # noqa: F401  (fixture)
+from tests.ui.test_app import current, data_dir, open_app, unescaped  # noqa: F401  (fixture)
 from ui import keys, state
 
 
@@ -14,7 +14,7 @@ def test_the_second_tab_to_save_goes_on_as_a_copy(data_dir):  # noqa: F811
     second.text_input(key=keys.NAME).input("second tab").run()
     copy = second.query_params[keys.SESSION_QUERY_PARAM]
     assert copy != session and second.session_state[keys.SESSION_ID] == copy
-    assert state.FORKED in [e.value for e in second.error]
+    assert state.FORKED in [unescaped(e.value) for e in second.error]
     store = DesignStore(data_dir)
     assert store.restore(session).name == "first tab"
     assert store.restore(copy).name == "second tab" == current(second).name
