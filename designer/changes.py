@@ -225,6 +225,38 @@ def settings(design: Design, *, name: str, causal: bool, start_width: int | None
     return replace(changed, modified=now_iso()) if changed != design else design
 
 
+def tokens_text(tokens: int) -> str:
+    """A token count as names write it.
+
+    >>> tokens_text(4096), tokens_text(1536), tokens_text(1000)
+    ('4k', '1.5k', '1000')
+    """
+    if tokens % 1024 == 0:
+        return f"{tokens // 1024}k"
+    return f"{tokens / 1024:g}k" if tokens % 512 == 0 else str(tokens)
+
+
+def auto_name(design: Design) -> str | None:
+    """The name a design gets from what it is: its first pattern and its length ("DeepSpeed
+    BigBird 4k", "Sliding window 16k × 4k"); None without a recipe."""
+    if design.recipe is None or not design.recipe.steps:
+        return None
+    label = PATTERNS[design.recipe.steps[0].pattern].label
+    sq, sk = design.layout.seq_len_q, design.layout.seq_len_k
+    length = tokens_text(sq) if sq == sk else f"{tokens_text(sq)} × {tokens_text(sk)}"
+    return f"{label} {length}"
+
+
+def follow_name(old: Design, new: Design) -> Design:
+    """``new`` renamed after what it became when ``old``'s name was the automatic one and the
+    change left the name alone: a name the user gave is kept, an automatic one follows the
+    pattern and the length (so exports of a design that changed family are named for it)."""
+    if new.name != old.name or old.name != auto_name(old):
+        return new
+    name = auto_name(new)
+    return new if name is None or name == new.name else replace(new, name=name)
+
+
 _FITTED_DEFAULTS: dict[str, Callable[[int], dict[str, Any]]] = {
     "packed_documents": lambda n: {"doc_blocks": covering_documents(n)},
     "neighborhood_2d": lambda n: dict(zip(("height", "width"), covering_image(n), strict=True)),

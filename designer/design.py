@@ -17,6 +17,27 @@ if TYPE_CHECKING:
 DEFAULT_TILE_TOKENS = 128
 #: Longest timestamp string a design keeps (ISO 8601 with an offset is 25 characters).
 MAX_STAMP_CHARS = 64
+#: Longest design name, everywhere (the library's file names too). Files written before this
+#: limit held names of up to ``LEGACY_NAME_CHARS``; they read with the name shortened.
+MAX_NAME_CHARS = 80
+LEGACY_NAME_CHARS = 200
+
+
+def check_name(name: object) -> str:
+    """``name`` if it can name a design: 1 to ``MAX_NAME_CHARS`` characters, not all spaces."""
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS:
+        raise ValueError(
+            f"name must be 1 to {MAX_NAME_CHARS} characters, not only spaces, got {shown(name)}"
+        )
+    return name
+
+
+def legacy_name(name: object) -> object:
+    """A name read from a file: one longer than ``MAX_NAME_CHARS`` but within what older files
+    held (``LEGACY_NAME_CHARS``) is shortened, with "…"; anything else is left to be checked."""
+    if isinstance(name, str) and MAX_NAME_CHARS < len(name) <= LEGACY_NAME_CHARS:
+        return name[: MAX_NAME_CHARS - 1].rstrip() + "…"
+    return name
 
 
 def default_start_width(block_size: int) -> int:
@@ -54,10 +75,7 @@ class Design:
     def __post_init__(self) -> None:
         if not isinstance(self.layout, Layout):
             raise TypeError(f"layout must be a Layout, got {type(self.layout).__name__}")
-        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 200:
-            raise ValueError(
-                f"name must be a non-empty string of at most 200 characters, got {shown(self.name)}"
-            )
+        check_name(self.name)
         check_bool("causal", self.causal)
         if not isinstance(self.model_shape, ModelShape):
             raise TypeError(

@@ -46,7 +46,7 @@ import unicodedata
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from designer.design import Design, now_iso
+from designer.design import MAX_NAME_CHARS, Design, now_iso
 from designer.fileio import atomic_write
 from designer.formats import design_from_json, load_design
 from designer.formats.pt_file import design_file_bytes
@@ -70,7 +70,7 @@ NO_AUTOSAVE = ""
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
 _AUTOSAVING = threading.Lock()
 #: Letters and digits of any script, ``_``, then also spaces and ``. + -``: safe as a file name.
-_LIBRARY_NAME = re.compile(r"\w[\w .+-]{0,79}")
+_LIBRARY_NAME = re.compile(rf"\w[\w .+-]{{0,{MAX_NAME_CHARS - 1}}}")
 #: Most UTF-8 bytes of a library name: its temporary file ``.<name>.pt.<8 random>.tmp`` must fit
 #: the 255-byte file names of common file systems (80 CJK characters are 240 bytes).
 MAX_NAME_BYTES = 200
@@ -153,7 +153,8 @@ def check_library_name(name: object) -> str:
                 )
             return name
     raise ValueError(
-        "design name must be 1 to 80 letters (any script), digits, spaces or '_ . + -', not "
+        f"design name must be 1 to {MAX_NAME_CHARS} letters (any script), digits, spaces or "
+        "'_ . + -', not "
         f"starting with a space, '.' or '-', got {shown(name)}"
     )
 
@@ -213,6 +214,26 @@ class DesignStore:
         if saved is None:
             raise ValueError(f"no design named {name!r} in the library")
         return _read(self._library_path(saved), f"library design {name!r}")
+
+    def rename(self, name: str, new_name: str) -> str:
+        """Give the design saved under ``name`` the name ``new_name`` (the design's own name
+        too); returns the name as stored. ``ValueError`` if there is no such design, the new
+        name is not allowed, or another design has it (or a look-alike of it)."""
+        saved = self.existing(name)
+        if saved is None:
+            raise ValueError(f"no design named {name!r} in the library")
+        target = check_library_name(new_name)
+        taken = self.existing(target)
+        if taken is not None and name_key(taken) != name_key(saved):
+            raise ValueError(
+                f"the library has a design named {taken!r} already; delete it first or pick "
+                "another name"
+            )
+        design = _read(self._library_path(saved), f"library design {name!r}")
+        atomic_write(self._library_path(target), design_bytes(replace(design, name=target)))
+        if target != saved:
+            self._library_path(saved).unlink(missing_ok=True)
+        return target
 
     def delete(self, name: str) -> None:
         """Remove the design saved under ``name`` or a look-alike (no error if it is already

@@ -60,6 +60,7 @@ SHOW_TILES = "show_tiles"
 # ----------------------------------------------------------------- files widgets
 LIBRARY_NAME = "library_name"
 LIBRARY_PICK = "library_pick"
+LIBRARY_RENAME = "library_rename_to"
 UPLOAD = "upload"
 UPLOAD_BLOCK_SIZE = "upload_block_size"
 #: ``(file name, bytes)`` of an uploaded bare tensor waiting for its block size.

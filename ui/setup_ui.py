@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from designer import changes
-from designer.design import DEFAULT_TILE_TOKENS
+from designer.design import DEFAULT_TILE_TOKENS, MAX_NAME_CHARS
 from designer.storage import DesignStore
 from ui import keys, state
 from ui.common import change_design, show_message
@@ -21,7 +21,10 @@ def setup_ui(store: DesignStore) -> None:
     """Draw the setup widgets; each change rebuilds the design at once."""
     session = st.session_state
     current = state.design(session)
-    st.text_input("Design name", key=keys.NAME, on_change=_on_settings, args=(store,))
+    st.text_input(
+        "Design name", key=keys.NAME, on_change=_on_settings, args=(store,),
+        max_chars=MAX_NAME_CHARS, help="Follows the pattern and length until you name it.",
+    )  # fmt: skip
     fixed = current.recipe is None
     block = current.layout.block_size
     left, right = st.columns(2)

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from designer.design import Design
+from designer.design import Design, legacy_name
 from designer.layout import Layout
 from designer.recipe import Recipe
 from designer.validate import check_int, shown
@@ -27,8 +27,11 @@ def design_settings(design: Design) -> dict[str, Any]:
 def design_from_settings(
     settings: Mapping[str, Any], layout: Layout, recipe: Recipe | None
 ) -> Design:
-    """A design from settings read out of a file (``Design`` checks every value)."""
-    return Design(layout, recipe=recipe, **{key: settings[key] for key in SETTING_KEYS})
+    """A design from settings read out of a file (``Design`` checks every value; an older
+    file's long name is shortened, ``legacy_name``)."""
+    values = {key: settings[key] for key in SETTING_KEYS}
+    values["name"] = legacy_name(values["name"])
+    return Design(layout, recipe=recipe, **values)
 
 
 def check_version(

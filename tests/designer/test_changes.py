@@ -101,7 +101,7 @@ def test_settings():
     assert changes.settings(design, name="d", causal=False, start_width=None) is design
     new = changes.settings(design, name="  renamed ", causal=True, start_width=4)
     assert (new.name, new.causal, new.start_width) == ("renamed", True, 4)
-    with pytest.raises(ValueError, match="name must be a non-empty string"):
+    with pytest.raises(ValueError, match="name must be 1 to 80 characters, not only spaces"):
         changes.settings(design, name="   ", causal=False, start_width=None)
 
 
