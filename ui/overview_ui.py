@@ -22,9 +22,11 @@ from ui.pictures import (
     width_colour,
 )
 
-#: Thumbnails aim at this many pixels a side, but never show fewer pixels than blocks below 512.
+#: Thumbnails aim at this many pixels a side, one pixel per block up to ``MAX_THUMBNAIL_PX``
+#: (larger grids are max-pooled, so active blocks stay visible): four fit side by side in the
+#: half-page column, so 16 heads are four rows whatever the grid.
 THUMBNAIL_PX = 128
-MAX_UNSHRUNK_PX = 512
+MAX_THUMBNAIL_PX = 176
 
 
 def overview_ui() -> None:
@@ -37,8 +39,7 @@ def overview_ui() -> None:
     )  # fmt: skip
     by_tiles = by_tiles and analysis is not None
     layout = current.layout
-    long_side = max(layout.n_q_blocks, layout.n_k_blocks)
-    scale = scale_factors(long_side, max(THUMBNAIL_PX, min(long_side, MAX_UNSHRUNK_PX)))
+    scale = thumbnail_scale(max(layout.n_q_blocks, layout.n_k_blocks))
     heads = analysis.heads if analysis else [None] * layout.n_heads
     pictures = [
         _head_png(name, by_tiles, scale, _head=head, _blocks=blocks)
@@ -53,6 +54,15 @@ def overview_ui() -> None:
         st.html(legend_html(legend_entries(analysis)))
     else:
         st.html(legend_html([(_hex(EMPTY_RGB), "inactive"), (_hex(ACTIVE_RGB), "active block")]))
+
+
+def thumbnail_scale(long_side: int) -> tuple[int, int]:
+    """``(shrink, grow)`` of a thumbnail whose grid's long side is ``long_side`` blocks.
+
+    >>> [thumbnail_scale(n) for n in (16, 160, 4096)]
+    [(1, 8), (1, 1), (24, 1)]
+    """
+    return scale_factors(long_side, min(max(THUMBNAIL_PX, long_side), MAX_THUMBNAIL_PX))
 
 
 def legend_entries(analysis: Analysis | None) -> list[tuple[str, str]]:
