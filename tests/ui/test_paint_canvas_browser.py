@@ -412,3 +412,15 @@ def test_a_stroke_drawn_just_before_leaving_the_tab_is_kept(browser, server):
     assert paint.done()[cell]  # sent by the canvas that came back, if not before
     paint.assert_shows(paint.blocks(), [cell])
     paint.assert_no_errors()
+
+
+def test_the_readout_follows_the_tiles_once_a_stroke_is_done(browser, server):
+    paint = Paint(browser, server)
+    page = paint.page
+    blocks = paint.blocks()
+    row, col = next((r, c) for r in range(20, 64) for c in range(30, 64) if not blocks[r, c])
+    page.mouse.click(*canvas_point(page, row, col))  # the pointer stays where it clicked
+    paint.done()
+    readout = page.locator(".paint-readout")
+    assert f"query block {row} · key block {col}" in readout.inner_text()
+    assert "on the way" not in readout.inner_text() and "tile" in readout.inner_text()

@@ -97,6 +97,7 @@ class Editor {
       this.canvas.dataset.ready = "true";
       this.canvas.dataset.done = String(outbox.done);
       this.showPending();
+      if (this.pointer) this.showCell(this.pointer); // the readout follows the new tiles
     });
   }
 

@@ -83,7 +83,8 @@ Object.assign(Editor.prototype, {
         this.clampView();
         this.draw();
       } else if (this.stroke) this.extend(event);
-      this.showCell(event);
+      this.pointer = { clientX: event.clientX, clientY: event.clientY };
+      this.showCell(this.pointer);
     });
     const release = () => {
       if (pan) pan = null;
@@ -95,6 +96,7 @@ Object.assign(Editor.prototype, {
       this.cancel();
     });
     canvas.addEventListener("pointerleave", () => {
+      this.pointer = null;
       if (!this.stroke) this.readout.textContent = "\u00a0";
     });
     canvas.addEventListener("auxclick", (event) => event.preventDefault());
