@@ -26,9 +26,9 @@ from ui.canvas import edit_value, paint_canvas
 from ui.canvas.apply import apply_trigger
 from ui.canvas.payload import head_payload
 from ui.canvas.strokes import MAX_STROKES, bits_chars
-from ui.common import change_design, current_analysis, show_message
+from ui.common import change_design, show_message
 from ui.figures import legend_html
-from ui.overview_ui import legend_entries
+from ui.overview_ui import head_legend_entries
 
 SCOPES = ("this head", "this and chosen heads", "all heads")
 DEFAULTS = {
@@ -74,8 +74,8 @@ def editor_ui(store: DesignStore) -> None:
         }
         paint_canvas(data, key=keys.PAINT_CANVAS, on_edit=functools.partial(_on_edit, store))
         st.caption(HINT)
-        _, analysis = current_analysis()
-        st.html(legend_html(legend_entries(analysis)))
+        tiles = head_view(current, head)
+        st.html(legend_html(head_legend_entries(tiles, layout.block_size), f"Head {head}"))
 
 
 def _tools_ui(store: DesignStore, n_heads: int) -> int:

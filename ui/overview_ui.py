@@ -66,24 +66,38 @@ def thumbnail_scale(long_side: int) -> tuple[int, int]:
 
 
 def legend_entries(analysis: Analysis | None) -> list[tuple[str, str]]:
-    """One legend entry per tile width present (colour and a label with its counts), then
-    active blocks that no tile covers, if any, and inactive blocks (before segmentation:
-    active and inactive blocks)."""
+    """One legend entry per tile width present over all heads (colour and a label with its
+    counts), then active blocks that no tile covers, if any, and inactive blocks (before
+    segmentation: active and inactive blocks)."""
     if analysis is None:
         return [
             (_hex(ACTIVE_RGB), "active block (not segmented yet)"),
             (_hex(EMPTY_RGB), "inactive"),
         ]
     stats = analysis.stats
+    counts = [(row.width, row.tiles) for row in stats.widths]
+    return tile_legend(counts, stats.active_blocks, stats.block_size)
+
+
+def head_legend_entries(head: HeadTiles, block_size: int) -> list[tuple[str, str]]:
+    """The legend of one head: its own tiles, as the paint canvas shows it."""
+    return tile_legend(list(head.tiles), head.active, block_size)
+
+
+def tile_legend(
+    counts: list[tuple[int, int]], active: int, block_size: int
+) -> list[tuple[str, str]]:
+    """Entries for ``(width, tiles)`` counts over ``active`` blocks, then the untiled blocks,
+    then the inactive ones."""
     entries = [
         (
-            width_colour(row.width),
-            f"{row.width}×{row.width} ({row.tile_tokens} tokens): {row.tiles:,} tiles, "
-            f"{row.coverage:.0%} of blocks",
+            width_colour(width),
+            f"{width}×{width} ({width * block_size} tokens): {tiles:,} tiles, "
+            f"{tiles * width * width / active:.0%} of blocks",
         )
-        for row in stats.widths
+        for width, tiles in counts
     ]
-    if untiled := stats.active_blocks - stats.blocks:
+    if untiled := active - sum(tiles * width * width for width, tiles in counts):
         entries.append((_hex(ACTIVE_RGB), f"active, in no tile: {untiled:,} blocks"))
     return [*entries, (_hex(EMPTY_RGB), "inactive")]
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
+from designer.analysis import analyse, head_view
 from designer.storage import DATA_DIR_ENV
 from tests.ui.test_app import unescaped
 from ui import keys
@@ -75,3 +76,14 @@ def test_showing_a_chosen_head_keeps_the_page_whole(paint):
     at.selectbox(key=keys.EDIT_HEAD).set_value(3).run()
     assert not at.exception
     assert at.multiselect(key=keys.EDIT_HEADS).value == [5]
+
+
+def test_the_legend_beside_the_canvas_counts_the_head_shown(paint):
+    at = paint
+    at.selectbox(key=keys.EDIT_HEAD).set_value(3).run()
+    design = at.session_state[keys.HISTORY].present
+    head, every_head = head_view(design, 3), analyse(design).stats
+    legend = next(h.proto.body for h in at.get("html") if "Head 3" in h.proto.body)
+    for width, tiles in head.tiles:
+        assert f"{width}×{width} ({width * 64} tokens): {tiles:,} tiles" in legend
+    assert f"{every_head.tiles:,} tiles" not in legend  # not the count over all 8 heads
