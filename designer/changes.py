@@ -14,9 +14,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from designer.costs import model_heads
 from designer.design import Design, now_iso
 from designer.edit import Band, Edit, EditOp, apply_edit
 from designer.layout import MAX_BLOCK_SIZE, Layout
+from designer.model_shape import ModelShape
 from designer.patterns.neighborhood_2d import covering_image
 from designer.patterns.packed_documents import covering_documents
 from designer.patterns.registry import PATTERNS
@@ -94,8 +96,9 @@ def reshape(design: Design, shape: Shape) -> tuple[Design, str | None]:
             f"{len(design.recipe.edits)} manual edit(s) did not fit the new shape and were "
             "dropped; undo brings them back"
         )
+    shaped = replace(design, model_shape=fitted_model_shape(design.model_shape, shape.n_heads))
     with _step_named():
-        return design.with_layout(recipe.build(), recipe=recipe), note
+        return shaped.with_layout(recipe.build(), recipe=recipe), note
 
 
 @contextlib.contextmanager
@@ -213,6 +216,37 @@ def edit(design: Design, op: Edit) -> Design:
         return design.with_layout(apply_edit(design.layout, op))
     recipe = design.recipe.with_edit(op)
     return design.with_layout(recipe.build(), recipe=recipe)
+
+
+def set_model_shape(
+    design: Design, *, batch: int, heads: int, kv_heads: int, head_dim: int
+) -> Design:
+    """The design costed in a model of this shape. ``heads`` equal to the design's own, and
+    ``kv_heads`` equal to ``heads``, are kept as "the design's" and "no GQA", so they follow
+    the design; a head count the design cannot serve raises, saying which it can."""
+    own = design.layout.n_heads
+    heads = check_int("heads", heads, low=1, high=MAX_HEADS)
+    shape = ModelShape(
+        batch=batch,
+        heads=None if heads == own else heads,
+        kv_heads=None if kv_heads == heads else kv_heads,
+        head_dim=head_dim,
+    )
+    model_heads(design, shape)  # a head count this design can serve
+    if shape == design.model_shape:
+        return design
+    return replace(design, model_shape=shape, modified=now_iso())
+
+
+def fitted_model_shape(shape: ModelShape, n_heads: int) -> ModelShape:
+    """``shape`` for a design of ``n_heads`` heads: query heads it cannot serve (a design of
+    several heads serves exactly as many) go back to following the design, and kv heads that
+    no longer divide them to none (no GQA)."""
+    if n_heads not in (1, shape.query_heads(n_heads)):
+        shape = replace(shape, heads=None)
+    if shape.query_heads(n_heads) % (shape.kv_heads or 1):
+        shape = replace(shape, kv_heads=None)
+    return shape
 
 
 def settings(design: Design, *, name: str, causal: bool, start_width: int | None) -> Design:

@@ -52,19 +52,11 @@ class Costs:
 
 
 def model_heads(design: Design, shape: ModelShape) -> tuple[int, int]:
-    """``(query heads, kv heads)`` of ``shape`` for ``design``: a design of one head serves any
-    number; one of several needs exactly as many query heads (``ValueError`` otherwise)."""
-    n_heads = design.layout.n_heads
-    heads = shape.heads or n_heads
-    if n_heads not in (1, heads):
-        raise ValueError(
-            f"heads must be {n_heads} for this {n_heads}-head design (or draw it with 1 head, "
-            f"which serves any number), got {heads}"
-        )
-    kv_heads = shape.kv_heads or heads
-    if heads % kv_heads:
-        raise ValueError(f"kv heads must divide heads, got {kv_heads} kv heads for {heads} heads")
-    return heads, kv_heads
+    """``(query heads, kv heads)`` of ``shape`` for ``design`` (``ValueError`` when the design
+    cannot serve it: ``ModelShape.check_serves``)."""
+    shape.check_serves(design.layout.n_heads)
+    heads = shape.query_heads(design.layout.n_heads)
+    return heads, shape.kv_heads or heads
 
 
 def attention_costs(design: Design, shape: ModelShape | None = None) -> Costs:

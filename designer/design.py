@@ -81,6 +81,7 @@ class Design:
             raise TypeError(
                 f"model_shape must be a ModelShape, got {type(self.model_shape).__name__}"
             )
+        self.model_shape.check_serves(self.layout.n_heads)
         if self.start_width is not None:
             check_int("start_width", self.start_width, low=0, high=1 << 16)
         for key in ("created", "modified"):

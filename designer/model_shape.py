@@ -44,6 +44,24 @@ class ModelShape:
                     f"kv heads for {self.heads} heads"
                 )
 
+    def query_heads(self, n_heads: int) -> int:
+        """The query heads of a model using a design of ``n_heads`` heads."""
+        return self.heads or n_heads
+
+    def check_serves(self, n_heads: int) -> None:
+        """Raise unless a design of ``n_heads`` heads can serve this model: one head serves any
+        number, several exactly as many; kv heads divide the query heads."""
+        heads = self.query_heads(n_heads)
+        if n_heads not in (1, heads):
+            raise ValueError(
+                f"heads must be {n_heads} for this {n_heads}-head design (or draw it with 1 "
+                f"head, which serves any number), got {heads}"
+            )
+        if heads % (self.kv_heads or heads):
+            raise ValueError(
+                f"kv heads must divide heads, got {self.kv_heads} kv heads for {heads} heads"
+            )
+
     @property
     def group(self) -> int | None:
         """Query heads per key/value head, when both are known."""

@@ -45,6 +45,10 @@ BLOCK_SIZE = "block_size"
 N_HEADS = "n_heads"
 CAUSAL = "causal"
 AUTO_START_WIDTH = "auto_start_width"
+#: The model the design is costed in (``Design.model_shape``).
+MODEL_BATCH, MODEL_HEADS, MODEL_KV_HEADS, MODEL_HEAD_DIM = (
+    "model_batch", "model_heads", "model_kv_heads", "model_head_dim"
+)  # fmt: skip
 START_WIDTH = "start_width"
 
 # ----------------------------------------------------------------- editor widgets
@@ -105,6 +109,7 @@ GPU_LAST_RUN, GPU_LAST_SWEEP, GPU_LAST_CPU_CHECK = (
 
 # ----------------------------------------------------------------- message places
 SETUP_PLACE = "setup"
+MODEL_PLACE = "model"
 EDITOR_PLACE = "editor"
 BAND_PLACE = "band"
 COPY_PLACE = "copy"

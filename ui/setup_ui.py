@@ -90,6 +90,46 @@ def setup_ui(store: DesignStore) -> None:
         help="Tiles of w, w/2, …, 1 blocks are tried; 0 makes no tiles.",
     )
     show_message(keys.NAME)
+    _model_shape_ui(store, current)
+
+
+def _model_shape_ui(store: DesignStore, current) -> None:
+    """The model the design is costed in: every FLOP and memory figure is at this shape."""
+    shape = current.model_shape
+    heads = shape.heads or current.layout.n_heads
+    summary = f"batch {shape.batch} · {heads} heads"
+    summary += f" ({shape.kv_heads} kv)" if shape.kv_heads else ""
+    summary += f" · head dim {shape.head_dim}"
+    with st.expander(f"Model: {summary}", icon=":material/memory:"):
+        left, right = st.columns(2)
+        common = {"step": 1, "on_change": _on_model_shape, "args": (store,)}
+        left.number_input("Batch", key=keys.MODEL_BATCH, **common)
+        right.number_input("Head dim", key=keys.MODEL_HEAD_DIM, **common)
+        left.number_input(
+            "Heads", key=keys.MODEL_HEADS, help="Query heads: the design's, or any number when "
+            "the design has one head (it serves them all).", **common,
+        )  # fmt: skip
+        right.number_input(
+            "KV heads", key=keys.MODEL_KV_HEADS, help="Key and value heads (fewer than the "
+            "query heads: grouped-query attention); they divide the heads.", **common,
+        )  # fmt: skip
+        st.caption("Every FLOP and memory figure is at this shape; it is kept with the design.")
+        show_message(keys.MODEL_PLACE)
+
+
+def _on_model_shape(store: DesignStore) -> None:
+    session = st.session_state
+    change_design(
+        store,
+        keys.MODEL_PLACE,
+        lambda current: changes.set_model_shape(
+            current,
+            batch=session[keys.MODEL_BATCH],
+            heads=session[keys.MODEL_HEADS],
+            kv_heads=session[keys.MODEL_KV_HEADS],
+            head_dim=session[keys.MODEL_HEAD_DIM],
+        ),
+    )
 
 
 def _on_shape(store: DesignStore, moved: str | None = None) -> None:

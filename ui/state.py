@@ -236,6 +236,7 @@ def autosave(state: State, store: DesignStore) -> None:
 def widget_values(current: Design) -> dict[str, Any]:
     """The value of every setup and recipe widget for ``current``."""
     layout = current.layout
+    heads = current.model_shape.heads or layout.n_heads
     values: dict[str, Any] = {
         keys.NAME: current.name,
         keys.SEQ_LEN_Q: layout.seq_len_q,
@@ -245,6 +246,10 @@ def widget_values(current: Design) -> dict[str, Any]:
         keys.CAUSAL: current.causal,
         keys.AUTO_START_WIDTH: current.start_width is None,
         keys.START_WIDTH: current.effective_start_width,
+        keys.MODEL_BATCH: current.model_shape.batch,
+        keys.MODEL_HEADS: heads,
+        keys.MODEL_KV_HEADS: current.model_shape.kv_heads or heads,
+        keys.MODEL_HEAD_DIM: current.model_shape.head_dim,
     }
     for index, step in enumerate(current.recipe.steps if current.recipe else ()):
         values.update(step_widget_values(index, step))
@@ -262,12 +267,19 @@ def refresh_widgets(state: State) -> None:
     """Before drawing: every setup and recipe widget gets its value (see ``fill_defaults``).
 
     With the auto start width on, the start-width box always shows the width in use, which
-    changes with the block size.
+    changes with the block size; so do the model's heads and kv heads while they follow the
+    design.
     """
     current = design(state)
-    fill_defaults(state, widget_values(current))
+    values = widget_values(current)
+    fill_defaults(state, values)
     if current.start_width is None:
         state[keys.START_WIDTH] = current.effective_start_width
+    shape = current.model_shape  # heads and kv heads that follow the design show its count
+    if shape.heads is None:
+        state[keys.MODEL_HEADS] = values[keys.MODEL_HEADS]
+    if shape.kv_heads is None:
+        state[keys.MODEL_KV_HEADS] = values[keys.MODEL_KV_HEADS]
 
 
 def fill_defaults(state: State, values: Mapping[str, Any]) -> None:

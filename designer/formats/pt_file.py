@@ -1,12 +1,16 @@
 """The ``.pt`` design file: ``torch.save`` of a dict of plain values and one uint8 tensor.
 
-Layout of the file (version 2)::
+Layout of the file (version 3)::
 
-    {"format": "blocksparse-design", "version": 2,
+    {"format": "blocksparse-design", "version": 3,
      "layout": {"bits": uint8 [ceil(H * M * N / 8)], "shape": [H, M, N]},   # see packing.py
      "block_size": int, "seq_len_q": M * block_size, "seq_len_k": N * block_size,
      "causal": bool, "start_width": int | None, "name": str, "created": str, "modified": str,
+     "model_shape": {"batch": int, "heads": int | None, "kv_heads": int | None,
+                     "head_dim": int},
      "recipe": uint8 [n] tensor of the UTF-8 JSON text of Recipe.to_dict() | None}
+
+Version 2 is the same without ``model_shape`` (it reads with the default shape).
 
 The layout is bit-packed, so the largest design (4 × 4096 × 4096 blocks) is an 8 MiB file. The
 recipe travels as JSON bytes in a tensor, so the pickle stays a few KiB whatever the edits
@@ -33,6 +37,7 @@ from designer.formats.json_recipe import MAX_JSON_CHARS, json_values, parse_json
 from designer.formats.packing import pack_blocks, unpack_blocks
 from designer.formats.settings import (
     SETTING_KEYS,
+    SHAPE_KEY,
     adopt_layout,
     check_rebuilds,
     check_version,
@@ -46,16 +51,16 @@ from designer.recipe_cost import READ_NS_PER_VALUE
 from designer.validate import MAX_LAYOUT_CELLS, check_int, check_keys, error_context
 
 FORMAT = "blocksparse-design"
-VERSION = 2
-#: Versions read: 1 (int64 layout) and 2 (bit-packed layout).
-READ_VERSIONS = (1, 2)
+VERSION = 3
+#: Versions read: 1 (int64 layout), 2 (bit-packed layout) and 3 (with the model shape).
+READ_VERSIONS = (1, 2, 3)
 #: Largest file read: a bit-packed layout of the largest size (8 MiB) plus room for a recipe as
 #: large as the largest JSON recipe. The upload limit in ``.streamlit/config.toml`` is this.
 MAX_FILE_BYTES = MAX_LAYOUT_CELLS // 8 + MAX_JSON_CHARS
 
 
 def save_design(design: Design, path_or_file: str | os.PathLike | IO[bytes]) -> None:
-    """Write ``design`` as a version-2 ``.pt`` design file to a path or a binary file object.
+    """Write ``design`` as a version-3 ``.pt`` design file to a path or a binary file object.
 
     The file is made and checked in memory first: a design that ``load_design`` would refuse (a
     recipe that does not rebuild the layout, a file past the readers' limits) raises
@@ -138,7 +143,9 @@ def design_from_content(content: Mapping[str, Any], *, rebuild_recipe: bool = Tr
     checked, not its blocks: for files this designer wrote, see ``settings.adopt_layout``)."""
     version = check_version("design file", content, FORMAT, READ_VERSIONS)
     sizes = ("layout", "block_size", "seq_len_q", "seq_len_k")
-    check_keys("design file", content, ("format", "version", *sizes, *SETTING_KEYS, "recipe"))
+    required = ("format", "version", *sizes, *SETTING_KEYS, "recipe")
+    check_keys("design file", content, (*required, SHAPE_KEY) if version >= 3 else required,
+               (SHAPE_KEY,))  # fmt: skip
     if version == 1:
         blocks = file_tensor("layout", content["layout"])
     else:

@@ -149,7 +149,7 @@ def _cpu_check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int
     try:
         if args.design:
             design = load_design(args.design)
-            head_dim = args.head_dim or 64
+            head_dim = args.head_dim or design.model_shape.head_dim
         else:
             name = args.case or CPU_CHECK_CASE
             if "," in name:
@@ -226,12 +226,13 @@ def _jobs(args: argparse.Namespace) -> tuple[list, list[str]]:
         raise ValueError("--seq sets the length of --case and --sweep; a design has its own")
     if args.design:
         design = load_design(args.design)
-        layout = design.layout
+        layout, shape = design.layout, design.model_shape
         config = BenchConfig(
-            heads=args.heads or layout.n_heads,
+            batch=shape.batch,
+            heads=args.heads or shape.heads or layout.n_heads,
             seq_q=layout.seq_len_q,
             seq_k=layout.seq_len_k,
-            head_dim=args.head_dim or 64,
+            head_dim=args.head_dim or shape.head_dim,
             causal=design.causal,
             start_width=design.start_width,
             backward=args.backward,
@@ -294,9 +295,13 @@ def _parser() -> argparse.ArgumentParser:
         "with --quick), e.g. 4096, or 65536 with --batch 4",
     )
     parser.add_argument("--contenders", help=f"comma-separated subset of {','.join(CONTENDERS)}")
-    parser.add_argument("--head-dim", type=int, help="head dim for --design (default 64)")
-    parser.add_argument("--heads", type=int, help="heads for --design (default: the layout's)")
-    parser.add_argument("--batch", type=int, help="batch size")
+    parser.add_argument(
+        "--head-dim", type=int, help="head dim for --design (default: the design's model shape)"
+    )
+    parser.add_argument(
+        "--heads", type=int, help="heads for --design (default: the design's model shape)"
+    )
+    parser.add_argument("--batch", type=int, help="batch size (--design: its model shape's)")
     parser.add_argument("--dtype", choices=list(DTYPES), help="input dtype (default bf16)")
     parser.add_argument("--warmup", type=int, help="untimed runs before timing")
     parser.add_argument("--reps", type=int, help="timed runs (the median is reported)")

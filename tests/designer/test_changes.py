@@ -129,3 +129,18 @@ def test_fitted_steps_leave_no_query_row_empty(pattern, n_blocks):
     step = changes.fitted_step(pattern, n_blocks, combine="replace")
     layout = Recipe(2, n_blocks, n_blocks, 64, steps=(step,)).build()
     assert layout.blocks.any(dim=2).all()
+
+
+def test_a_new_head_count_keeps_a_model_shape_the_design_can_serve():
+    from dataclasses import replace
+
+    from designer.model_shape import ModelShape
+
+    design = replace(recipe_design(), model_shape=ModelShape(batch=2, kv_heads=2))
+    n_q = design.layout.n_q_blocks * design.layout.block_size
+    n_k = design.layout.n_k_blocks * design.layout.block_size
+    shape = changes.Shape(n_q, n_k, design.layout.block_size, 3)
+    reshaped, _ = changes.reshape(design, shape)
+    assert reshaped.model_shape == ModelShape(batch=2)  # 2 kv heads do not divide 3 heads
+    with pytest.raises(ValueError, match="heads must be 2 for this 2-head design"):
+        changes.set_model_shape(design, batch=1, heads=8, kv_heads=8, head_dim=64)

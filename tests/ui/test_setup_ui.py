@@ -125,3 +125,30 @@ def test_out_of_range_pattern_parameters_say_what_is_allowed(data_dir):  # noqa:
     (error,) = (unescaped(e.value) for e in at.error)
     assert "window_blocks must be in [1, " in error and error.endswith("got 0")
     assert current(at).layout == before
+
+
+def test_costs_follow_the_model_shape_entered_once_and_kept_with_the_design(data_dir):  # noqa: F811
+    from designer.costs import attention_costs
+    from designer.model_shape import ModelShape
+    from designer.storage import DesignStore
+    from designer.units import bytes_text, flops_text
+
+    at = open_app()
+    at.number_input(key=keys.MODEL_BATCH).set_value(2).run()
+    at.number_input(key=keys.MODEL_KV_HEADS).set_value(2).run()
+    at.number_input(key=keys.MODEL_HEAD_DIM).set_value(64).run()
+    assert_clean(at)
+    design = current(at)
+    assert design.model_shape == ModelShape(batch=2, kv_heads=2, head_dim=64)
+    costs = attention_costs(design)
+    metrics = {m.label: m for m in at.metric}
+    assert metrics["Attention FLOPs"].value == flops_text(costs.flops)
+    assert "batch 2, 8 heads (2 kv), head dim 64" in metrics["Attention FLOPs"].help
+    assert metrics["Memory"].value == bytes_text(costs.input_bytes)
+    session = at.session_state[keys.SESSION_ID]
+    assert DesignStore(data_dir).restore(session).model_shape == design.model_shape
+    at.number_input(key=keys.MODEL_HEADS).set_value(32).run()
+    assert any("heads must be 8 for this 8-head design" in unescaped(e.value) for e in at.error)
+    assert current(at).model_shape == design.model_shape
+    at.number_input(key=keys.N_HEADS).set_value(4).run()  # kv heads still divide 4
+    assert at.number_input(key=keys.MODEL_HEADS).value == 4
