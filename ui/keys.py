@@ -78,6 +78,11 @@ LIBRARY_PICKED = "library_picked"
 #: ``("replace" | "delete", name)``: a library action waiting for confirmation.
 LIBRARY_CONFIRM = "library_pending_action"
 
+# ----------------------------------------------------------------- compare widgets
+#: ``(label, Design)``: the design the Compare tab sets beside the current one.
+COMPARE_OTHER = "compare_other"
+COMPARE_PICK, COMPARE_UPLOAD, COMPARE_HEAD = "compare_pick", "compare_upload", "compare_head"
+
 # ----------------------------------------------------------------- GPU panel widgets
 GPU_BATCH, GPU_HEAD_DIM, GPU_DTYPE, GPU_CAUSAL, GPU_CONTENDER_PICK = (
     "gpu_batch", "gpu_head_dim", "gpu_dtype", "gpu_causal", "gpu_contenders"
@@ -110,6 +115,7 @@ GPU_LAST_RUN, GPU_LAST_SWEEP, GPU_LAST_CPU_CHECK = (
 # ----------------------------------------------------------------- message places
 SETUP_PLACE = "setup"
 MODEL_PLACE = "model"
+COMPARE_PLACE = "compare"
 EDITOR_PLACE = "editor"
 BAND_PLACE = "band"
 COPY_PLACE = "copy"

@@ -15,6 +15,7 @@ from ui.pictures import (
     EMPTY_RGB,
     enlarge,
     frame,
+    hex_colour,
     max_pool,
     plain_pictures,
     scale_factors,
@@ -53,7 +54,11 @@ def overview_ui() -> None:
     if by_tiles:
         st.html(legend_html(legend_entries(analysis)))
     else:
-        st.html(legend_html([(_hex(EMPTY_RGB), "inactive"), (_hex(ACTIVE_RGB), "active block")]))
+        st.html(
+            legend_html(
+                [(hex_colour(EMPTY_RGB), "inactive"), (hex_colour(ACTIVE_RGB), "active block")]
+            )
+        )
 
 
 def thumbnail_scale(long_side: int) -> tuple[int, int]:
@@ -71,8 +76,8 @@ def legend_entries(analysis: Analysis | None) -> list[tuple[str, str]]:
     segmentation: active and inactive blocks)."""
     if analysis is None:
         return [
-            (_hex(ACTIVE_RGB), "active block (not segmented yet)"),
-            (_hex(EMPTY_RGB), "inactive"),
+            (hex_colour(ACTIVE_RGB), "active block (not segmented yet)"),
+            (hex_colour(EMPTY_RGB), "inactive"),
         ]
     stats = analysis.stats
     counts = [(row.width, row.tiles) for row in stats.widths]
@@ -98,8 +103,8 @@ def tile_legend(
         for width, tiles in counts
     ]
     if untiled := active - sum(tiles * width * width for width, tiles in counts):
-        entries.append((_hex(ACTIVE_RGB), f"active, in no tile: {untiled:,} blocks"))
-    return [*entries, (_hex(EMPTY_RGB), "inactive")]
+        entries.append((hex_colour(ACTIVE_RGB), f"active, in no tile: {untiled:,} blocks"))
+    return [*entries, (hex_colour(EMPTY_RGB), "inactive")]
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
@@ -118,7 +123,3 @@ def _head_png(
     else:
         image = plain_pictures(max_pool(_blocks, shrink))
     return png_bytes(frame(enlarge(image, grow)))
-
-
-def _hex(rgb: tuple[int, int, int]) -> str:
-    return "#" + "".join(f"{c:02x}" for c in rgb)
