@@ -87,6 +87,21 @@ def save_design(design: Design, path_or_file: str | os.PathLike | IO[bytes]) -> 
 
 def design_file_bytes(design: Design) -> bytes:
     """The bytes of ``design``'s ``.pt`` file, refused (``ValueError``) if a reader would be."""
+    buffer = io.BytesIO()
+    torch.save(design_content(design), buffer)
+    data = buffer.getvalue()
+    check_archive(data, MAX_FILE_BYTES, "design file")
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(
+            f"design file would be {len(data):,} bytes, more than the {MAX_FILE_BYTES:,} a "
+            f"reader takes"
+        )
+    return data
+
+
+def design_content(design: Design) -> dict[str, Any]:
+    """The dict a ``.pt`` design file holds (a model design file holds one per design); a
+    recipe that does not rebuild the layout is refused (``ValueError``)."""
     settings = design_settings(design)
     layout = design.layout
     recipe = None
@@ -94,7 +109,7 @@ def design_file_bytes(design: Design) -> bytes:
         with error_context("design", as_value_error=True):
             check_rebuilds(design.recipe, layout)
         recipe = _recipe_tensor(design.recipe)
-    content = {
+    return {
         "format": FORMAT,
         "version": VERSION,
         "layout": pack_blocks(layout),
@@ -104,16 +119,6 @@ def design_file_bytes(design: Design) -> bytes:
         **settings,
         "recipe": recipe,
     }
-    buffer = io.BytesIO()
-    torch.save(content, buffer)
-    data = buffer.getvalue()
-    check_archive(data, MAX_FILE_BYTES, "design file")
-    if len(data) > MAX_FILE_BYTES:
-        raise ValueError(
-            f"design file would be {len(data):,} bytes, more than the {MAX_FILE_BYTES:,} a "
-            f"reader takes"
-        )
-    return data
 
 
 def _recipe_tensor(recipe: Recipe) -> torch.Tensor:
@@ -126,21 +131,25 @@ def _recipe_tensor(recipe: Recipe) -> torch.Tensor:
     return torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8)
 
 
-def _read_recipe(value: Any, version: int, build: bool) -> Recipe:
+def _read_recipe(value: Any, version: int, build: bool, spent_ns: int) -> Recipe:
     if version == 1:
-        return recipe_from_dict(value, build=build)
+        return recipe_from_dict(value, read_ns=spent_ns, build=build)
     tensor = file_tensor("recipe", value)
     if tensor.dtype != torch.uint8 or tensor.dim() != 1:
         raise ValueError(f"recipe must be a uint8 [n] tensor of JSON text, got {tensor.dtype}")
     text = tensor.numpy().tobytes()
-    read_ns = json_values(text) * READ_NS_PER_VALUE
+    read_ns = spent_ns + json_values(text) * READ_NS_PER_VALUE
     return recipe_from_dict(parse_json(text, "recipe"), read_ns=read_ns, build=build)
 
 
-def design_from_content(content: Mapping[str, Any], *, rebuild_recipe: bool = True) -> Design:
+def design_from_content(
+    content: Mapping[str, Any], *, rebuild_recipe: bool = True, spent_ns: int = 0
+) -> Design:
     """The design in the dict ``torch.load`` read from a design file, every value checked;
     without ``rebuild_recipe``, the recipe is taken to build the file's layout (its shape is
-    checked, not its blocks: for files this designer wrote, see ``settings.adopt_layout``)."""
+    checked, not its blocks: for files this designer wrote, see ``settings.adopt_layout``).
+    ``spent_ns`` is what the file's other designs were estimated to cost to read: a recipe
+    shares the one build budget with them (``recipe_cost``)."""
     version = check_version("design file", content, FORMAT, READ_VERSIONS)
     sizes = ("layout", "block_size", "seq_len_q", "seq_len_k")
     required = ("format", "version", *sizes, *SETTING_KEYS, "recipe")
@@ -163,6 +172,6 @@ def design_from_content(content: Mapping[str, Any], *, rebuild_recipe: bool = Tr
             )
     recipe = None
     if content["recipe"] is not None:
-        recipe = _read_recipe(content["recipe"], version, build=rebuild_recipe)
+        recipe = _read_recipe(content["recipe"], version, rebuild_recipe, spent_ns)
         (check_rebuilds if rebuild_recipe else adopt_layout)(recipe, layout)
     return design_from_settings(content, layout, recipe)
