@@ -16,12 +16,13 @@ from ui.common import start_run
 from ui.compare_ui import compare_ui
 from ui.editor_ui import editor_ui
 from ui.files_ui import files_ui
+from ui.model_ui import model_ui
 from ui.overview_ui import overview_ui
 from ui.recipe_ui import recipe_ui
 from ui.setup_ui import setup_ui
 from ui.stats_ui import analysis_ui, header_ui
 
-TABS = ("Patterns", "Paint", "Analysis", "Compare", "Files", "GPU benchmark")
+TABS = ("Patterns", "Paint", "Analysis", "Compare", "Model", "Files", "GPU benchmark")
 #: The app's torch work is small tensor edits between numba's segmentation runs; torch's own
 #: worker threads would spin against numba's and make a one-block edit take 50 ms instead of 1.
 torch.set_num_threads(1)
@@ -35,7 +36,9 @@ def main() -> None:
         st.header("Block-Sparse Attention Designer", anchor=False)
         setup_ui(store)
     header_ui(store)
-    patterns, paint, analysis, compare, files, gpu = st.tabs(TABS, key=keys.TAB, on_change="rerun")
+    patterns, paint, analysis, compare, model, files, gpu = st.tabs(
+        TABS, key=keys.TAB, on_change="rerun"
+    )
     if patterns.open:
         with patterns:
             steps, pictures = st.columns([1, 1], gap="large")
@@ -52,6 +55,9 @@ def main() -> None:
     if compare.open:
         with compare:
             compare_ui(store)
+    if model.open:
+        with model:
+            model_ui(store)
     if files.open:
         with files:
             files_ui(store)

@@ -5,6 +5,7 @@ Everything lives under one data directory: ``$BSD_DATA_DIR`` when set, else
 
     library/<name>.pt        designs the user saved by name (shared by every session)
     autosave/<session>.pt    the current design of one browser session, rewritten on each change
+    autosave/<session>.model.pt   the model design (a design per layer) that session is making
 
 Files are ``designer.formats`` design files, written atomically (a temporary file in the same
 directory, then ``os.replace``), so a crash mid-write leaves the previous version intact.
@@ -49,8 +50,10 @@ from pathlib import Path
 from designer.design import MAX_NAME_CHARS, Design, now_iso
 from designer.fileio import atomic_write
 from designer.formats import design_from_json, load_design
+from designer.formats.model_file import model_file_bytes, read_model_file
 from designer.formats.pt_file import design_file_bytes
 from designer.formats.reader import MAX_LEGACY_FILE_BYTES
+from designer.model_design import ModelDesign
 from designer.validate import shown
 
 DATA_DIR_ENV = "BSD_DATA_DIR"
@@ -60,6 +63,7 @@ AUTOSAVE_DAYS = 30
 #: A temporary file this old is a crash's leftover, not a write in progress.
 ORPHAN_SECONDS = 600
 SUFFIX = ".pt"
+MODEL_SUFFIX = ".model.pt"
 #: The design a new session opens on: 8 heads, 4096 tokens, blocks of 64, BigBird-style. It is
 #: package data beside this module, so an installed package opens on it as a checkout does.
 DEFAULT_DESIGN_FILE = Path(__file__).resolve().parent / "default_design.json"
@@ -287,6 +291,26 @@ class DesignStore:
         if version == NO_AUTOSAVE or not _is_file(path):
             return None
         return _read(path, "the autosave"), version
+
+    def autosave_model(self, session_id: str, model: ModelDesign | None) -> None:
+        """Keep the model design a session is making (None: it dropped it)."""
+        path = self.autosave_dir / f"{check_session_id(session_id)}{MODEL_SUFFIX}"
+        if model is None:
+            path.unlink(missing_ok=True)
+        else:
+            atomic_write(path, model_file_bytes(model))
+
+    def restore_model(self, session_id: str) -> ModelDesign | None:
+        """The model design a session was making, or None; ``ValueError`` if unreadable."""
+        path = self.autosave_dir / f"{check_session_id(session_id)}{MODEL_SUFFIX}"
+        if not _is_file(path):
+            return None
+        try:
+            return read_model_file(path, rebuild_recipe=False)
+        except OSError as error:
+            raise ValueError(f"cannot read the model design: {reason(error)}") from error
+        except ValueError as error:
+            raise ValueError(f"cannot read the model design: {error}") from error
 
     # ----------------------------------------------------------------- housekeeping
     def tidy(self, max_age_days: float | None = None, *, now: float | None = None) -> Tidied:

@@ -83,6 +83,13 @@ LIBRARY_CONFIRM = "library_pending_action"
 COMPARE_OTHER = "compare_other"
 COMPARE_PICK, COMPARE_UPLOAD, COMPARE_HEAD = "compare_pick", "compare_upload", "compare_head"
 
+# ----------------------------------------------------------------- model design widgets
+#: The ``ModelDesign`` (one design per layer group) the session is making, or None.
+LAYERS_MODEL = "layers_model"
+LAYERS_NAME, LAYERS_COUNT, LAYERS_GROUP = "layers_name", "layers_count", "layers_group"
+LAYERS_FIRST, LAYERS_LAST, LAYERS_SOURCE = "layers_first", "layers_last", "layers_source"
+LAYERS_UPLOAD = "layers_upload"
+
 # ----------------------------------------------------------------- GPU panel widgets
 GPU_BATCH, GPU_HEAD_DIM, GPU_DTYPE, GPU_CAUSAL, GPU_CONTENDER_PICK = (
     "gpu_batch", "gpu_head_dim", "gpu_dtype", "gpu_causal", "gpu_contenders"
@@ -116,6 +123,7 @@ GPU_LAST_RUN, GPU_LAST_SWEEP, GPU_LAST_CPU_CHECK = (
 SETUP_PLACE = "setup"
 MODEL_PLACE = "model"
 COMPARE_PLACE = "compare"
+LAYERS_PLACE = "layers"
 EDITOR_PLACE = "editor"
 BAND_PLACE = "band"
 COPY_PLACE = "copy"
