@@ -9,8 +9,9 @@ Layout of the file (version 1)::
 Each distinct design is stored once, as its own design file would store it; groups refer to
 them by index. Reading trusts nothing, as every reader here: bounded bytes and pickle
 (``torch_file``), every key and value checked, layout shapes added up against
-``MAX_MODEL_CELLS`` before any is unpacked, and the recipes of all designs sharing one build
-budget (``recipe_cost``), so a file costs what one design may cost to read, whatever it holds.
+``MAX_MODEL_CELLS`` before any is unpacked, and the recipes' estimates added up against one
+build budget (``recipe_cost``) before any is built, so a file costs what one design may cost to
+read, whatever it holds.
 
 >>> import io, torch
 >>> from designer.design import Design
@@ -31,7 +32,12 @@ from typing import IO, Any
 
 import torch
 
-from designer.formats.pt_file import MAX_FILE_BYTES, design_content, design_from_content
+from designer.formats.pt_file import (
+    MAX_FILE_BYTES,
+    design_content,
+    design_from_content,
+    recipe_estimate_ns,
+)
 from designer.formats.settings import check_version
 from designer.formats.torch_file import (
     MAX_PICKLE_BYTES,
@@ -41,6 +47,7 @@ from designer.formats.torch_file import (
     read_torch_file,
 )
 from designer.model_design import MAX_LAYERS, MAX_MODEL_DESIGNS, LayerGroup, ModelDesign
+from designer.recipe_cost import check_budget
 from designer.threads import one_thread
 from designer.validate import (
     MAX_LAYOUT_CELLS,
@@ -146,12 +153,15 @@ def _model(content: Any, rebuild_recipe: bool) -> ModelDesign:
         raise ValueError(
             f"designs hold {cells:,} blocks together, more than the limit of {MAX_MODEL_CELLS:,}"
         )
-    designs, spent_ns = [], 0
+    spent_ns = 0
+    for i, item in enumerate(stored):  # the recipes' estimates together, before any is built
+        with error_context(f"designs[{i}]"):
+            spent_ns += recipe_estimate_ns(item)
+            check_budget(spent_ns)
+    designs = []
     for i, item in enumerate(stored):
         with error_context(f"designs[{i}]"):
-            design = design_from_content(item, rebuild_recipe=rebuild_recipe, spent_ns=spent_ns)
-        spent_ns += design.recipe.build_ns if design.recipe is not None else 0
-        designs.append(design)
+            designs.append(design_from_content(item, rebuild_recipe=rebuild_recipe))
     return ModelDesign(content["name"], n_layers, _groups(content["groups"], designs, n_layers))
 
 

@@ -131,25 +131,31 @@ def _recipe_tensor(recipe: Recipe) -> torch.Tensor:
     return torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8)
 
 
-def _read_recipe(value: Any, version: int, build: bool, spent_ns: int) -> Recipe:
+def _read_recipe(value: Any, version: int, build: bool) -> Recipe:
     if version == 1:
-        return recipe_from_dict(value, read_ns=spent_ns, build=build)
+        return recipe_from_dict(value, build=build)
     tensor = file_tensor("recipe", value)
     if tensor.dtype != torch.uint8 or tensor.dim() != 1:
         raise ValueError(f"recipe must be a uint8 [n] tensor of JSON text, got {tensor.dtype}")
     text = tensor.numpy().tobytes()
-    read_ns = spent_ns + json_values(text) * READ_NS_PER_VALUE
+    read_ns = json_values(text) * READ_NS_PER_VALUE
     return recipe_from_dict(parse_json(text, "recipe"), read_ns=read_ns, build=build)
 
 
-def design_from_content(
-    content: Mapping[str, Any], *, rebuild_recipe: bool = True, spent_ns: int = 0
-) -> Design:
+def recipe_estimate_ns(content: Mapping[str, Any]) -> int:
+    """What reading and building the recipe of a design file's dict is estimated to take
+    (nothing is built; 0 without a recipe): a file of several designs checks their sum first."""
+    if not isinstance(content, Mapping) or content.get("recipe") is None:
+        return 0
+    version = check_version("design file", content, FORMAT, READ_VERSIONS)
+    recipe = _read_recipe(content["recipe"], version, False)
+    return recipe.build_ns
+
+
+def design_from_content(content: Mapping[str, Any], *, rebuild_recipe: bool = True) -> Design:
     """The design in the dict ``torch.load`` read from a design file, every value checked;
     without ``rebuild_recipe``, the recipe is taken to build the file's layout (its shape is
-    checked, not its blocks: for files this designer wrote, see ``settings.adopt_layout``).
-    ``spent_ns`` is what the file's other designs were estimated to cost to read: a recipe
-    shares the one build budget with them (``recipe_cost``)."""
+    checked, not its blocks: for files this designer wrote, see ``settings.adopt_layout``)."""
     version = check_version("design file", content, FORMAT, READ_VERSIONS)
     sizes = ("layout", "block_size", "seq_len_q", "seq_len_k")
     required = ("format", "version", *sizes, *SETTING_KEYS, "recipe")
@@ -172,6 +178,6 @@ def design_from_content(
             )
     recipe = None
     if content["recipe"] is not None:
-        recipe = _read_recipe(content["recipe"], version, rebuild_recipe, spent_ns)
+        recipe = _read_recipe(content["recipe"], version, build=rebuild_recipe)
         (check_rebuilds if rebuild_recipe else adopt_layout)(recipe, layout)
     return design_from_settings(content, layout, recipe)

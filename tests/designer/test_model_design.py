@@ -120,3 +120,29 @@ def test_a_model_past_the_cells_limit_is_refused_before_it_is_written():
 def test_garbage_is_refused_in_words():
     with pytest.raises(ValueError, match="model design file is not a torch file"):
         read_model_file(b"not a file")
+
+
+def _costly_recipe_tensor():
+    """A recipe estimated at about 1.3 s to build: within the budget alone."""
+    import json
+
+    recipe = Recipe(4, 2048, 2048, 16, steps=(RecipeStep("random_per_row", {"seed": 1}),))
+    text = json.dumps(recipe.to_dict()).encode()
+    assert 1.0e9 < recipe.build_ns < 2.0e9
+    return torch.frombuffer(bytearray(text), dtype=torch.uint8)
+
+
+def test_the_designs_recipes_share_one_build_budget_checked_before_any_is_built():
+    import time
+
+    designs = [recipe_design(name=f"d{i}") for i in range(3)]
+    model = ModelDesign.uniform("m", 3, designs[0])
+    for i in (1, 2):
+        model = model.assign(i, i, replace(designs[i], start_width=i))
+    content = _content(model)
+    for stored in content["designs"]:
+        stored["recipe"] = _costly_recipe_tensor()
+    start = time.process_time()
+    with pytest.raises(ValueError, match=r"designs\[1\].*more than the limit of 2.0 s"):
+        read_model_file(_bytes(content))
+    assert time.process_time() - start < 0.5, "refused on the estimates, nothing built"
