@@ -22,7 +22,7 @@ from designer.design import Design
 from designer.edit import ACTIONS, Band, CopyHead, EditOp
 from designer.storage import DesignStore
 from ui import keys, state
-from ui.canvas import edit_value, paint_canvas
+from ui.canvas import edit_value, head_value, paint_canvas
 from ui.canvas.apply import apply_trigger
 from ui.canvas.payload import head_payload
 from ui.canvas.strokes import MAX_STROKES, bits_chars
@@ -41,9 +41,10 @@ DEFAULTS = {
     keys.COPY_TARGETS: [],
 }
 HINT = (
-    "Drag to paint; the tool and brush size stay until you change them. "
-    "B / R / L: brush, rectangle, lasso · Ctrl+Z / Ctrl+Shift+Z: undo, redo · Esc: cancel a "
-    "stroke · wheel: zoom · Space or middle button + drag: pan."
+    "Drag to paint; the tool and brush size stay until you change them. Anywhere on the page "
+    "(not in a text box): B / M / L brush, rectangle, lasso · [ / ] previous, next head · "
+    "Ctrl+Z / Ctrl+Shift+Z undo, redo. On the canvas also: R rectangle (elsewhere R is the "
+    "page's rerun) · Esc cancel a stroke · wheel zoom · Space or middle button + drag pan."
 )
 
 
@@ -65,6 +66,7 @@ def editor_ui(store: DesignStore) -> None:
         data = {
             **_head_data(current, head),
             "head": head,
+            "n_heads": layout.n_heads,
             "action": session[keys.EDIT_ACTION],
             "heads": None if heads is None else list(heads),
             "client": client,
@@ -72,7 +74,10 @@ def editor_ui(store: DesignStore) -> None:
             "max_strokes": MAX_STROKES,
             "max_mask_chars": 2 * bits_chars(layout.n_q_blocks * layout.n_k_blocks),
         }
-        paint_canvas(data, key=keys.PAINT_CANVAS, on_edit=functools.partial(_on_edit, store))
+        paint_canvas(
+            data, key=keys.PAINT_CANVAS, on_edit=functools.partial(_on_edit, store),
+            on_head=_on_head,
+        )  # fmt: skip
         st.caption(HINT)
         tiles = head_view(current, head)
         st.html(legend_html(head_legend_entries(tiles, layout.block_size), f"Head {head}"))
@@ -130,6 +135,15 @@ def _on_edit(store: DesignStore) -> None:
     value = edit_value(keys.PAINT_CANVAS)
     if value is not None:
         apply_trigger(st.session_state, value, store)
+
+
+def _on_head() -> None:
+    """The canvas asked for another head ([ or ]): show it, if the design has it."""
+    session = st.session_state
+    head = head_value(keys.PAINT_CANVAS)
+    n_heads = state.design(session).layout.n_heads
+    if isinstance(head, int) and not isinstance(head, bool) and 0 <= head < n_heads:
+        session[keys.EDIT_HEAD] = head
 
 
 def _on_band(store: DesignStore, n_heads: int) -> None:

@@ -14,7 +14,16 @@ import pytest
 from designer import changes
 from designer.formats.model_file import read_model_file
 from designer.storage import DesignStore, load_default_design
-from tests.ui.browser_app import CHROMIUM, launch, serve_app, settle
+from tests.ui.browser_app import (
+    CANVAS,
+    CHROMIUM,
+    canvas_point,
+    launch,
+    pick,
+    serve_app,
+    settle,
+    wait_canvas,
+)
 
 pytestmark = pytest.mark.e2e
 playwright = pytest.importorskip("playwright.sync_api")
@@ -111,4 +120,49 @@ def test_make_a_model_design_and_download_it(server, page, tmp_path):
     assert [g.label for g in model.groups] == ["layers 0–3", "layers 4–7", "layers 8–31"]
     assert model.design_of(5).name == "wider globals"
     assert model.design_of(0).layout == load_default_design().layout
+    assert_clean(page, log_path)
+
+
+def pressed(page, tool: str) -> bool:
+    return page.locator(f'[data-paint="{tool}"]').get_attribute("aria-pressed") == "true"
+
+
+def test_page_wide_keys_pick_tools_undo_and_change_heads_without_painting(server, page):
+    _, store, log_path = server
+    open_tab(page, "Paint")
+    wait_canvas(page)
+    session = page.url.split("session=")[1].split("&")[0]
+    pick(page, "brush")  # the focus is on the toolbar button now, not the canvas
+    page.keyboard.press("l")
+    assert pressed(page, "lasso"), "a tool key right after clicking a tool button switches"
+    page.get_by_role("heading").first.click()  # the focus is nowhere in particular
+    page.keyboard.press("m")
+    assert pressed(page, "rect")
+    page.keyboard.press("b")
+    assert pressed(page, "brush")
+    name = page.get_by_role("textbox", name="Design name")
+    name.click()
+    page.keyboard.press("l")  # typing in a text box is typing
+    assert pressed(page, "brush")
+    page.keyboard.press("Escape")
+    canvas = page.locator(CANVAS)
+    assert canvas.get_attribute("data-done") == "0", "no key painted anything"
+
+    page.get_by_role("heading").first.click()
+    page.keyboard.press("]")
+    page.locator(f'{CANVAS}[data-head="1"]').wait_for()
+    page.keyboard.press("[")
+    page.locator(f'{CANVAS}[data-head="0"]').wait_for()
+
+    before = store.restore(session) or load_default_design()
+    blocks = before.layout.blocks[0].numpy()
+    row, col = next((r, c) for r in range(40, 64) for c in range(0, 20) if not blocks[r, c])
+    page.mouse.click(*canvas_point(page, row, col))
+    wait_canvas(page, 1)
+    assert store.restore(session).layout.blocks[0, row, col]
+    page.get_by_role("heading").first.click()
+    page.keyboard.press("Control+z")
+    wait_canvas(page, 2)
+    settle(page)
+    assert not store.restore(session).layout.blocks[0, row, col], "Ctrl+Z undid the stroke"
     assert_clean(page, log_path)

@@ -148,7 +148,7 @@ def test_brush_click_and_drag_with_each_width(browser, server):
 def test_rectangle_and_lasso_paint_every_cell_they_touch(browser, server):
     paint = Paint(browser, server)
     page = paint.page
-    page.keyboard.press("r")  # no focus yet: the key reaches the canvas only after a click
+    page.keyboard.press("r")  # outside the canvas R is the page's rerun, not a tool
     pick(page, "rect")
     before = paint.blocks()
     # From near the bottom-right corner of block (40, 8) to near the top-left of (43, 12): the
@@ -157,7 +157,7 @@ def test_rectangle_and_lasso_paint_every_cell_they_touch(browser, server):
     after = paint.done()
     assert np.array_equal(after, before | box_mask((40, 43), (8, 12)))
 
-    page.keyboard.press("l")  # the canvas has the focus now: L picks the lasso
+    page.keyboard.press("l")  # L picks the lasso
     before = after
     corners = [(20.2, 30.2), (20.2, 34.8), (23.8, 34.8), (23.8, 30.2), (20.2, 30.2)]
     trace(page, corners, steps=6)

@@ -17,9 +17,12 @@
 // done), this file (the editor's state and strokes), paint_view.js (its toolbar and drawing) and
 // paint_input.js (its pointer and keys), joined in that order (see __init__.py).
 
+// Tool keys work anywhere on the page (not while typing in a text box). R is Streamlit's own
+// rerun key outside the canvas, so the rectangle is M page-wide (a marquee, as in image
+// editors) and R too while the canvas has the focus.
 const TOOLS = [
   ["brush", "Brush", "b"],
-  ["rect", "Rectangle", "r"],
+  ["rect", "Rectangle", "m"],
   ["lasso", "Lasso", "l"],
   ["row", "Row", ""],
   ["column", "Column", ""],
@@ -32,8 +35,11 @@ const MIN_GRID_PX = 8; // grid lines show from this many pixels per block
 const MAX_CELL_PX = 64;
 const STORE_KEY = "blocksparse-designer.paint-tools";
 const editors = new WeakMap();
+// Asks Python for another head (the trigger `head`: the head to show), from [ and ].
+const headTrigger = { send: null };
 
 export default function paintCanvas({ data, parentElement, setTriggerValue }) {
+  headTrigger.send = setTriggerValue;
   let editor = editors.get(parentElement);
   if (!editor) {
     editor = new Editor(parentElement);
@@ -287,8 +293,16 @@ class Editor {
     this.status.textContent = n ? `saving ${n} stroke${n > 1 ? "s" : ""}…` : "";
   }
 
+  // Another head, `delta` away (wrapping round): Python draws it and sends it here.
+  showHead(delta) {
+    const heads = this.data && this.data.n_heads;
+    if (!heads || heads < 2 || !headTrigger.send) return;
+    headTrigger.send("head", (this.shape.head + delta + heads) % heads);
+  }
+
   destroy() {
     this.resize.disconnect();
+    document.removeEventListener("keydown", this.onPageKey);
     this.root.remove();
   }
 }
