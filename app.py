@@ -13,14 +13,16 @@ from designer.storage import DesignStore
 from ui import keys
 from ui.bench.panel import gpu_panel_ui
 from ui.common import start_run
+from ui.compare_ui import compare_ui
 from ui.editor_ui import editor_ui
 from ui.files_ui import files_ui
+from ui.model_ui import model_ui
 from ui.overview_ui import overview_ui
 from ui.recipe_ui import recipe_ui
 from ui.setup_ui import setup_ui
 from ui.stats_ui import analysis_ui, header_ui
 
-TABS = ("Patterns", "Paint", "Analysis", "Files", "GPU benchmark")
+TABS = ("Patterns", "Paint", "Analysis", "Compare", "Model", "Files", "GPU benchmark")
 #: The app's torch work is small tensor edits between numba's segmentation runs; torch's own
 #: worker threads would spin against numba's and make a one-block edit take 50 ms instead of 1.
 torch.set_num_threads(1)
@@ -34,7 +36,9 @@ def main() -> None:
         st.header("Block-Sparse Attention Designer", anchor=False)
         setup_ui(store)
     header_ui(store)
-    patterns, paint, analysis, files, gpu = st.tabs(TABS, key=keys.TAB, on_change="rerun")
+    patterns, paint, analysis, compare, model, files, gpu = st.tabs(
+        TABS, key=keys.TAB, on_change="rerun"
+    )
     if patterns.open:
         with patterns:
             steps, pictures = st.columns([1, 1], gap="large")
@@ -48,6 +52,12 @@ def main() -> None:
     if analysis.open:
         with analysis:
             analysis_ui()
+    if compare.open:
+        with compare:
+            compare_ui(store)
+    if model.open:
+        with model:
+            model_ui(store)
     if files.open:
         with files:
             files_ui(store)

@@ -8,22 +8,26 @@ layout (``Recipe.with_edit``) rather than replaying the whole recipe.
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
+from designer.costs import model_heads
 from designer.design import Design, now_iso
 from designer.edit import Band, Edit, EditOp, apply_edit
 from designer.layout import MAX_BLOCK_SIZE, Layout
+from designer.model_shape import ModelShape
 from designer.patterns.neighborhood_2d import covering_image
 from designer.patterns.packed_documents import covering_documents
+from designer.patterns.registry import PATTERNS
 from designer.recipe import Recipe, RecipeStep
 from designer.validate import MAX_BLOCKS, MAX_HEADS, check_bool, check_int
 
 #: Most tokens on a side the app accepts (the layout size limit bounds it further).
 MAX_SEQ_LEN = 1 << 20
-_STEP_INDEX = re.compile(r"\bsteps\[(\d+)\]")
+_STEP_INDEX = re.compile(r"\bsteps\[(\d+)\](?: \((\w+)\))?")
 #: Widest segmentation start width, in blocks (as ``Design`` allows).
 MAX_START_WIDTH = 1 << 16
 
@@ -84,12 +88,24 @@ def reshape(design: Design, shape: Shape) -> tuple[Design, str | None]:
         recipe = replace(design.recipe, **dims)
         note = None
     except (ValueError, TypeError):
-        recipe = replace(design.recipe, edits=(), **dims)
+        with _step_named():
+            recipe = replace(design.recipe, edits=(), **dims)
         note = (
             f"{len(design.recipe.edits)} manual edit(s) did not fit the new shape and were "
             "dropped; undo brings them back"
         )
-    return design.with_layout(recipe.build(), recipe=recipe), note
+    shaped = replace(design, model_shape=fitted_model_shape(design.model_shape, shape.n_heads))
+    with _step_named():
+        return shaped.with_layout(recipe.build(), recipe=recipe), note
+
+
+@contextlib.contextmanager
+def _step_named() -> Iterator[None]:
+    """Errors raised inside re-raised with their steps numbered and named as the app does."""
+    try:
+        yield
+    except (ValueError, TypeError) as error:
+        raise type(error)(step_names(str(error))) from error
 
 
 def rebuild(
@@ -100,21 +116,59 @@ def rebuild(
     A design imported without a recipe starts one at its shape, replacing the imported blocks.
     """
     base = design.recipe or _empty_recipe(design.layout)
-    try:
+    with _step_named():
         recipe = replace(base, steps=steps, edits=base.edits if edits is None else edits)
         layout = recipe.build()
-    except (ValueError, TypeError) as error:
-        raise type(error)(step_names(str(error))) from error
     return design.with_layout(layout, recipe=recipe)
 
 
 def step_names(message: str) -> str:
-    """A recipe message as the app words it: the API's ``steps[1]`` is the app's "Step 2".
+    """A recipe message as the app words it: the API's ``steps[1] (sliding_window)`` is the
+    app's "Step 2 (Sliding window)", numbered and named as the cards are.
 
     >>> step_names("steps[1] (sliding_window): window_blocks must be in [1, 64], got 0")
-    'Step 2 (sliding_window): window_blocks must be in [1, 64], got 0'
+    'Step 2 (Sliding window): window_blocks must be in [1, 64], got 0'
     """
-    return _STEP_INDEX.sub(lambda match: f"Step {int(match[1]) + 1}", message)
+
+    def named(match: re.Match) -> str:
+        pattern = match[2]
+        label = f" ({PATTERNS[pattern].label})" if pattern in PATTERNS else ""
+        return f"Step {int(match[1]) + 1}{label}"
+
+    return _STEP_INDEX.sub(named, message)
+
+
+def square_steps(design: Design) -> tuple[str, ...]:
+    """Labels of the design's steps whose pattern is self-attention only (DeepSpeed's)."""
+    steps = design.recipe.steps if design.recipe else ()
+    labels = (PATTERNS[step.pattern].label for step in steps if PATTERNS[step.pattern].square_only)
+    return tuple(dict.fromkeys(labels))
+
+
+def follow_square(design: Design, shape: Shape, moved: str) -> tuple[Shape, str | None]:
+    """``shape`` with the other side following the ``moved`` one (``"q"`` or ``"k"``) when the
+    design is square and a step needs it square: one edit changes both lengths. Returns the
+    shape and a note saying so, if it did.
+
+    >>> from designer.recipe import Recipe
+    >>> recipe = Recipe(1, 4, 4, 16, steps=(RecipeStep("deepspeed_dense"),))
+    >>> design = Design(recipe.build(), recipe=recipe)
+    >>> follow_square(design, Shape(128, 64, 16, 1), "q")[0].seq_len_k
+    128
+    """
+    layout = design.layout
+    labels = square_steps(design)
+    if not labels or layout.seq_len_q != layout.seq_len_k or moved not in ("q", "k"):
+        return shape, None
+    tokens = shape.seq_len_q if moved == "q" else shape.seq_len_k
+    if shape.seq_len_q == shape.seq_len_k:
+        return shape, None
+    other = "key" if moved == "q" else "query"
+    note = (
+        f"{other.capitalize()} tokens follow to {tokens:,}: {', '.join(labels)} is "
+        "self-attention (as many query tokens as key tokens)"
+    )
+    return replace(shape, seq_len_q=tokens, seq_len_k=tokens), note
 
 
 def fitted_step(
@@ -153,8 +207,8 @@ def remove_step(design: Design, index: int) -> Design:
 
 
 def clip_causal(design: Design) -> Design:
-    """Clear every block above the diagonal (``col > row``), as an edit the recipe keeps."""
-    return edit(design, EditOp("clear", Band(1, max(1, design.layout.n_k_blocks))))
+    """Clear every block above the diagonal (``row - col < 0``), as an edit the recipe keeps."""
+    return edit(design, EditOp("clear", Band(-max(1, design.layout.n_k_blocks), -1)))
 
 
 def drop_edits(design: Design) -> Design:
@@ -170,6 +224,37 @@ def edit(design: Design, op: Edit) -> Design:
     return design.with_layout(recipe.build(), recipe=recipe)
 
 
+def set_model_shape(
+    design: Design, *, batch: int, heads: int, kv_heads: int, head_dim: int
+) -> Design:
+    """The design costed in a model of this shape. ``heads`` equal to the design's own, and
+    ``kv_heads`` equal to ``heads``, are kept as "the design's" and "no GQA", so they follow
+    the design; a head count the design cannot serve raises, saying which it can."""
+    own = design.layout.n_heads
+    heads = check_int("heads", heads, low=1, high=MAX_HEADS)
+    shape = ModelShape(
+        batch=batch,
+        heads=None if heads == own else heads,
+        kv_heads=None if kv_heads == heads else kv_heads,
+        head_dim=head_dim,
+    )
+    model_heads(design, shape)  # a head count this design can serve
+    if shape == design.model_shape:
+        return design
+    return replace(design, model_shape=shape, modified=now_iso())
+
+
+def fitted_model_shape(shape: ModelShape, n_heads: int) -> ModelShape:
+    """``shape`` for a design of ``n_heads`` heads: query heads it cannot serve (a design of
+    several heads serves exactly as many) go back to following the design, and kv heads that
+    no longer divide them to none (no GQA)."""
+    if n_heads not in (1, shape.query_heads(n_heads)):
+        shape = replace(shape, heads=None)
+    if shape.query_heads(n_heads) % (shape.kv_heads or 1):
+        shape = replace(shape, kv_heads=None)
+    return shape
+
+
 def settings(design: Design, *, name: str, causal: bool, start_width: int | None) -> Design:
     """The design with a new name, causal flag or segmentation start width (``None``: auto)."""
     if start_width is not None:
@@ -178,6 +263,38 @@ def settings(design: Design, *, name: str, causal: bool, start_width: int | None
         design, name=name.strip(), causal=check_bool("causal", causal), start_width=start_width
     )
     return replace(changed, modified=now_iso()) if changed != design else design
+
+
+def tokens_text(tokens: int) -> str:
+    """A token count as names write it.
+
+    >>> tokens_text(4096), tokens_text(1536), tokens_text(1000)
+    ('4k', '1.5k', '1000')
+    """
+    if tokens % 1024 == 0:
+        return f"{tokens // 1024}k"
+    return f"{tokens / 1024:g}k" if tokens % 512 == 0 else str(tokens)
+
+
+def auto_name(design: Design) -> str | None:
+    """The name a design gets from what it is: its first pattern and its length ("DeepSpeed
+    BigBird 4k", "Sliding window 16k × 4k"); None without a recipe."""
+    if design.recipe is None or not design.recipe.steps:
+        return None
+    label = PATTERNS[design.recipe.steps[0].pattern].label
+    sq, sk = design.layout.seq_len_q, design.layout.seq_len_k
+    length = tokens_text(sq) if sq == sk else f"{tokens_text(sq)} × {tokens_text(sk)}"
+    return f"{label} {length}"
+
+
+def follow_name(old: Design, new: Design) -> Design:
+    """``new`` renamed after what it became when ``old``'s name was the automatic one and the
+    change left the name alone: a name the user gave is kept, an automatic one follows the
+    pattern and the length (so exports of a design that changed family are named for it)."""
+    if new.name != old.name or old.name != auto_name(old):
+        return new
+    name = auto_name(new)
+    return new if name is None or name == new.name else replace(new, name=name)
 
 
 _FITTED_DEFAULTS: dict[str, Callable[[int], dict[str, Any]]] = {

@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from designer.layout import Layout
+from designer.model_shape import ModelShape
 from designer.validate import check_bool, check_int, shown
 
 if TYPE_CHECKING:
@@ -16,6 +17,27 @@ if TYPE_CHECKING:
 DEFAULT_TILE_TOKENS = 128
 #: Longest timestamp string a design keeps (ISO 8601 with an offset is 25 characters).
 MAX_STAMP_CHARS = 64
+#: Longest design name, everywhere (the library's file names too). Files written before this
+#: limit held names of up to ``LEGACY_NAME_CHARS``; they read with the name shortened.
+MAX_NAME_CHARS = 80
+LEGACY_NAME_CHARS = 200
+
+
+def check_name(name: object) -> str:
+    """``name`` if it can name a design: 1 to ``MAX_NAME_CHARS`` characters, not all spaces."""
+    if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS:
+        raise ValueError(
+            f"name must be 1 to {MAX_NAME_CHARS} characters, not only spaces, got {shown(name)}"
+        )
+    return name
+
+
+def legacy_name(name: object) -> object:
+    """A name read from a file: one longer than ``MAX_NAME_CHARS`` but within what older files
+    held (``LEGACY_NAME_CHARS``) is shortened, with "…"; anything else is left to be checked."""
+    if isinstance(name, str) and MAX_NAME_CHARS < len(name) <= LEGACY_NAME_CHARS:
+        return name[: MAX_NAME_CHARS - 1].rstrip() + "…"
+    return name
 
 
 def default_start_width(block_size: int) -> int:
@@ -34,7 +56,8 @@ def now_iso() -> str:
 
 @dataclass(frozen=True)
 class Design:
-    """A layout with its name, causal flag, segmentation start width and recipe.
+    """A layout with its name, causal flag, segmentation start width, recipe, and the shape of
+    the model it is costed in (``model_shape``: batch, heads, kv heads, head dim).
 
     ``recipe`` (when present) regenerates ``layout`` exactly: patterns, then manual edits.
     ``causal`` means attention also applies ``q_idx >= k_idx`` inside blocks.
@@ -47,15 +70,18 @@ class Design:
     recipe: Recipe | None = None
     created: str = field(default_factory=now_iso)
     modified: str = field(default_factory=now_iso)
+    model_shape: ModelShape = field(default_factory=ModelShape)
 
     def __post_init__(self) -> None:
         if not isinstance(self.layout, Layout):
             raise TypeError(f"layout must be a Layout, got {type(self.layout).__name__}")
-        if not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 200:
-            raise ValueError(
-                f"name must be a non-empty string of at most 200 characters, got {shown(self.name)}"
-            )
+        check_name(self.name)
         check_bool("causal", self.causal)
+        if not isinstance(self.model_shape, ModelShape):
+            raise TypeError(
+                f"model_shape must be a ModelShape, got {type(self.model_shape).__name__}"
+            )
+        self.model_shape.check_serves(self.layout.n_heads)
         if self.start_width is not None:
             check_int("start_width", self.start_width, low=0, high=1 << 16)
         for key in ("created", "modified"):

@@ -11,11 +11,11 @@ transposes them. Regions:
 - ``Cells(((r, c), ...))``: the listed blocks;
 - ``Rect(row0, col0, row1, col1)``: the box between two corners, both included;
 - ``Row(row)`` / ``Column(col)``: one whole row or column;
-- ``Band(lo, hi)``: the diagonals ``lo <= col - row <= hi``, clipped to the grid;
+- ``Band(low, high)``: the diagonals ``low <= row - col <= high``, clipped to the grid;
 - ``Bitmap``: the set blocks of a bit-packed box (``Bitmap.of(mask, row0, col0)``).
 
 >>> layout = Layout.zeros(2, 4, 4, 16)
->>> apply_edit(layout, EditOp("set", Band(-1, 0), heads=(1,))).blocks.sum(dim=(1, 2)).tolist()
+>>> apply_edit(layout, EditOp("set", Band(0, 1), heads=(1,))).blocks.sum(dim=(1, 2)).tolist()
 [0, 7]
 """
 

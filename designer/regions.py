@@ -5,14 +5,16 @@ Coordinates are blocks ``(row, col)`` = ``(query block, key block)``:
 - ``Cells(((r, c), ...))``: the listed blocks;
 - ``Rect(row0, col0, row1, col1)``: the box between two corners, both included;
 - ``Row(row)`` / ``Column(col)``: one whole row or column;
-- ``Band(lo, hi)``: the diagonals ``lo <= col - row <= hi``, clipped to the grid;
+- ``Band(low, high)``: the diagonals ``low <= row - col <= high``, clipped to the grid (offsets
+  count ``row - col`` everywhere in the designer: 0 is the main diagonal, 1 the one below it,
+  -1 the one above; a version-1 band, ``{"lo", "hi"}`` as ``col - row``, still reads);
 - ``Bitmap``: the set blocks of a bit-packed box (a lasso, a scattered selection), one bit per
   block of the box however many are set (``Bitmap.of(mask, row0, col0)`` makes one).
 
 Each checks its own values when made, ``check_fits`` a grid without building anything, ``mask``
 gives its blocks as a bool grid, and ``to_dict`` / ``region_from_dict`` carry it through files.
 
->>> Band(-1, 0).mask(3, 3).int().tolist()
+>>> Band(0, 1).mask(3, 3).int().tolist()
 [[1, 0, 0], [1, 1, 0], [0, 1, 1]]
 """
 
@@ -231,26 +233,36 @@ class Column(_Region):
 
 @dataclass(frozen=True)
 class Band(_Region):
-    """The diagonals ``lo <= col - row <= hi`` (0 is the main diagonal), clipped to the grid."""
+    """The diagonals ``low <= row - col <= high`` (0 is the main diagonal, 1 the one below it),
+    clipped to the grid."""
 
-    lo: int
-    hi: int
+    low: int
+    high: int
     kind: ClassVar[str] = "band"
 
     def __post_init__(self) -> None:
-        lo = check_int("lo", self.lo, low=-MAX_COORD, high=MAX_COORD)
-        hi = check_int("hi", self.hi, low=-MAX_COORD, high=MAX_COORD)
-        if hi < lo:
-            raise ValueError(f"band must have lo <= hi, got lo={lo}, hi={hi}")
-        object.__setattr__(self, "lo", lo)
-        object.__setattr__(self, "hi", hi)
+        low = check_int("band low", self.low, low=-MAX_COORD, high=MAX_COORD)
+        high = check_int("band high", self.high, low=-MAX_COORD, high=MAX_COORD)
+        if high < low:
+            raise ValueError(
+                f"band must have low <= high (offsets row - col), got low={low}, high={high}"
+            )
+        object.__setattr__(self, "low", low)
+        object.__setattr__(self, "high", high)
+
+    @classmethod
+    def legacy(cls, lo: int, hi: int) -> Band:
+        """A version-1 band, ``lo <= col - row <= hi``, in today's offsets."""
+        lo = check_int("band lo", lo, low=-MAX_COORD, high=MAX_COORD)
+        hi = check_int("band hi", hi, low=-MAX_COORD, high=MAX_COORD)
+        return cls(-hi, -lo)
 
     def mask(self, n_rows: int, n_cols: int) -> torch.Tensor:
         """Filled row by row: a grid-sized table of offsets would take 8 bytes a cell."""
         mask = torch.zeros(n_rows, n_cols, dtype=torch.bool)
         cells = mask.numpy()
-        for row in range(max(0, -self.hi), min(n_rows, n_cols - self.lo)):
-            cells[row, max(0, row + self.lo) : row + self.hi + 1] = True
+        for row in range(max(0, self.low), min(n_rows, n_cols + self.high)):
+            cells[row, max(0, row - self.high) : row - self.low + 1] = True
         return mask
 
     def index(self, n_rows: int, n_cols: int) -> tuple[Any, ...]:
@@ -384,9 +396,12 @@ REGIONS: dict[str, type] = {
 
 def region_from_dict(data: Any) -> Region:
     """Read a region written by ``region.to_dict()``, checking every key and value."""
-    every_key = {f.name for region in REGIONS.values() for f in fields(region)}
+    every_key = {f.name for region in REGIONS.values() for f in fields(region)} | {"lo", "hi"}
     check_keys("region", data, ("kind",), every_key)
     kind = check_choice("region kind", data["kind"], tuple(REGIONS))
+    if kind == "band" and "lo" in data:  # version 1: col - row
+        check_keys("band region", data, ("kind", "lo", "hi"))
+        return Band.legacy(data["lo"], data["hi"])
     names = [f.name for f in fields(REGIONS[kind])]
     check_keys(f"{kind} region", data, ("kind", *names))
     cells = data.get("cells")

@@ -5,6 +5,7 @@ Everything lives under one data directory: ``$BSD_DATA_DIR`` when set, else
 
     library/<name>.pt        designs the user saved by name (shared by every session)
     autosave/<session>.pt    the current design of one browser session, rewritten on each change
+    autosave/<session>.model.pt   the model design (a design per layer) that session is making
 
 Files are ``designer.formats`` design files, written atomically (a temporary file in the same
 directory, then ``os.replace``), so a crash mid-write leaves the previous version intact.
@@ -46,11 +47,13 @@ import unicodedata
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from designer.design import Design, now_iso
+from designer.design import MAX_NAME_CHARS, Design, now_iso
 from designer.fileio import atomic_write
 from designer.formats import design_from_json, load_design
+from designer.formats.model_file import model_file_bytes, read_model_file
 from designer.formats.pt_file import design_file_bytes
 from designer.formats.reader import MAX_LEGACY_FILE_BYTES
+from designer.model_design import ModelDesign
 from designer.validate import shown
 
 DATA_DIR_ENV = "BSD_DATA_DIR"
@@ -60,6 +63,7 @@ AUTOSAVE_DAYS = 30
 #: A temporary file this old is a crash's leftover, not a write in progress.
 ORPHAN_SECONDS = 600
 SUFFIX = ".pt"
+MODEL_SUFFIX = ".model.pt"
 #: The design a new session opens on: 8 heads, 4096 tokens, blocks of 64, BigBird-style. It is
 #: package data beside this module, so an installed package opens on it as a checkout does.
 DEFAULT_DESIGN_FILE = Path(__file__).resolve().parent / "default_design.json"
@@ -70,7 +74,7 @@ NO_AUTOSAVE = ""
 _SESSION_ID = re.compile(r"[A-Za-z0-9_-]{8,64}")
 _AUTOSAVING = threading.Lock()
 #: Letters and digits of any script, ``_``, then also spaces and ``. + -``: safe as a file name.
-_LIBRARY_NAME = re.compile(r"\w[\w .+-]{0,79}")
+_LIBRARY_NAME = re.compile(rf"\w[\w .+-]{{0,{MAX_NAME_CHARS - 1}}}")
 #: Most UTF-8 bytes of a library name: its temporary file ``.<name>.pt.<8 random>.tmp`` must fit
 #: the 255-byte file names of common file systems (80 CJK characters are 240 bytes).
 MAX_NAME_BYTES = 200
@@ -153,7 +157,8 @@ def check_library_name(name: object) -> str:
                 )
             return name
     raise ValueError(
-        "design name must be 1 to 80 letters (any script), digits, spaces or '_ . + -', not "
+        f"design name must be 1 to {MAX_NAME_CHARS} letters (any script), digits, spaces or "
+        "'_ . + -', not "
         f"starting with a space, '.' or '-', got {shown(name)}"
     )
 
@@ -214,6 +219,26 @@ class DesignStore:
             raise ValueError(f"no design named {name!r} in the library")
         return _read(self._library_path(saved), f"library design {name!r}")
 
+    def rename(self, name: str, new_name: str) -> str:
+        """Give the design saved under ``name`` the name ``new_name`` (the design's own name
+        too); returns the name as stored. ``ValueError`` if there is no such design, the new
+        name is not allowed, or another design has it (or a look-alike of it)."""
+        saved = self.existing(name)
+        if saved is None:
+            raise ValueError(f"no design named {name!r} in the library")
+        target = check_library_name(new_name)
+        taken = self.existing(target)
+        if taken is not None and name_key(taken) != name_key(saved):
+            raise ValueError(
+                f"the library has a design named {taken!r} already; delete it first or pick "
+                "another name"
+            )
+        design = _read(self._library_path(saved), f"library design {name!r}")
+        atomic_write(self._library_path(target), design_bytes(replace(design, name=target)))
+        if target != saved:
+            self._library_path(saved).unlink(missing_ok=True)
+        return target
+
     def delete(self, name: str) -> None:
         """Remove the design saved under ``name`` or a look-alike (no error if it is already
         gone); ``OSError`` if the library cannot be changed."""
@@ -238,6 +263,14 @@ class DesignStore:
             atomic_write(path, data)
             return _version(path)
 
+    def autosave_age(self, session_id: str, *, now: float | None = None) -> float:
+        """Seconds since the session's autosave was written (``inf`` when there is none)."""
+        try:
+            written = self._autosave_path(session_id).stat().st_mtime
+        except OSError:
+            return float("inf")
+        return (time.time() if now is None else now) - written
+
     def autosave_version(self, session_id: str) -> str:
         """The version of a session's autosave (``NO_AUTOSAVE`` if it has none)."""
         return _version(self._autosave_path(session_id))
@@ -258,6 +291,26 @@ class DesignStore:
         if version == NO_AUTOSAVE or not _is_file(path):
             return None
         return _read(path, "the autosave"), version
+
+    def autosave_model(self, session_id: str, model: ModelDesign | None) -> None:
+        """Keep the model design a session is making (None: it dropped it)."""
+        path = self.autosave_dir / f"{check_session_id(session_id)}{MODEL_SUFFIX}"
+        if model is None:
+            path.unlink(missing_ok=True)
+        else:
+            atomic_write(path, model_file_bytes(model))
+
+    def restore_model(self, session_id: str) -> ModelDesign | None:
+        """The model design a session was making, or None; ``ValueError`` if unreadable."""
+        path = self.autosave_dir / f"{check_session_id(session_id)}{MODEL_SUFFIX}"
+        if not _is_file(path):
+            return None
+        try:
+            return read_model_file(path, rebuild_recipe=False)
+        except OSError as error:
+            raise ValueError(f"cannot read the model design: {reason(error)}") from error
+        except ValueError as error:
+            raise ValueError(f"cannot read the model design: {error}") from error
 
     # ----------------------------------------------------------------- housekeeping
     def tidy(self, max_age_days: float | None = None, *, now: float | None = None) -> Tidied:

@@ -3,6 +3,18 @@
 from __future__ import annotations
 
 
+def flops_text(flops: float) -> str:
+    """A FLOP count in decimal units.
+
+    >>> flops_text(512), flops_text(2.5e9), flops_text(3e15)
+    ('512 FLOP', '2.50 GFLOP', '3.00 PFLOP')
+    """
+    for unit, scale in (("PFLOP", 1e15), ("TFLOP", 1e12), ("GFLOP", 1e9), ("MFLOP", 1e6)):
+        if flops >= scale:
+            return f"{flops / scale:.2f} {unit}"
+    return f"{flops:,.0f} FLOP"
+
+
 def bytes_text(n_bytes: int) -> str:
     """A byte count in binary units.
 

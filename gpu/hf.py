@@ -3,6 +3,8 @@
 ``register_attention(name, design)`` puts our kernel in transformers' attention-function
 registry, so ``LlamaForCausalLM(config)`` with ``config._attn_implementation = name`` (or
 ``from_pretrained(..., attn_implementation=name)``) runs every attention layer through it;
+``register_model_attention(name, model_design)`` does the same with a design per layer (a
+``designer.model_design.ModelDesign`` or its file): each layer runs its own design's plan;
 ``register_flex_attention`` does the same with ``flex_attention`` and the design's exported
 ``BlockMask``, for comparison, on any Flex backend (``kernel_options={"BACKEND": "FLASH"}``
 for FA4). Both take q ``[B, Hq, S, D]`` and k, v ``[B, Hkv, S, D]`` as the model gives them
@@ -38,9 +40,12 @@ import torch
 
 from designer.design import Design
 from designer.formats import load_design, to_block_mask
+from designer.formats.model_file import read_model_file
+from designer.model_design import ModelDesign
 from gpu.module import BlockSparseAttention
 
 DesignSource = Design | str | os.PathLike | IO[bytes] | bytes
+ModelSource = ModelDesign | str | os.PathLike | IO[bytes] | bytes
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_\-]{1,64}")
 #: Keyword arguments some models pass that ask for masking a design does not do.
 _REFUSED_KWARGS = ("sliding_window", "softcap", "s_aux", "cu_seq_lens_q", "cu_seq_lens_k")
@@ -70,6 +75,59 @@ def register_attention(name: str, design: DesignSource, *, impl: str = "fused") 
         return attn(query, key, value, scale=scaling).transpose(1, 2), None
 
     return _register(name, attention)
+
+
+def register_model_attention(name: str, model: ModelSource, *, impl: str = "fused") -> str:
+    """Register a model design (one design per layer or group of layers) on our kernel as
+    attention implementation ``name``: layer ``i`` (transformers' ``module.layer_idx``) runs
+    ``model.design_of(i)``, one ``BlockSparseAttention`` per distinct design and device, each
+    with its own plan. The model must have as many layers as the model design.
+
+    >>> model = LlamaForCausalLM(LlamaConfig(..., attn_implementation=register_model_attention(
+    ...     "per-layer", "model_design.pt")))  # doctest: +SKIP
+    """
+    model = model if isinstance(model, ModelDesign) else read_model_file(model)
+    designs = model.designs
+    for design in designs:  # checks impl and every design before any call
+        BlockSparseAttention.from_design(design, impl=impl, device="meta")
+    index = [_index_of(designs, model.design_of(layer)) for layer in range(model.n_layers)]
+    modules: dict[tuple[int, torch.device], BlockSparseAttention] = {}
+
+    def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None, **kw):
+        which = index[_layer_of(module, model)]
+        design = designs[which]
+        _check_call(design, module, query, key, attention_mask, dropout, kw)
+        query, key, value = _autocast(query, key, value)
+        attn = modules.get((which, query.device))
+        if attn is None:
+            attn = modules[(which, query.device)] = _once_per_device(
+                BlockSparseAttention.from_design, design, impl=impl, device=query.device
+            )
+        return attn(query, key, value, scale=scaling).transpose(1, 2), None
+
+    return _register(name, attention)
+
+
+def _index_of(designs: tuple[Design, ...], design: Design) -> int:
+    return next(i for i, d in enumerate(designs) if d is design or d == design)
+
+
+def _layer_of(module, model: ModelDesign) -> int:
+    """The layer ``module`` attends for, checked against the model design's layers."""
+    config = getattr(module, "config", None)
+    layers = getattr(config, "num_hidden_layers", None)
+    if layers is not None and layers != model.n_layers:
+        raise ValueError(
+            f"model design {model.name!r} has {model.n_layers} layers, but the model has "
+            f"{layers} (config.num_hidden_layers)"
+        )
+    layer = getattr(module, "layer_idx", None)
+    if not isinstance(layer, int) or not 0 <= layer < model.n_layers:
+        raise ValueError(
+            f"the attention module must say its layer (layer_idx in [0, {model.n_layers - 1}]) "
+            f"to pick its design from model design {model.name!r}, got {layer!r}"
+        )
+    return layer
 
 
 def register_flex_attention(

@@ -71,7 +71,7 @@ def strokes_for(case: str, shape: tuple[int, int, int]) -> list[dict]:
         region = {"kind": "mask", "row0": 0, "col0": 0, "rows": rows, "cols": cols, "bits": bits}
         return [paint(seq, "toggle", [0], region) for seq in (1, 2)]
     if "bands" in case:
-        region = {"kind": "band", "lo": -cols, "hi": cols}
+        region = {"kind": "band", "low": -cols, "high": cols}
         return [paint(seq, "toggle", [0], region) for seq in range(1, 65)]
     cells = [(r, (r * 7) % cols) for r in range(64)]
     return [

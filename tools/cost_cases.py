@@ -131,7 +131,7 @@ def allowed_cases() -> list[Case]:
     )
     cases.append(Case("BigBird, most random blocks allowed, 16 x 2048^2", "allowed", "upload",
                       "accepted", bigbird, "bigbird.json"))  # fmt: skip
-    band = {"op": "edit", "action": "toggle", "region": {"kind": "band", "lo": -4, "hi": 4},
+    band = {"op": "edit", "action": "toggle", "region": {"kind": "band", "low": -4, "high": 4},
             "heads": None}  # fmt: skip
     bands = _most(lambda n: recipe_text(16, 2048, 2048, [("causal", {})], [band] * n), 200)
     cases.append(Case("most full-grid band edits allowed, 16 x 2048^2", "allowed", "upload",
@@ -153,7 +153,7 @@ def refused_cases() -> list[Case]:
     bigbird = {"num_random_blocks": 2047, "different_layout_per_head": True}
     step = ("sliding_window", {"window_blocks": 3})
     band = {"op": "edit", "action": "set", "heads": None,
-            "region": {"kind": "band", "lo": 0, "hi": 0}}  # fmt: skip
+            "region": {"kind": "band", "low": 0, "high": 0}}  # fmt: skip
     bomb = io.BytesIO()
     with zipfile.ZipFile(bomb, "w", compression=zipfile.ZIP_DEFLATED) as archive:
         archive.writestr("archive/data/0", bytes(512 << 20))
@@ -304,5 +304,46 @@ def probe_cases() -> list[Case]:
     return cases
 
 
+def model_file(designs, n_layers: int = 32, name: str = "model") -> bytes:
+    """A model design file giving ``designs`` to consecutive runs of layers."""
+    from designer.formats.model_file import model_file_bytes
+    from designer.model_design import ModelDesign
+
+    model = ModelDesign.uniform(name, n_layers, designs[0])
+    for i, design in enumerate(designs[1:], 1):
+        model = model.assign(i, i, design)
+    return model_file_bytes(model)
+
+
+def model_cases() -> list[Case]:
+    """Model design files: the largest the reader accepts, and recipes that are each within
+    the build budget but together pass it, which must be refused before any is built."""
+    import json
+
+    import torch
+
+    from designer.design import Design
+    from designer.formats import read_design_file
+    from designer.recipe import Recipe, RecipeStep
+
+    def largest(seed: int) -> Design:
+        return read_design_file(random_design_file(LARGEST, 0.05, seed, f"largest {seed}")).design
+
+    small = [Design(read_design_file(recipe_text(2, 64, 64, [("causal", {})])).design.layout,
+                    name=f"d{i}", start_width=i) for i in range(3)]  # fmt: skip
+    costly = Recipe(4, 2048, 2048, 16, steps=(RecipeStep("random_per_row", {"seed": 1}),))
+    text = bytearray(json.dumps(costly.to_dict()).encode())
+    content = torch.load(io.BytesIO(model_file(small)), weights_only=True)
+    for stored in content["designs"]:
+        stored["recipe"] = torch.frombuffer(text, dtype=torch.uint8)
+    return [
+        Case("largest model design file (two 4 x 4096^2 designs at 5 %, the cell limit)",
+             "allowed",
+             "model_upload", "accepted", model_file([largest(0), largest(1)]), "largest.model.pt"),
+        Case("three recipes of 1.3 s each in one model file", "refused", "model_upload",
+             "refused", torch_bytes(content), "costly.model.pt"),
+    ]  # fmt: skip
+
+
 def all_cases() -> list[Case]:
-    return [*allowed_cases(), *refused_cases(), *probe_cases()]
+    return [*allowed_cases(), *refused_cases(), *probe_cases(), *model_cases()]

@@ -329,8 +329,22 @@ def _export(spec: dict, result: dict) -> Any:
     return at
 
 
+def _model_upload(spec: dict, result: dict) -> Any:
+    """A model design file loaded on the Model tab: read, checked, kept, drawn."""
+    from ui import keys
+
+    data = Path(spec["data_path"]).read_bytes()
+    at = open_app(spec["data_dir"], "Model")
+    _, result["steps"]["read, check, autosave, draw"] = measure(
+        lambda: at.file_uploader(key=keys.LAYERS_UPLOAD).upload(spec["file_name"], data).run()
+    )
+    result["outcome"] = "accepted" if at.session_state.get(keys.LAYERS_MODEL) else "refused"
+    return at
+
+
 KINDS = {
     "upload": _upload,
+    "model_upload": _model_upload,
     "widget": _widget,
     "lasso": _lasso,
     "startup": _startup,

@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
+from designer import changes
 from designer.analysis import (
     Analysis,
     analysed,
@@ -57,7 +58,8 @@ def change_design(
     session = st.session_state
     with state.session_lock(session):
         try:
-            new = make(state.design(session))
+            current = state.design(session)
+            new = changes.follow_name(current, make(current))
         except (ValueError, TypeError) as error:
             if sync:
                 state.sync_widgets(session)

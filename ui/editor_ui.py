@@ -23,15 +23,15 @@ from designer.edit import ACTIONS, Band, CopyHead, EditOp
 from designer.storage import DesignStore
 from ui import keys, state
 from ui.block_zoom_ui import block_zoom_ui, head_partials
-from ui.canvas import edit_value, paint_canvas
+from ui.canvas import edit_value, head_value, paint_canvas
 from ui.canvas.apply import apply_trigger
 from ui.canvas.payload import head_payload
 from ui.canvas.strokes import MAX_STROKES, bits_chars
-from ui.common import change_design, current_analysis, show_message
+from ui.common import change_design, show_message
 from ui.figures import legend_html
-from ui.overview_ui import legend_entries
+from ui.overview_ui import head_legend_entries
 
-SCOPES = ("this head", "chosen heads", "all heads")
+SCOPES = ("this head", "this and chosen heads", "all heads")
 DEFAULTS = {
     keys.EDIT_HEAD: 0,
     keys.EDIT_ACTION: "set",
@@ -42,9 +42,10 @@ DEFAULTS = {
     keys.COPY_TARGETS: [],
 }
 HINT = (
-    "Drag to paint; the tool and brush size stay until you change them. "
-    "B / R / L: brush, rectangle, lasso · Ctrl+Z / Ctrl+Shift+Z: undo, redo · Esc: cancel a "
-    "stroke · wheel: zoom · Space or middle button + drag: pan."
+    "Drag to paint; the tool and brush size stay until you change them. Anywhere on the page "
+    "(not in a text box): B / M / L brush, rectangle, lasso · [ / ] previous, next head · "
+    "Ctrl+Z / Ctrl+Shift+Z undo, redo. On the canvas also: R rectangle (elsewhere R is the "
+    "page's rerun) · Esc cancel a stroke · wheel zoom · Space or middle button + drag pan."
 )
 
 
@@ -66,6 +67,7 @@ def editor_ui(store: DesignStore) -> None:
         data = {
             **_head_data(current, head),
             "head": head,
+            "n_heads": layout.n_heads,
             "action": session[keys.EDIT_ACTION],
             "heads": None if heads is None else list(heads),
             "client": client,
@@ -73,10 +75,14 @@ def editor_ui(store: DesignStore) -> None:
             "max_strokes": MAX_STROKES,
             "max_mask_chars": 2 * bits_chars(layout.n_q_blocks * layout.n_k_blocks),
         }
-        paint_canvas(data, key=keys.PAINT_CANVAS, on_edit=functools.partial(_on_edit, store))
+        paint_canvas(
+            data, key=keys.PAINT_CANVAS, on_edit=functools.partial(_on_edit, store),
+            on_head=_on_head,
+        )  # fmt: skip
         st.caption(HINT)
-        _, analysis = current_analysis()
-        st.html(legend_html(legend_entries(analysis, partial=layout.partials is not None)))
+        tiles = head_view(current, head)
+        legend = head_legend_entries(tiles, layout.block_size, partial=layout.partials is not None)
+        st.html(legend_html(legend, f"Head {head}"))
     block_zoom_ui(current, head)
 
 
@@ -84,20 +90,33 @@ def _tools_ui(store: DesignStore, n_heads: int) -> int:
     head = st.selectbox("Head", range(n_heads), key=keys.EDIT_HEAD)
     st.segmented_control("Action", ACTIONS, key=keys.EDIT_ACTION, required=True)
     scope = st.radio("Apply to", SCOPES, key=keys.EDIT_SCOPE, horizontal=True)
-    if scope == "chosen heads":
-        st.multiselect("Heads", range(n_heads), key=keys.EDIT_HEADS, placeholder="this head")
+    if scope == SCOPES[1]:
+        others = [h for h in range(n_heads) if h != head]
+        session = st.session_state  # the head shown is no option: it is always edited
+        if head in session[keys.EDIT_HEADS]:
+            session[keys.EDIT_HEADS] = [h for h in session[keys.EDIT_HEADS] if h != head]
+        st.multiselect(
+            "Also heads", others, key=keys.EDIT_HEADS, placeholder="this head only",
+            help="The head on screen is always edited; these are edited with it.",
+        )  # fmt: skip
     # An expander showing its error stays open (a rerun would otherwise draw it closed).
     band_error = state.message(st.session_state, keys.BAND_PLACE)
     with st.expander("Diagonal band", expanded=band_error is not None, key="band_expander"):
         low, high = st.columns(2)
-        low.number_input("from offset", min_value=-(1 << 16), max_value=1 << 16, key=keys.BAND_LOW)
-        high.number_input("to offset", min_value=-(1 << 16), max_value=1 << 16, key=keys.BAND_HIGH)
-        st.caption("Offsets are col − row: 0 is the diagonal, −1 the one below it.")
+        low.number_input("low", min_value=-(1 << 16), max_value=1 << 16, key=keys.BAND_LOW)
+        high.number_input("high", min_value=-(1 << 16), max_value=1 << 16, key=keys.BAND_HIGH)
+        st.caption(
+            "Diagonals with low ≤ row − col ≤ high (query block − key block, as everywhere in the "
+            "designer): 0 is the diagonal, 1 the one below it, −1 the one above."
+        )
         st.button("Apply to band", key="apply_band", on_click=_on_band, args=(store, n_heads))
         show_message(keys.BAND_PLACE)
     copy_error = state.message(st.session_state, keys.COPY_PLACE)
     with st.expander("Copy this head", expanded=copy_error is not None, key="copy_expander"):
         others = [h for h in range(n_heads) if h != head]
+        session = st.session_state  # the head shown is no option: it is always edited
+        if head in session[keys.EDIT_HEADS]:
+            session[keys.EDIT_HEADS] = [h for h in session[keys.EDIT_HEADS] if h != head]
         st.multiselect("to heads", others, key=keys.COPY_TARGETS)
         st.button("Copy", key="copy_head", on_click=_on_copy, args=(store,))
         show_message(keys.COPY_PLACE)
@@ -105,12 +124,13 @@ def _tools_ui(store: DesignStore, n_heads: int) -> int:
 
 
 def target_heads(session: state.State, n_heads: int, head: int) -> tuple[int, ...] | None:
-    """The heads an edit of ``head`` applies to, from the scope widgets (``None``: all heads)."""
+    """The heads an edit of ``head`` applies to, from the scope widgets (``None``: all heads):
+    the head on screen always, so what is drawn on it stays there."""
     scope = session[keys.EDIT_SCOPE]
-    if scope == "all heads":
+    if scope == SCOPES[2]:
         return None
-    chosen = [h for h in session[keys.EDIT_HEADS] if h < n_heads] if scope == "chosen heads" else []
-    return tuple(sorted(chosen)) or (head,)
+    chosen = [h for h in session[keys.EDIT_HEADS] if h < n_heads] if scope == SCOPES[1] else []
+    return tuple(sorted({head, *chosen}))
 
 
 def _on_edit(store: DesignStore) -> None:
@@ -118,6 +138,15 @@ def _on_edit(store: DesignStore) -> None:
     value = edit_value(keys.PAINT_CANVAS)
     if value is not None:
         apply_trigger(st.session_state, value, store)
+
+
+def _on_head() -> None:
+    """The canvas asked for another head ([ or ]): show it, if the design has it."""
+    session = st.session_state
+    head = head_value(keys.PAINT_CANVAS)
+    n_heads = state.design(session).layout.n_heads
+    if isinstance(head, int) and not isinstance(head, bool) and 0 <= head < n_heads:
+        session[keys.EDIT_HEAD] = head
 
 
 def _on_band(store: DesignStore, n_heads: int) -> None:

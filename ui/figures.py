@@ -50,9 +50,11 @@ def head_density_figure(densities: Sequence[float], *, height_px: int = 180) -> 
     return figure
 
 
-def legend_html(entries: Sequence[tuple[str, str]]) -> str:
-    """A row of colour swatches with labels: ``entries`` are ``(hex colour, label)``."""
-    items = "".join(
+def legend_html(entries: Sequence[tuple[str, str]], title: str | None = None) -> str:
+    """A row of colour swatches with labels: ``entries`` are ``(hex colour, label)``, after
+    ``title`` when given."""
+    lead = "" if title is None else f'<b style="margin-right:14px;">{html.escape(title)}</b>'
+    items = lead + "".join(
         f'<span style="display:inline-flex;align-items:center;margin:0 14px 4px 0;">'
         f'<span style="width:14px;height:14px;border-radius:3px;background:{html.escape(colour)};'
         f'display:inline-block;margin-right:6px;"></span>{html.escape(label)}</span>'

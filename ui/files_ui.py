@@ -17,12 +17,12 @@ from pathlib import PurePath
 
 import streamlit as st
 
-from designer.design import Design
+from designer.design import MAX_NAME_CHARS, Design
 from designer.formats import LoadedDesign, module_snippet, read_design_file
 from designer.formats.exports import design_file_name, exports
 from designer.formats.reader import BARE_BLOCK_SIZE, MAX_FILE_BYTES
 from designer.layout import MAX_BLOCK_SIZE
-from designer.storage import DesignStore, reason
+from designer.storage import DesignStore, check_library_name, reason
 from ui import keys, state
 from ui.text import plain
 
@@ -62,13 +62,14 @@ def read_upload(file_name: str, data: bytes, bare_block_size: int) -> LoadedDesi
     the file's stem as their name. ``bare_block_size`` is used only for a bare tensor."""
     loaded = read_design_file(data, bare_block_size=bare_block_size)
     if loaded.kind in _UNNAMED_KINDS:
-        stem = PurePath(shown_name(file_name)).stem.strip()[:200] or "imported"
+        stem = PurePath(shown_name(file_name)).stem.strip()[:MAX_NAME_CHARS] or "imported"
         loaded = replace(loaded, design=replace(loaded.design, name=stem))
     return loaded
 
 
 def shown_name(file_name: str) -> str:
-    """An uploaded file's name without control characters (a NUL, a newline), at most 200."""
+    """An uploaded file's name without control characters (a NUL, a newline), at most 200
+    characters (as shown in messages; a design named after it takes ``MAX_NAME_CHARS``)."""
     return "".join(c for c in file_name if c.isprintable())[:200] or "upload"
 
 
@@ -183,7 +184,7 @@ def _library_ui(store: DesignStore) -> None:
         session[keys.LIBRARY_NAME] = current.name
         session[keys.LIBRARY_NAME_OF] = current.name
     state.fill_defaults(session, {keys.LIBRARY_NAME: current.name})
-    st.text_input("Save as", key=keys.LIBRARY_NAME, max_chars=80)
+    st.text_input("Save as", key=keys.LIBRARY_NAME, max_chars=MAX_NAME_CHARS)
     st.button(
         "Save to library", icon=":material/bookmark_add:", key="library_save",
         on_click=_on_save, args=(store, None),
@@ -201,6 +202,16 @@ def _library_ui(store: DesignStore) -> None:
     )
     load, delete = st.columns(2)
     picked = session[keys.LIBRARY_PICKED]
+    if picked is not None:
+        with st.expander("Rename", icon=":material/edit:", key="library_rename_box"):
+            st.text_input(
+                "New name", key=keys.LIBRARY_RENAME, max_chars=MAX_NAME_CHARS,
+                placeholder=picked,
+            )  # fmt: skip
+            st.button(
+                "Rename", key="library_rename", on_click=_on_rename, args=(store,),
+                disabled=not session.get(keys.LIBRARY_RENAME, "").strip(),
+            )  # fmt: skip
     load.button(
         "Open", icon=":material/folder_open:", key="library_load", disabled=picked is None,
         on_click=_on_load, args=(store,), width="stretch",
@@ -250,7 +261,8 @@ def _ask_nothing() -> None:
 
 def _on_save(store: DesignStore, confirmed: str | None) -> None:
     """Save the current design under the "Save as" name (or the ``confirmed`` one, which may be
-    replaced), and that name becomes the design's."""
+    replaced). The copy in the library takes that name; the design being worked on keeps its
+    own."""
     session = st.session_state
     _ask_nothing()
     name = confirmed or session[keys.LIBRARY_NAME]
@@ -259,21 +271,36 @@ def _on_save(store: DesignStore, confirmed: str | None) -> None:
         if exists and confirmed is None:
             _ask("replace", exists)
             return
+        stored = check_library_name(name)
         current = state.design(session)
-        named = current if current.name == name.strip() else replace(current, name=name.strip())
-        store.save(name, named)
+        store.save(stored, current if current.name == stored else replace(current, name=stored))
     except ValueError as error:
         state.say(session, keys.LIBRARY_PLACE, f"Could not save: {error}")
         return
     except OSError as error:
         state.say(session, keys.LIBRARY_PLACE, f"Could not save: {reason(error)}")
         return
-    if named is not current:
-        state.replace_design(session, named, store)
-    session[keys.LIBRARY_PICKED] = named.name
+    session[keys.LIBRARY_PICKED] = stored
     state.say(session, keys.LIBRARY_PLACE, None)
     verb = "Replaced" if exists else "Saved"
-    state.notice(session, ":material/bookmark_added:", f"{verb} “{plain(named.name)}”.")
+    state.notice(session, ":material/bookmark_added:", f"{verb} “{plain(stored)}” in the library.")
+
+
+def _on_rename(store: DesignStore) -> None:
+    session = st.session_state
+    picked = session[keys.LIBRARY_PICKED]
+    try:
+        renamed = store.rename(picked, session[keys.LIBRARY_RENAME])
+    except ValueError as error:
+        state.say(session, keys.LIBRARY_PLACE, f"Could not rename: {error}")
+        return
+    except OSError as error:
+        state.say(session, keys.LIBRARY_PLACE, f"Could not rename: {reason(error)}")
+        return
+    session[keys.LIBRARY_PICKED] = renamed
+    session.pop(keys.LIBRARY_RENAME, None)
+    state.say(session, keys.LIBRARY_PLACE, None)
+    state.notice(session, ":material/edit:", f"Renamed “{plain(picked)}” to “{plain(renamed)}”.")
 
 
 def _on_load(store: DesignStore) -> None:

@@ -45,6 +45,10 @@ BLOCK_SIZE = "block_size"
 N_HEADS = "n_heads"
 CAUSAL = "causal"
 AUTO_START_WIDTH = "auto_start_width"
+#: The model the design is costed in (``Design.model_shape``).
+MODEL_BATCH, MODEL_HEADS, MODEL_KV_HEADS, MODEL_HEAD_DIM = (
+    "model_batch", "model_heads", "model_kv_heads", "model_head_dim"
+)  # fmt: skip
 START_WIDTH = "start_width"
 
 # ----------------------------------------------------------------- editor widgets
@@ -62,6 +66,7 @@ ZOOM_ROW, ZOOM_COL = "zoom_row", "zoom_col"
 # ----------------------------------------------------------------- files widgets
 LIBRARY_NAME = "library_name"
 LIBRARY_PICK = "library_pick"
+LIBRARY_RENAME = "library_rename_to"
 UPLOAD = "upload"
 UPLOAD_BLOCK_SIZE = "upload_block_size"
 #: ``(file name, bytes)`` of an uploaded bare tensor waiting for its block size.
@@ -74,6 +79,18 @@ LIBRARY_NAME_OF = "library_name_of"
 LIBRARY_PICKED = "library_picked"
 #: ``("replace" | "delete", name)``: a library action waiting for confirmation.
 LIBRARY_CONFIRM = "library_pending_action"
+
+# ----------------------------------------------------------------- compare widgets
+#: ``(label, Design)``: the design the Compare tab sets beside the current one.
+COMPARE_OTHER = "compare_other"
+COMPARE_PICK, COMPARE_UPLOAD, COMPARE_HEAD = "compare_pick", "compare_upload", "compare_head"
+
+# ----------------------------------------------------------------- model design widgets
+#: The ``ModelDesign`` (one design per layer group) the session is making, or None.
+LAYERS_MODEL = "layers_model"
+LAYERS_NAME, LAYERS_COUNT, LAYERS_GROUP = "layers_name", "layers_count", "layers_group"
+LAYERS_FIRST, LAYERS_LAST, LAYERS_SOURCE = "layers_first", "layers_last", "layers_source"
+LAYERS_UPLOAD = "layers_upload"
 
 # ----------------------------------------------------------------- GPU panel widgets
 GPU_BATCH, GPU_HEAD_DIM, GPU_DTYPE, GPU_CAUSAL, GPU_CONTENDER_PICK = (
@@ -106,6 +123,9 @@ GPU_LAST_RUN, GPU_LAST_SWEEP, GPU_LAST_CPU_CHECK = (
 
 # ----------------------------------------------------------------- message places
 SETUP_PLACE = "setup"
+MODEL_PLACE = "model"
+COMPARE_PLACE = "compare"
+LAYERS_PLACE = "layers"
 EDITOR_PLACE = "editor"
 BAND_PLACE = "band"
 COPY_PLACE = "copy"

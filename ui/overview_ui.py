@@ -17,6 +17,7 @@ from ui.pictures import (
     PARTIAL_RGB,
     enlarge,
     frame,
+    hex_colour,
     max_pool,
     plain_pictures,
     scale_factors,
@@ -25,9 +26,11 @@ from ui.pictures import (
     with_partials,
 )
 
-#: Thumbnails aim at this many pixels a side, but never show fewer pixels than blocks below 512.
+#: Thumbnails aim at this many pixels a side, one pixel per block up to ``MAX_THUMBNAIL_PX``
+#: (larger grids are max-pooled, so active blocks stay visible): four fit side by side in the
+#: half-page column, so 16 heads are four rows whatever the grid.
 THUMBNAIL_PX = 128
-MAX_UNSHRUNK_PX = 512
+MAX_THUMBNAIL_PX = 176
 
 
 def overview_ui() -> None:
@@ -40,8 +43,7 @@ def overview_ui() -> None:
     )  # fmt: skip
     by_tiles = by_tiles and analysis is not None
     layout = current.layout
-    long_side = max(layout.n_q_blocks, layout.n_k_blocks)
-    scale = scale_factors(long_side, max(THUMBNAIL_PX, min(long_side, MAX_UNSHRUNK_PX)))
+    scale = thumbnail_scale(max(layout.n_q_blocks, layout.n_k_blocks))
     heads = analysis.heads if analysis else [None] * layout.n_heads
     partials = [head_partials(layout, h) for h in range(layout.n_heads)]
     pictures = [
@@ -61,36 +63,66 @@ def overview_ui() -> None:
     if by_tiles:
         st.html(legend_html(legend_entries(analysis, partial=partial)))
     else:
-        entries = [(_hex(EMPTY_RGB), "inactive"), (_hex(ACTIVE_RGB), "active block")]
+        entries = [(hex_colour(EMPTY_RGB), "inactive"), (hex_colour(ACTIVE_RGB), "active block")]
         if partial:
-            entries.append((_hex(PARTIAL_RGB), "partial block (a token mask inside)"))
+            entries.append((hex_colour(PARTIAL_RGB), "partial block (a token mask inside)"))
         st.html(legend_html(entries))
 
 
+def thumbnail_scale(long_side: int) -> tuple[int, int]:
+    """``(shrink, grow)`` of a thumbnail whose grid's long side is ``long_side`` blocks.
+
+    >>> [thumbnail_scale(n) for n in (16, 160, 4096)]
+    [(1, 8), (1, 1), (24, 1)]
+    """
+    return scale_factors(long_side, min(max(THUMBNAIL_PX, long_side), MAX_THUMBNAIL_PX))
+
+
 def legend_entries(analysis: Analysis | None, *, partial: bool = False) -> list[tuple[str, str]]:
-    """One legend entry per tile width present (colour and a label with its counts), then
-    active blocks that no tile covers, if any, partial blocks when there are (``partial``),
-    and inactive blocks (before segmentation: active and inactive blocks)."""
-    partial_entry = [(_hex(PARTIAL_RGB), "partial block (lighter, hatched: a token mask inside)")]
-    partial_entry = partial_entry if partial else []
+    """One legend entry per tile width present over all heads (colour and a label with its
+    counts), then active blocks that no tile covers, if any, partial blocks when there are
+    (``partial``), and inactive blocks (before segmentation: active and inactive blocks)."""
     if analysis is None:
         return [
-            (_hex(ACTIVE_RGB), "active block (not segmented yet)"),
-            *partial_entry,
-            (_hex(EMPTY_RGB), "inactive"),
+            (hex_colour(ACTIVE_RGB), "active block (not segmented yet)"),
+            *_partial_entry(partial),
+            (hex_colour(EMPTY_RGB), "inactive"),
         ]
     stats = analysis.stats
+    counts = [(row.width, row.tiles) for row in stats.widths]
+    return tile_legend(counts, stats.active_blocks, stats.block_size, partial=partial)
+
+
+def head_legend_entries(
+    head: HeadTiles, block_size: int, *, partial: bool = False
+) -> list[tuple[str, str]]:
+    """The legend of one head: its own tiles, as the paint canvas shows it."""
+    return tile_legend(list(head.tiles), head.active, block_size, partial=partial)
+
+
+def tile_legend(
+    counts: list[tuple[int, int]], active: int, block_size: int, *, partial: bool = False
+) -> list[tuple[str, str]]:
+    """Entries for ``(width, tiles)`` counts over ``active`` blocks, then the untiled blocks,
+    then the inactive ones."""
     entries = [
         (
-            width_colour(row.width),
-            f"{row.width}×{row.width} ({row.tile_tokens} tokens): {row.tiles:,} tiles, "
-            f"{row.coverage:.0%} of blocks",
+            width_colour(width),
+            f"{width}×{width} ({width * block_size} tokens): {tiles:,} tiles, "
+            f"{tiles * width * width / active:.0%} of blocks",
         )
-        for row in stats.widths
+        for width, tiles in counts
     ]
-    if untiled := stats.active_blocks - stats.blocks:
-        entries.append((_hex(ACTIVE_RGB), f"active, in no tile: {untiled:,} blocks"))
-    return [*entries, *partial_entry, (_hex(EMPTY_RGB), "inactive")]
+    if untiled := active - sum(tiles * width * width for width, tiles in counts):
+        entries.append((hex_colour(ACTIVE_RGB), f"active, in no tile: {untiled:,} blocks"))
+    return [*entries, *_partial_entry(partial), (hex_colour(EMPTY_RGB), "inactive")]
+
+
+def _partial_entry(partial: bool) -> list[tuple[str, str]]:
+    """The legend's entry for partial blocks, when the design has any."""
+    if not partial:
+        return []
+    return [(hex_colour(PARTIAL_RGB), "partial block (lighter, hatched: a token mask inside)")]
 
 
 @st.cache_data(max_entries=256, show_spinner=False)
@@ -115,7 +147,3 @@ def _head_png(
     if _partial is not None:  # a pixel covering any partial block shows it
         image = with_partials(image, max_pool(_partial, shrink), grow)
     return png_bytes(frame(image))
-
-
-def _hex(rgb: tuple[int, int, int]) -> str:
-    return "#" + "".join(f"{c:02x}" for c in rgb)

@@ -65,6 +65,17 @@ def tile_pictures(widths: np.ndarray, odd: np.ndarray) -> np.ndarray:
     return _lookup(np.concatenate([base, darker]).astype(np.uint8), index)
 
 
+#: A diff of two designs' blocks, by ``designer.compare`` code: in neither, in both (muted, so
+#: the differences stand out), only in the first (blue), only in the second (red).
+DIFF_RGB = (EMPTY_RGB, (160, 168, 184), (31, 119, 180), (214, 39, 40))
+
+
+def diff_pictures(codes: np.ndarray) -> np.ndarray:
+    """``[..., M, N, 3]`` uint8 of ``designer.compare`` codes (max-pooled codes keep a
+    difference visible: they are the larger codes)."""
+    return _lookup(np.array(DIFF_RGB, dtype=np.uint8), np.asarray(codes, dtype=np.uint8))
+
+
 def plain_pictures(blocks: np.ndarray) -> np.ndarray:
     """``[..., M, N, 3]`` uint8: active blocks dark, empty ones light."""
     index = np.asarray(blocks, dtype=bool).view(np.uint8)
@@ -142,6 +153,15 @@ def _lookup(palette: np.ndarray, index: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(pixels[..., None].view(np.uint8)[..., :3])
 
 
-def _rgb(hex_colour: str) -> tuple[int, int, int]:
-    value = int(hex_colour.lstrip("#"), 16)
+def hex_colour(rgb: tuple[int, int, int]) -> str:
+    """``(r, g, b)`` as ``#rrggbb`` (legends take hex colours).
+
+    >>> hex_colour((244, 246, 250))
+    '#f4f6fa'
+    """
+    return "#" + "".join(f"{c:02x}" for c in rgb)
+
+
+def _rgb(text: str) -> tuple[int, int, int]:
+    value = int(text.lstrip("#"), 16)
     return (value >> 16) & 255, (value >> 8) & 255, value & 255

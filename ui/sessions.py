@@ -15,7 +15,9 @@ box is known to ``REGISTRY``, which
   the operating system (``malloc_trim``), so an idle server shrinks back.
 
 A released box's session reopens its design from the autosave at its next rerun
-(``state.init_session``).
+(``state.init_session``). A reload of a page is a new Streamlit session on the same design
+session (``?session=``): it takes over the undo history of the box it left (``steps_of``), so
+undo survives a reload (within ``GRACE_SECONDS``), though not a server restart.
 """
 
 from __future__ import annotations
@@ -48,11 +50,20 @@ class HistoryBox:
     Reads of ``present``, ``past``, ``can_undo`` ... go to the history inside.
     """
 
-    def __init__(self, history: History, owner: str | None, lock: threading.RLock) -> None:
+    def __init__(
+        self,
+        history: History,
+        owner: str | None,
+        lock: threading.RLock,
+        session_id: str | None = None,
+    ) -> None:
         self._history: History | None = history  # written only here and by ``_trim``
         self.owner, self.lock = owner, lock
         self.used = time.monotonic()
         self.gone_since: float | None = None
+        #: The design session (``?session=``) and the version of its autosave this box's
+        #: present was last saved as (``NO_AUTOSAVE``: never): a reload finds its steps by them.
+        self.session_id, self.saved_version = session_id, ""
 
     @property
     def history(self) -> History:
@@ -127,6 +138,20 @@ class Registry:
     def boxes(self) -> list[HistoryBox]:
         with self._lock:
             return list(self._boxes.values())
+
+    def steps_of(self, session_id: str, version: str) -> History | None:
+        """The undo history a reload of ``session_id`` takes over: that of a box of the
+        session whose present is the autosave at ``version`` (the one just read), else None.
+
+        Histories are immutable, so the new box shares the old one's steps; the old box goes
+        when its page does.
+        """
+        for box in self.boxes():
+            if box.session_id == session_id and box.saved_version == version:
+                history = box._history
+                if history is not None:
+                    return history
+        return None
 
     def fit(self, current: HistoryBox) -> None:
         """Drop the oldest steps, least recently used sessions first, until all fit the cap:

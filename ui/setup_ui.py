@@ -5,7 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from designer import changes
-from designer.design import DEFAULT_TILE_TOKENS
+from designer.design import DEFAULT_TILE_TOKENS, MAX_NAME_CHARS
 from designer.storage import DesignStore
 from ui import keys, state
 from ui.common import change_design, show_message
@@ -21,7 +21,10 @@ def setup_ui(store: DesignStore) -> None:
     """Draw the setup widgets; each change rebuilds the design at once."""
     session = st.session_state
     current = state.design(session)
-    st.text_input("Design name", key=keys.NAME, on_change=_on_settings, args=(store,))
+    st.text_input(
+        "Design name", key=keys.NAME, on_change=_on_settings, args=(store,),
+        max_chars=MAX_NAME_CHARS, help="Follows the pattern and length until you name it.",
+    )  # fmt: skip
     fixed = current.recipe is None
     block = current.layout.block_size
     left, right = st.columns(2)
@@ -30,7 +33,7 @@ def setup_ui(store: DesignStore) -> None:
         step=block,
         key=keys.SEQ_LEN_Q,
         on_change=_on_shape,
-        args=(store,),
+        args=(store, "q"),
         disabled=fixed,
         help="Sequence length of the queries, in tokens; the last block may be cut short.",
     )
@@ -39,7 +42,7 @@ def setup_ui(store: DesignStore) -> None:
         step=block,
         key=keys.SEQ_LEN_K,
         on_change=_on_shape,
-        args=(store,),
+        args=(store, "k"),
         disabled=fixed,
         help="Sequence length of the keys: the same as the queries for self-attention; the last "
         "block may be cut short.",
@@ -88,9 +91,51 @@ def setup_ui(store: DesignStore) -> None:
         help="Tiles of w, w/2, …, 1 blocks are tried; 0 makes no tiles.",
     )
     show_message(keys.NAME)
+    _model_shape_ui(store, current)
 
 
-def _on_shape(store: DesignStore) -> None:
+def _model_shape_ui(store: DesignStore, current) -> None:
+    """The model the design is costed in: every FLOP and memory figure is at this shape."""
+    shape = current.model_shape
+    heads = shape.heads or current.layout.n_heads
+    summary = f"batch {shape.batch} · {heads} heads"
+    summary += f" ({shape.kv_heads} kv)" if shape.kv_heads else ""
+    summary += f" · head dim {shape.head_dim}"
+    with st.expander(f"Model: {summary}", icon=":material/memory:"):
+        left, right = st.columns(2)
+        common = {"step": 1, "on_change": _on_model_shape, "args": (store,)}
+        left.number_input("Batch", key=keys.MODEL_BATCH, **common)
+        right.number_input("Head dim", key=keys.MODEL_HEAD_DIM, **common)
+        left.number_input(
+            "Heads", key=keys.MODEL_HEADS, help="Query heads: the design's, or any number when "
+            "the design has one head (it serves them all).", **common,
+        )  # fmt: skip
+        right.number_input(
+            "KV heads", key=keys.MODEL_KV_HEADS, help="Key and value heads (fewer than the "
+            "query heads: grouped-query attention); they divide the heads.", **common,
+        )  # fmt: skip
+        st.caption("Every FLOP and memory figure is at this shape; it is kept with the design.")
+        show_message(keys.MODEL_PLACE)
+
+
+def _on_model_shape(store: DesignStore) -> None:
+    session = st.session_state
+    change_design(
+        store,
+        keys.MODEL_PLACE,
+        lambda current: changes.set_model_shape(
+            current,
+            batch=session[keys.MODEL_BATCH],
+            heads=session[keys.MODEL_HEADS],
+            kv_heads=session[keys.MODEL_KV_HEADS],
+            head_dim=session[keys.MODEL_HEAD_DIM],
+        ),
+    )
+
+
+def _on_shape(store: DesignStore, moved: str | None = None) -> None:
+    """A new shape; ``moved`` names the length that changed ("q" or "k"): in a self-attention
+    design whose patterns need it, the other length follows (``changes.follow_square``)."""
     session = st.session_state
 
     def reshape(current):
@@ -100,9 +145,12 @@ def _on_shape(store: DesignStore) -> None:
             session[keys.BLOCK_SIZE],
             session[keys.N_HEADS],
         )
+        shape, followed = changes.follow_square(current, shape, moved)
+        session[keys.SEQ_LEN_Q], session[keys.SEQ_LEN_K] = shape.seq_len_q, shape.seq_len_k
         new, note = changes.reshape(current, shape)
-        if note:
-            state.notice(session, ":material/content_cut:", note)
+        for said in (followed, note):
+            if said:
+                state.notice(session, ":material/straighten:", said)
         return new
 
     change_design(store, keys.SETUP_PLACE, reshape)

@@ -87,15 +87,18 @@ def init_session(
     """Start a browser session once: its autosave, found through the URL, else the default.
 
     Session ids are issued here (``new_session_id``, 128 random bits) and known by their
-    autosave, written at once. A missing, malformed, unknown or unreadable id gets a fresh one:
-    a link carrying an id the server never issued does not make a session adopt it, and a
-    broken autosave is never overwritten.
+    autosave, written at the first change (a visit that changes nothing writes nothing), or,
+    before it, by the server's registry of histories: a reload takes over the undo history of
+    the page it reloads (``REGISTRY.steps_of``). A missing, malformed, unknown or unreadable id
+    gets a fresh one: a link carrying an id the server never issued does not make a session
+    adopt it, and a broken autosave is never overwritten. "Restored ... from your last visit"
+    is said only of a design the user did not just see (an autosave written a while ago).
     """
     if keys.HISTORY in state and not state[keys.HISTORY].released:
         return
     state[keys.MESSAGES] = {}
     state[keys.NOTICES] = []
-    restored, version = None, NO_AUTOSAVE
+    restored, version, steps = None, NO_AUTOSAVE, None
     session_id = query_params.get(keys.SESSION_QUERY_PARAM)
     try:
         restored, version = store.restore_versioned(check_session_id(session_id)) or (None, version)
@@ -104,21 +107,34 @@ def init_session(
             notice(
                 state, ":material/warning:", plain(f"Could not restore the last design: {error}")
             )
-    if restored is None:
+    if isinstance(session_id, str):
+        steps = REGISTRY.steps_of(session_id, version)  # a reload: this server issued the id
+    if restored is None and steps is None:
         session_id = new_session_id()
     query_params[keys.SESSION_QUERY_PARAM] = session_id
     state[keys.SESSION_ID] = session_id
     state[keys.AUTOSAVE_VERSION] = version
-    if restored is not None:
+    if restored is not None and steps is None and _left_a_while_ago(store, session_id):
         notice(
             state, ":material/history:", f"Restored “{plain(restored.name)}” from your last visit."
         )
-    current = restored or default_design()
-    start = History(current, limit=history_limit(current), same=same_design)
-    state[keys.HISTORY] = REGISTRY.add(HistoryBox(start, current_owner(), session_lock(state)))
-    if restored is None:
-        autosave(state, store)  # the new id is known from now on
+    if steps is None:
+        current = restored or default_design()
+        steps = History(current, limit=history_limit(current), same=same_design)
+    box = HistoryBox(steps, current_owner(), session_lock(state), session_id)
+    box.saved_version = version
+    state[keys.HISTORY] = REGISTRY.add(box)
     sync_widgets(state)
+
+
+#: A design restored from an autosave older than this is announced: its page was not just open.
+RESTORED_NOTICE_SECONDS = 10 * 60
+
+
+def _left_a_while_ago(store: DesignStore, session_id: str) -> bool:
+    """Whether the session's autosave was last written ``RESTORED_NOTICE_SECONDS`` ago or more
+    (a return, not a reload or a restart of the server under an open page)."""
+    return store.autosave_age(session_id) >= RESTORED_NOTICE_SECONDS
 
 
 def same_design(new: Design, old: Design) -> bool:
@@ -207,9 +223,10 @@ def autosave(state: State, store: DesignStore) -> None:
         state[keys.AUTOSAVE_VERSION] = store.autosave(
             session_id, design(state), expected=state.get(keys.AUTOSAVE_VERSION)
         )
+        state[keys.HISTORY].saved_version = state[keys.AUTOSAVE_VERSION]
         say(state, keys.AUTOSAVE_PLACE, None)
     except AutosaveConflict:
-        state[keys.SESSION_ID] = new_session_id()
+        state[keys.SESSION_ID] = state[keys.HISTORY].session_id = new_session_id()
         state[keys.AUTOSAVE_VERSION] = NO_AUTOSAVE
         autosave(state, store)
         say(state, keys.AUTOSAVE_PLACE, FORKED)
@@ -221,6 +238,7 @@ def autosave(state: State, store: DesignStore) -> None:
 def widget_values(current: Design) -> dict[str, Any]:
     """The value of every setup and recipe widget for ``current``."""
     layout = current.layout
+    heads = current.model_shape.heads or layout.n_heads
     values: dict[str, Any] = {
         keys.NAME: current.name,
         keys.SEQ_LEN_Q: layout.seq_len_q,
@@ -230,6 +248,10 @@ def widget_values(current: Design) -> dict[str, Any]:
         keys.CAUSAL: current.causal,
         keys.AUTO_START_WIDTH: current.start_width is None,
         keys.START_WIDTH: current.effective_start_width,
+        keys.MODEL_BATCH: current.model_shape.batch,
+        keys.MODEL_HEADS: heads,
+        keys.MODEL_KV_HEADS: current.model_shape.kv_heads or heads,
+        keys.MODEL_HEAD_DIM: current.model_shape.head_dim,
     }
     for index, step in enumerate(current.recipe.steps if current.recipe else ()):
         values.update(step_widget_values(index, step))
@@ -247,12 +269,19 @@ def refresh_widgets(state: State) -> None:
     """Before drawing: every setup and recipe widget gets its value (see ``fill_defaults``).
 
     With the auto start width on, the start-width box always shows the width in use, which
-    changes with the block size.
+    changes with the block size; so do the model's heads and kv heads while they follow the
+    design.
     """
     current = design(state)
-    fill_defaults(state, widget_values(current))
+    values = widget_values(current)
+    fill_defaults(state, values)
     if current.start_width is None:
         state[keys.START_WIDTH] = current.effective_start_width
+    shape = current.model_shape  # heads and kv heads that follow the design show its count
+    if shape.heads is None:
+        state[keys.MODEL_HEADS] = values[keys.MODEL_HEADS]
+    if shape.kv_heads is None:
+        state[keys.MODEL_KV_HEADS] = values[keys.MODEL_KV_HEADS]
 
 
 def fill_defaults(state: State, values: Mapping[str, Any]) -> None:

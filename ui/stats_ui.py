@@ -7,18 +7,17 @@ from collections import Counter
 import streamlit as st
 
 from designer import changes
-from designer.analysis import Analysis
+from designer.analysis import HEAD_DIM, Analysis
+from designer.costs import attention_costs, tile_flops_scale
 from designer.lints import SEVERITIES, Lint
 from designer.storage import DesignStore
-from designer.units import bytes_text
+from designer.units import bytes_text, flops_text
 from ui import keys, state
 from ui.common import analysis_offer, change_design, current_analysis, show_message
 from ui.figures import head_density_figure
 from ui.text import plain
 
 _BADGE = {"error": "red", "warning": "orange", "info": "blue"}
-#: Bytes per attention score in the packed ``[B, H·nnz, block, block]`` tensor (fp16/bf16).
-SCORE_BYTES = 2
 
 
 def header_ui(store: DesignStore) -> None:
@@ -36,6 +35,11 @@ def header_ui(store: DesignStore) -> None:
         + (" · causal" if current.causal else "")
     )
     history = state.history(session)
+    kept = (
+        f"{len(history.past)} step{'s' if len(history.past) != 1 else ''} to undo; up to "
+        f"{history.limit} are kept for a design this size. They survive a reload of this page, "
+        "not a restart of the server."
+    )
     with buttons.container(horizontal=True, horizontal_alignment="right"):
         st.button(
             "Undo",
@@ -44,6 +48,7 @@ def header_ui(store: DesignStore) -> None:
             disabled=not history.can_undo,
             on_click=state.undo,
             args=(session, store),
+            help=kept,
         )
         st.button(
             "Redo",
@@ -53,10 +58,11 @@ def header_ui(store: DesignStore) -> None:
             on_click=state.redo,
             args=(session, store),
         )
-    packed = layout.nnz * layout.block_size**2 * SCORE_BYTES
+    costs = attention_costs(current)
+    shape = current.model_shape
     cells = layout.n_heads * layout.n_q_blocks * layout.n_k_blocks
     partial = layout.n_partial
-    figures = st.columns(5)
+    figures = st.columns(6)
     figures[0].metric("Density", f"{layout.density:.2%}", help="Active blocks over all blocks")
     figures[1].metric(
         "Active blocks",
@@ -66,7 +72,11 @@ def header_ui(store: DesignStore) -> None:
     )
     if analysis is None:
         figures[2].metric("Tiles", "—", help="Not segmented yet: see below")
-        figures[3].metric("FLOPs vs dense", "—", help="Counted from the tiles, once segmented")
+    elif current.effective_start_width == 0:
+        figures[2].metric(
+            "Tiles", "none", help="Segmentation start width 0 makes no tiles: the SDD path "
+            '(impl="sdd") would compute nothing; the fused kernel needs no tiles.',
+        )  # fmt: skip
     else:
         stats = analysis.stats
         figures[2].metric(
@@ -76,15 +86,26 @@ def header_ui(store: DesignStore) -> None:
             f"{current.effective_start_width} ({stats.mean_tile_blocks:.2f} blocks per tile on "
             "average)",
         )
-        figures[3].metric(
-            "FLOPs vs dense",
-            f"{stats.flops / stats.dense_flops:.2%}",
-            help="QKᵀ of the tiles against dense attention's (PV scales the same way)",
-        )
+    at_shape = (
+        f"batch {shape.batch}, {costs.heads} heads ({costs.kv_heads} kv), head dim {shape.head_dim}"
+    )
+    figures[3].metric(
+        "FLOPs vs dense",
+        f"{costs.vs_dense:.2%}",
+        help=f"The attention's FLOPs (4·D per computed token pair: QKᵀ and PV) against "
+        f"{costs.dense_kind} attention's",
+    )
     figures[4].metric(
-        "Packed scores",
-        bytes_text(packed),
-        help="Memory of the block-sparse score tensor per batch element (bf16)",
+        "Attention FLOPs",
+        flops_text(costs.flops),
+        help=f"One forward call at {at_shape} ({costs.dense_kind}: "
+        f"{flops_text(costs.dense_flops)}); a training step adds about 2.5× for the backward",
+    )
+    figures[5].metric(
+        "Memory",
+        bytes_text(costs.input_bytes),
+        help=f"q, k, v and the output at {at_shape}, bf16; the SDD path adds its packed "
+        f"block-sparse scores, {bytes_text(costs.score_bytes)}",
     )
     show_message(keys.AUTOSAVE_PLACE)
     if analysis is None:
@@ -149,7 +170,7 @@ def analysis_ui() -> None:
     left, right = st.columns([3, 2])
     with left:
         if analysis is not None:
-            _tiles_ui(analysis)
+            _tiles_ui(analysis, tile_flops_scale(current, current.model_shape, HEAD_DIM))
         else:
             st.subheader("Tiles per width", anchor=False)
             st.caption("Not segmented yet: the button under the figures above runs it.")
@@ -176,8 +197,9 @@ def analysis_ui() -> None:
     )
 
 
-def _tiles_ui(analysis: Analysis) -> None:
-    """The tile table and totals of an analysed design."""
+def _tiles_ui(analysis: Analysis, scale: float) -> None:
+    """The tile table and totals of an analysed design; ``scale`` turns the analysis's FLOPs
+    into FLOPs at the model shape (``costs.tile_flops_scale``)."""
     stats = analysis.stats
     st.subheader("Tiles per width", anchor=False)
     st.dataframe(
@@ -188,7 +210,7 @@ def _tiles_ui(analysis: Analysis) -> None:
                 "tiles": row.tiles,
                 "blocks": row.blocks,
                 "coverage": f"{row.coverage:.1%}",
-                f"QKᵀ GFLOP (D={stats.head_dim})": round(row.flops / 1e9, 3),
+                "QKᵀ GFLOP (model shape)": round(row.flops * scale / 1e9, 3),
             }
             for row in stats.widths
         ],
@@ -202,7 +224,7 @@ def _tiles_ui(analysis: Analysis) -> None:
     )  # fmt: skip
     numbers[2].metric(
         "QKᵀ FLOPs",
-        f"{stats.flops / 1e9:,.1f} G",
-        help=f"Per batch element at head dim {stats.head_dim}; dense: "
-        f"{stats.dense_flops / 1e9:,.1f} G",
+        flops_text(stats.flops * scale),
+        help="What the SDD's tiles compute for QKᵀ at the model shape (the sidebar's Model); "
+        f"dense: {flops_text(stats.dense_flops * scale)}",
     )

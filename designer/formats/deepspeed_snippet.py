@@ -29,6 +29,11 @@ def deepspeed_snippet(design: Design, layout_filename: str) -> str:
             f"DeepSpeed layouts are square (one seq_len); this one is {layout.n_q_blocks} x "
             f"{layout.n_k_blocks} blocks"
         )
+    kept = (
+        "one saved head serves every head"
+        if layout.n_heads == 1
+        else f"the {layout.n_heads} saved heads, one per head"
+    )
     return textwrap.dedent(
         f"""\
         # {design.name!r} as a DeepSpeed sparsity config.
@@ -55,7 +60,7 @@ def deepspeed_snippet(design: Design, layout_filename: str) -> str:
                 if seq_len != self.SEQ_LEN:
                     raise ValueError(f"the design is for seq_len {{self.SEQ_LEN}}, got {{seq_len}}")
                 saved = torch.load(self.layout_file, weights_only=True)  # int64 [heads, nb, nb]
-                layout[:] = saved.to(layout.dtype)  # one saved head serves every head
+                layout[:] = saved.to(layout.dtype)  # {kept}
                 return layout
 
 

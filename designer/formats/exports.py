@@ -140,11 +140,14 @@ def exports(design: Design) -> list[Export]:
             "int64), in a deflated archive that torch.load reads as it is.",
             lambda: _torch_bytes(layout.to_int64() if deepspeed_int64 else layout.blocks),
             unavailable=_not_whole("DeepSpeed's layouts", layout) or block_level("DeepSpeed"),
-            note=None
-            if deepspeed_int64
-            else f"Saved as bool: as int64 it would be {bytes_text(8 * cells)}, "
-            f"more than the {bytes_text(MAX_FILE_BYTES)} an upload takes. "
-            + (_size_note(cells, cells) or ""),
+            note=_notes(
+                None
+                if deepspeed_int64
+                else f"Saved as bool: as int64 it would be {bytes_text(8 * cells)}, "
+                f"more than the {bytes_text(MAX_FILE_BYTES)} an upload takes. "
+                + (_size_note(cells, cells) or ""),
+                _causal_note(design),
+            ),
         ),
         Export(
             "DeepSpeed SparsityConfig",
@@ -167,10 +170,13 @@ def exports(design: Design) -> list[Export]:
             f"row_ptr [heads, q_blocks + 1] and col_idx [nnz], {str(csr_dtype)[6:]}.",
             lambda: _torch_bytes(csr_tensors(design, csr_dtype)),
             unavailable=block_level("CSR") or _too_costly("CSR", 16 * nnz),
-            note=f"{nnz:,} blocks: more than the {MAX_CSR_BLOCKS:,} a CSR upload may hold here; "
-            "load the Design (.pt) instead."
-            if nnz > MAX_CSR_BLOCKS
-            else _lengths_note(layout) or _size_note(csr_bytes, csr_bytes // 2),
+            note=_notes(
+                f"{nnz:,} blocks: more than the {MAX_CSR_BLOCKS:,} a CSR upload may hold here; "
+                "load the Design (.pt) instead."
+                if nnz > MAX_CSR_BLOCKS
+                else _lengths_note(layout) or _size_note(csr_bytes, csr_bytes // 2),
+                _causal_note(design),
+            ),
         ),
         Export(
             "MIT base_blockmask",
@@ -184,7 +190,7 @@ def exports(design: Design) -> list[Export]:
                 if layout.block_size == MIT_BLOCK_SIZE
                 else f"needs {MIT_BLOCK_SIZE}-token blocks (this design has {layout.block_size})"
             ),
-            note=_lengths_note(layout) or _size_note(cells, cells),
+            note=_notes(_lengths_note(layout) or _size_note(cells, cells), _causal_note(design)),
         ),
         Export(
             "JSON recipe",
@@ -238,6 +244,20 @@ def _lengths_note(layout) -> str | None:
         f"Blocks only: the {layout.seq_len_q} x {layout.seq_len_k} token lengths (inside the last "
         "blocks) are not kept; the Design (.pt) keeps them."
     )
+
+
+def _causal_note(design: Design) -> str | None:
+    """What a causal design's file of a format without a causal flag leaves out."""
+    if not design.causal:
+        return None
+    return (
+        "Carries no causal flag: whoever reads it applies q ≥ k inside the blocks (the Design "
+        "(.pt), JSON and BlockMask files keep it)."
+    )
+
+
+def _notes(*notes: str | None) -> str | None:
+    return " ".join(note for note in notes if note) or None
 
 
 def _too_costly(what: str, memory: int) -> str | None:

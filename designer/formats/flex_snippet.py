@@ -14,7 +14,9 @@ Two forms, chosen by the design:
 Both add ``q_idx >= kv_idx`` for causal designs, and both give Flex's own 128-token tiles
 (``create_block_mask``'s default, and the file's), so on a GPU the snippet compiles
 ``flex_attention`` and runs its backward as it is. On the CPU it runs eager, forward only (Flex
-has no CPU backward). Names and numbers are embedded with ``repr``.
+has no CPU backward), and eager Flex holds every score: past ``CPU_SCORE_BYTES`` of them (16
+heads x 16k tokens would be 17 GB) it runs the first tokens of each side, with their own mask.
+Names and numbers are embedded with ``repr``.
 
 Both ``mask_mod`` forms run on every Flex backend, FLASH (FA4) included: they read the layout
 only at indices computed from their arguments (a one-head layout as its ``[M, N]`` plane), as
@@ -31,6 +33,9 @@ from designer.design import Design
 from designer.formats.flex_tiles import flex_tile_size
 from designer.formats.snippet import check_filename
 from designer.patterns.registry import PATTERNS
+
+#: Most memory eager ``flex_attention``'s scores may take in the snippet's CPU run.
+CPU_SCORE_BYTES = 1 << 26
 
 
 def closed_form(design: Design) -> str | None:
@@ -128,6 +133,14 @@ def flex_snippet(design: Design, tensors_filename: str) -> str:
         BLOCK = {layout.block_size}
         HEADS, Q_LEN, KV_LEN = {layout.n_heads}, {layout.seq_len_q}, {layout.seq_len_k}
         DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+
+        # Eager flex_attention (the CPU) holds every score, HEADS x Q_LEN x KV_LEN floats: past
+        # {CPU_SCORE_BYTES >> 20} MiB the CPU runs the first tokens of each side only.
+        FULL = Q_LEN, KV_LEN
+        if DEVICE == "cpu" and HEADS * Q_LEN * KV_LEN * 4 > {CPU_SCORE_BYTES}:
+            shrink = ({CPU_SCORE_BYTES} / (HEADS * Q_LEN * KV_LEN * 4)) ** 0.5
+            Q_LEN, KV_LEN = (max(BLOCK, int(n * shrink) // BLOCK * BLOCK) for n in FULL)
+            print(f"CPU: eager flex_attention on the first {{Q_LEN}} x {{KV_LEN}} tokens only")
         """
     )
     if rule is not None:
@@ -145,8 +158,10 @@ def flex_snippet(design: Design, tensors_filename: str) -> str:
     else:
         if layout.n_heads == 1:
             plane, kept, pick = "[0]", "one head serves every head: its [q blocks, k blocks]", ""
+            mask_heads = None
         else:
             plane, kept, pick = "", "[heads, q blocks, k blocks]", "h, "
+            mask_heads = "HEADS"
         tile = flex_tile_size(layout.block_size)
         body = f"""\
 
@@ -162,7 +177,12 @@ def flex_snippet(design: Design, tensors_filename: str) -> str:
                 # Indices computed from the arguments only: the FLASH backend compiles no other.
                 return blocks[{pick}q_idx // BLOCK, kv_idx // BLOCK]{causal_test}
 
-            block_mask = BlockMask.from_kv_blocks(**saved, mask_mod=mask_mod).to(DEVICE)
+            if (Q_LEN, KV_LEN) == FULL:
+                block_mask = BlockMask.from_kv_blocks(**saved, mask_mod=mask_mod).to(DEVICE)
+            else:  # the first tokens only (on the CPU): a block mask of their own
+                block_mask = create_block_mask(
+                    mask_mod, B=None, H={mask_heads}, Q_LEN=Q_LEN, KV_LEN=KV_LEN, device=DEVICE
+                )
             """
         if layout.partials is not None:
             block_rule = _BLOCK_RULE.format(pick=pick, causal=causal_test)

@@ -1,9 +1,13 @@
 """A design as a JSON recipe: its settings and how to regenerate its layout, no blocks stored.
 
-Layout of the text (version 1)::
+Layout of the text (version 2)::
 
-    {"format": "blocksparse-design-recipe", "version": 1, "name": str, "causal": bool,
-     "start_width": int | null, "created": str, "modified": str, "recipe": Recipe.to_dict()}
+    {"format": "blocksparse-design-recipe", "version": 2, "name": str, "causal": bool,
+     "start_width": int | null, "created": str, "modified": str,
+     "model_shape": {"batch": int, "heads": int | null, "kv_heads": int | null, "head_dim": int},
+     "recipe": Recipe.to_dict()}
+
+Version 1 is the same without ``model_shape`` (it reads with the default shape).
 
 Reading is strict: bounded size, standard JSON only (no ``NaN``/``Infinity``, no repeated keys),
 every key and value checked, and the layout is rebuilt from the recipe (nothing is evaluated).
@@ -17,6 +21,7 @@ from typing import Any
 from designer.design import Design
 from designer.formats.settings import (
     SETTING_KEYS,
+    SHAPE_KEY,
     check_rebuilds,
     check_version,
     design_from_settings,
@@ -28,7 +33,8 @@ from designer.recipe_size import MAX_JSON_VALUES
 from designer.validate import check_keys, error_context
 
 FORMAT = "blocksparse-design-recipe"
-VERSION = 1
+VERSION = 2
+READ_VERSIONS = (1, 2)
 #: Longest JSON text accepted, in characters (a painted selection of a million cells fits).
 MAX_JSON_CHARS = 16 << 20
 
@@ -112,7 +118,9 @@ def design_from_json(text: str | bytes) -> Design:
     content = parse_json(text, "JSON recipe")
     read_ns = json_values(text) * READ_NS_PER_VALUE
     with error_context("JSON recipe", as_value_error=True):
-        check_keys("design", content, ("format", "version", *SETTING_KEYS, "recipe"))
-        check_version("design", content, FORMAT, (VERSION,))
+        required = ("format", "version", *SETTING_KEYS, "recipe")
+        check_keys("design", content, required, (SHAPE_KEY,))
+        if check_version("design", content, FORMAT, READ_VERSIONS) >= 2:
+            check_keys("design", content, (*required, SHAPE_KEY))
         recipe = recipe_from_dict(content["recipe"], read_ns=read_ns)
         return design_from_settings(content, recipe.build(), recipe)

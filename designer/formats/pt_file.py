@@ -1,17 +1,19 @@
 """The ``.pt`` design file: ``torch.save`` of a dict of plain values and one uint8 tensor.
 
-Layout of the file (version 2)::
+Layout of the file (version 3)::
 
-    {"format": "blocksparse-design", "version": 2,
+    {"format": "blocksparse-design", "version": 3,
      "layout": {"bits": uint8 [ceil(H * M * N / 8)], "shape": [H, M, N]},   # see packing.py
      "block_size": int, "seq_len_q": M * block_size, "seq_len_k": N * block_size,
      "causal": bool, "start_width": int | None, "name": str, "created": str, "modified": str,
+     "model_shape": {"batch": int, "heads": int | None, "kv_heads": int | None,
+                     "head_dim": int},
      "recipe": uint8 [n] tensor of the UTF-8 JSON text of Recipe.to_dict() | None}
 
-Version 3, for token-exact layouts (partial blocks, or lengths that are not whole blocks), adds
+Version 3 adds ``model_shape`` (version 2 reads with the default shape) and, for token-exact
+layouts (partial blocks, or lengths that are not whole blocks) only,
 ``"partials": {"index": int32 [P, 3], "bits": uint8 [P, block, ceil(block / 8)]} | None``
-(``designer.partials``), and its ``seq_len_q``/``seq_len_k`` may end inside the last block.
-Block-level designs are still written as version 2, byte for byte as before.
+(``designer.partials``); its ``seq_len_q``/``seq_len_k`` may end inside the last block.
 
 The layout is bit-packed, so the largest design (4 × 4096 × 4096 blocks) is an 8 MiB file. The
 recipe travels as JSON bytes in a tensor, so the pickle stays a few KiB whatever the edits
@@ -38,6 +40,7 @@ from designer.formats.json_recipe import MAX_JSON_CHARS, json_values, parse_json
 from designer.formats.packing import pack_blocks, pack_partials, read_partials, unpack_blocks
 from designer.formats.settings import (
     SETTING_KEYS,
+    SHAPE_KEY,
     adopt_layout,
     check_rebuilds,
     check_version,
@@ -52,10 +55,9 @@ from designer.recipe_cost import READ_NS_PER_VALUE
 from designer.validate import MAX_LAYOUT_CELLS, check_int, check_keys, error_context
 
 FORMAT = "blocksparse-design"
-VERSION = 2
-#: The version of token-exact designs (partial blocks, or lengths inside the last block).
-TOKEN_VERSION = 3
-#: Versions read: 1 (int64 layout), 2 (bit-packed layout) and 3 (with partial blocks).
+VERSION = 3
+#: Versions read: 1 (int64 layout), 2 (bit-packed layout) and 3 (with the model shape, and with
+#: partial blocks for token-exact layouts).
 READ_VERSIONS = (1, 2, 3)
 #: Largest file read: a bit-packed layout of the largest size (8 MiB), room for a recipe as
 #: large as the largest JSON recipe and for the most partial blocks a layout may hold (their
@@ -64,7 +66,7 @@ MAX_FILE_BYTES = MAX_LAYOUT_CELLS // 8 + MAX_JSON_CHARS + MAX_PARTIAL_BYTES + 12
 
 
 def save_design(design: Design, path_or_file: str | os.PathLike | IO[bytes]) -> None:
-    """Write ``design`` as a version-2 ``.pt`` design file to a path or a binary file object.
+    """Write ``design`` as a version-3 ``.pt`` design file to a path or a binary file object.
 
     The file is made and checked in memory first: a design that ``load_design`` would refuse (a
     recipe that does not rebuild the layout, a file past the readers' limits) raises
@@ -91,6 +93,21 @@ def save_design(design: Design, path_or_file: str | os.PathLike | IO[bytes]) -> 
 
 def design_file_bytes(design: Design) -> bytes:
     """The bytes of ``design``'s ``.pt`` file, refused (``ValueError``) if a reader would be."""
+    buffer = io.BytesIO()
+    torch.save(design_content(design), buffer)
+    data = buffer.getvalue()
+    check_archive(data, MAX_FILE_BYTES, "design file")
+    if len(data) > MAX_FILE_BYTES:
+        raise ValueError(
+            f"design file would be {len(data):,} bytes, more than the {MAX_FILE_BYTES:,} a "
+            f"reader takes"
+        )
+    return data
+
+
+def design_content(design: Design) -> dict[str, Any]:
+    """The dict a ``.pt`` design file holds (a model design file holds one per design); a
+    recipe that does not rebuild the layout is refused (``ValueError``)."""
     settings = design_settings(design)
     layout = design.layout
     recipe = None
@@ -100,7 +117,7 @@ def design_file_bytes(design: Design) -> bytes:
         recipe = _recipe_tensor(design.recipe)
     content = {
         "format": FORMAT,
-        "version": VERSION if layout.whole_blocks else TOKEN_VERSION,
+        "version": VERSION,
         "layout": pack_blocks(layout),
         "block_size": layout.block_size,
         "seq_len_q": layout.seq_len_q,
@@ -110,16 +127,7 @@ def design_file_bytes(design: Design) -> bytes:
     }
     if not layout.whole_blocks:
         content["partials"] = pack_partials(layout)
-    buffer = io.BytesIO()
-    torch.save(content, buffer)
-    data = buffer.getvalue()
-    check_archive(data, MAX_FILE_BYTES, "design file")
-    if len(data) > MAX_FILE_BYTES:
-        raise ValueError(
-            f"design file would be {len(data):,} bytes, more than the {MAX_FILE_BYTES:,} a "
-            f"reader takes"
-        )
-    return data
+    return content
 
 
 def _recipe_tensor(recipe: Recipe) -> torch.Tensor:
@@ -143,15 +151,26 @@ def _read_recipe(value: Any, version: int, build: bool) -> Recipe:
     return recipe_from_dict(parse_json(text, "recipe"), read_ns=read_ns, build=build)
 
 
+def recipe_estimate_ns(content: Mapping[str, Any]) -> int:
+    """What reading and building the recipe of a design file's dict is estimated to take
+    (nothing is built; 0 without a recipe): a file of several designs checks their sum first."""
+    if not isinstance(content, Mapping) or content.get("recipe") is None:
+        return 0
+    version = check_version("design file", content, FORMAT, READ_VERSIONS)
+    recipe = _read_recipe(content["recipe"], version, False)
+    return recipe.build_ns
+
+
 def design_from_content(content: Mapping[str, Any], *, rebuild_recipe: bool = True) -> Design:
     """The design in the dict ``torch.load`` read from a design file, every value checked;
     without ``rebuild_recipe``, the recipe is taken to build the file's layout (its shape is
     checked, not its blocks: for files this designer wrote, see ``settings.adopt_layout``)."""
     version = check_version("design file", content, FORMAT, READ_VERSIONS)
     sizes = ("layout", "block_size", "seq_len_q", "seq_len_k")
-    tokens = ("partials",) if version == TOKEN_VERSION else ()
-    check_keys("design file", content,
-               ("format", "version", *sizes, *SETTING_KEYS, "recipe", *tokens))  # fmt: skip
+    required = ("format", "version", *sizes, *SETTING_KEYS, "recipe")
+    check_keys("design file", content, (*required, SHAPE_KEY) if version >= 3 else required,
+               (SHAPE_KEY, "partials") if version >= 3 else (SHAPE_KEY,))  # fmt: skip
+    tokens = "partials" in content
     if version == 1:
         blocks = file_tensor("layout", content["layout"])
     else:
@@ -165,7 +184,7 @@ def design_from_content(content: Mapping[str, Any], *, rebuild_recipe: bool = Tr
         found = check_int(key, content[key], low=1)
         whole = count * layout.block_size
         if found != whole and not (tokens and whole - layout.block_size < found < whole):
-            inside = f" (or, in version {TOKEN_VERSION}, inside the last block)" * bool(tokens)
+            inside = " (or, with partial blocks, inside the last block)" * bool(tokens)
             raise ValueError(
                 f"{key} = {found} does not match the layout: {count} {what} x "
                 f"block_size {layout.block_size} = {whole}{inside}"

@@ -63,6 +63,8 @@ _PREFIXES = {
     "csr": "CSR file",
     "base_blockmask": "MIT file",
 }
+#: Kinds whose files carry no causal flag: what they held loads as not causal, and says so.
+NO_CAUSAL_FLAG = ("csr", "base_blockmask", "bare")
 _BLOCKMASK_KEYS = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
 
 
@@ -82,9 +84,15 @@ class LoadedDesign:
         """What was recognised, for a person: kind, shape and block size."""
         layout = self.design.layout
         h, m, n = layout.shape
-        return (
+        found = (
             f"{KIND_NAMES[self.kind]}: {h} heads × {m} × {n} blocks of {layout.block_size} tokens"
         )
+        if self.kind in NO_CAUSAL_FLAG:
+            found += (
+                "; the format carries no causal flag, so it loads as not causal (turn on "
+                "“Causal inside blocks” if it was made causal)"
+            )
+        return found
 
 
 def read_design_file(

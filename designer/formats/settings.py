@@ -8,28 +8,37 @@ from typing import Any
 import numpy as np
 import torch
 
-from designer.design import Design
+from designer.design import Design, legacy_name
 from designer.edit import Transpose
 from designer.layout import Layout
+from designer.model_shape import model_shape_from_dict
 from designer.recipe import Recipe
 from designer.validate import check_int, shown
 
-#: The keys of a design's settings, as written by ``design_settings``.
+#: The keys of a design's settings every file version carries (``design_settings``), and the
+#: model shape that later versions add (older files read with the default shape).
 SETTING_KEYS = ("name", "causal", "start_width", "created", "modified")
+SHAPE_KEY = "model_shape"
 
 
 def design_settings(design: Design) -> dict[str, Any]:
-    """A design's name, causal flag, start width and timestamps, as plain values."""
+    """A design's name, causal flag, start width, timestamps and model shape, as plain values."""
     if not isinstance(design, Design):
         raise TypeError(f"design must be a Design, got {type(design).__name__}")
-    return {key: getattr(design, key) for key in SETTING_KEYS}
+    settings = {key: getattr(design, key) for key in SETTING_KEYS}
+    return {**settings, SHAPE_KEY: design.model_shape.to_dict()}
 
 
 def design_from_settings(
     settings: Mapping[str, Any], layout: Layout, recipe: Recipe | None
 ) -> Design:
-    """A design from settings read out of a file (``Design`` checks every value)."""
-    return Design(layout, recipe=recipe, **{key: settings[key] for key in SETTING_KEYS})
+    """A design from settings read out of a file (``Design`` checks every value; an older
+    file's long name is shortened, ``legacy_name``)."""
+    values = {key: settings[key] for key in SETTING_KEYS}
+    values["name"] = legacy_name(values["name"])
+    if SHAPE_KEY in settings:
+        values[SHAPE_KEY] = model_shape_from_dict(settings[SHAPE_KEY])
+    return Design(layout, recipe=recipe, **values)
 
 
 def check_version(

@@ -8,6 +8,8 @@ import textwrap
 
 #: Longest file name the snippet will embed.
 MAX_FILENAME_CHARS = 255
+#: Tokens per side the snippet runs on a machine without a GPU (``impl="reference"``).
+CPU_TOKENS = 1024
 
 
 def check_filename(filename: object) -> str:
@@ -40,7 +42,8 @@ def module_snippet(filename: str) -> str:
 
 def python_snippet(filename: str) -> str:
     """Python code loading ``filename`` with ``designer.formats.load_design`` and with plain torch,
-    then, on a CUDA GPU, training through it as ``gpu.BlockSparseAttention``.
+    then training through it as ``gpu.BlockSparseAttention``: our kernels on a CUDA GPU, else
+    ``impl="reference"`` on its first ``CPU_TOKENS`` tokens.
 
     The name is embedded as a Python string literal (``repr``), so any name stays data.
 
@@ -74,11 +77,22 @@ def python_snippet(filename: str) -> str:
         """
     )
     trains = textwrap.dedent(
-        """\
+        f"""\
             out.sum().backward()
             print(attn, out.shape, q.grad.shape)
-        else:
-            print("gpu.BlockSparseAttention runs on a CUDA GPU; none here")
+        else:  # the same attention by our dense torch reference, on the first tokens of each
+            # side: it computes every score, which at full length would take the CPU minutes
+            import gpu
+            n_q, n_k = (min(n, max(1, {CPU_TOKENS} // layout.block_size))
+                        for n in (layout.n_q_blocks, layout.n_k_blocks))
+            attn = gpu.BlockSparseAttention(layout.blocks[:, :n_q, :n_k], layout.block_size,
+                                            causal=design.causal, name=design.name,
+                                            impl="reference")
+            q, k, v = (torch.randn(1, layout.n_heads, n * layout.block_size, 64,
+                                   requires_grad=True) for n in (n_q, n_k, n_k))
+            out = attn(q, k, v)
+            out.sum().backward()
+            print(attn, out.shape, q.grad.shape)
         """
     )
     return loads + textwrap.indent(module_snippet(filename), "    ") + trains

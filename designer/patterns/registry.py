@@ -117,8 +117,8 @@ def make_pattern(
         )
     if spec.square_only and n_q_blocks != n_k_blocks:
         raise ValueError(
-            f"pattern {name!r} needs n_q_blocks == n_k_blocks (DeepSpeed layouts are square), "
-            f"got {n_q_blocks} and {n_k_blocks}"
+            f"{spec.label} ({name!r}) is self-attention: it needs as many query blocks as key "
+            f"blocks (DeepSpeed layouts are square), got {n_q_blocks} and {n_k_blocks}"
         )
     values = {
         param.name: param.check(params.get(param.name, param.default), n_heads)

@@ -38,8 +38,14 @@ def vertical_slash(
     n_heads, n_q_blocks, n_k_blocks = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
     causal = check_bool("causal", causal)
     columns = check_int_list("vertical_blocks", vertical_blocks, low=0, high=n_k_blocks - 1)
-    lowest_offset = 0 if causal else 1 - n_k_blocks
-    offsets = check_int_list("slash_offsets", slash_offsets, low=lowest_offset, high=n_q_blocks - 1)
+    offsets = check_int_list(
+        "slash_offsets", slash_offsets, low=1 - n_k_blocks, high=n_q_blocks - 1
+    )
+    if causal and (above := [offset for offset in offsets if offset < 0]):
+        raise ValueError(
+            f"slash_offsets must be >= 0 when causal: offsets are row - col, so {above[0]} lies "
+            f"above the diagonal, which causal clears (1 is the diagonal below it), got {offsets}"
+        )
     if not columns and not offsets:
         raise ValueError("vertical_blocks and slash_offsets must not both be empty, got [] and []")
     rows, cols = block_grid(n_q_blocks, n_k_blocks)
@@ -63,7 +69,7 @@ SPECS = (
                 (0,),
                 low=1 - MAX_BLOCKS,
                 high=MAX_BLOCKS - 1,
-                help="diagonals as row - col (0: main diagonal)",
+                help="diagonals as row - col (0: main diagonal, 1: the one below it, -1: above)",
             ),
             causal_param(True),
         ),

@@ -18,6 +18,14 @@ case's config); a case whose layout cannot be built at that length is skipped wi
 output gradient) for the contenders with a backward pass, and adds the forward and the backward
 alone and the errors of dq, dk and dv against fp64 to the table.
 
+Without a CUDA GPU the command says so at once and stops, unless only contenders that run on
+the CPU were asked for (``--contenders reference,sdpa``); ``--cpu-check`` then checks our
+reference against fp64 on the top-left 1024 tokens of a case or design (the panel's CPU check)
+in seconds::
+
+    python -m gpu.bench --cpu-check
+    python -m gpu.bench --cpu-check --design my_layout.pt
+
 ``--resume`` keeps the cases already in ``--out`` (measured on the same GPU and software with
 the same settings) and runs the others, so one sweep can be split over several processes: the
 file lists each run under ``runs``. ``--time-limit`` starts no case that, timed like the
@@ -36,13 +44,27 @@ from pathlib import Path
 
 import torch
 
+from designer.design import Design
 from designer.formats import load_design
 from gpu.bench.cases import find_case, standard_cases
-from gpu.bench.config import BACKWARD_CONTENDERS, CONTENDERS, BenchConfig
+from gpu.bench.config import (
+    BACKWARD_CONTENDERS,
+    CONTENDERS,
+    DEFAULT_BACKWARD_CONTENDERS,
+    DEFAULT_CONTENDERS,
+    BenchConfig,
+)
+from gpu.bench.details import cpu_check, cpu_check_text, summarize_cpu_check
 from gpu.bench.harness import BenchSession, run_benchmark
 from gpu.bench.report import environment, format_table, write_json
 from gpu.bench.results import read_document
+from gpu.runtime import unavailable_reason
 from gpu.support import DTYPES
+
+#: Contenders that run on a machine without a CUDA GPU.
+CPU_CONTENDERS = ("reference", "sdpa")
+#: What ``--cpu-check`` checks when given no case or design.
+CPU_CHECK_CASE = "bigbird_10pct-b64-d64"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,6 +74,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print("\n".join(case.name for case in standard_cases()))
         return 0
+    if args.cpu_check:
+        return _cpu_check(parser, args)
+    if not (args.case or args.design or args.sweep):
+        parser.error("give --case, --design, --sweep, --list or --cpu-check")
+    _refuse_without_gpu(parser, args)
     try:
         jobs, skipped = _jobs(args)
         earlier = _earlier(args, jobs)
@@ -87,6 +114,60 @@ def main(argv: list[str] | None = None) -> int:
     if skipped:
         print(f"{len(skipped)} skipped: " + "; ".join(skipped))
     return 0
+
+
+def _refuse_without_gpu(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Stop at once, saying why and what runs here instead, when there is no CUDA GPU and a
+    contender asked for (or by default) needs one."""
+    if torch.cuda.is_available():
+        return
+    try:  # a bad case name is said first
+        for name in args.case.split(",") if args.case else ():
+            find_case(name)
+    except ValueError as error:
+        parser.error(str(error))
+    defaults = DEFAULT_BACKWARD_CONTENDERS if args.backward else DEFAULT_CONTENDERS
+    asked = args.contenders.split(",") if args.contenders else defaults
+    needing = [name for name in asked if name not in CPU_CONTENDERS]
+    if not needing:
+        return
+    why = unavailable_reason() or "torch sees no CUDA device"
+    parser.exit(
+        2,
+        f"The GPU benchmark cannot run here: {why}\n"
+        f"{', '.join(needing)} need one. On this machine:\n"
+        "  python -m gpu.bench --cpu-check [--case NAME | --design FILE]   checks our reference "
+        "against fp64 on a 1024-token crop in seconds\n"
+        f"  --contenders {','.join(CPU_CONTENDERS)}   times those on the CPU (slow at full size)\n",
+    )
+
+
+def _cpu_check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """``--cpu-check``: the panel's CPU check of one case or design, printed (and written)."""
+    if args.sweep:
+        parser.error("--cpu-check checks one case or design, not --sweep")
+    try:
+        if args.design:
+            design = load_design(args.design)
+            head_dim = args.head_dim or design.model_shape.head_dim
+        else:
+            name = args.case or CPU_CHECK_CASE
+            if "," in name:
+                raise ValueError(f"--cpu-check checks one case, got {name!r}")
+            case = find_case(name)
+            config = case.config(quick=True, backward=args.backward, seq_len=None)
+            layout = case.layout(quick=True, seq_len=None)
+            design = Design(layout, name=case.name, causal=config.causal)
+            head_dim = args.head_dim or config.head_dim
+    except (ValueError, TypeError) as error:
+        parser.error(str(error))
+    print(f"CPU check of {design.name}…", flush=True)
+    doc = cpu_check(design, head_dim=head_dim, dtype=args.dtype or "bf16", backward=args.backward)
+    summary = summarize_cpu_check(doc, design.layout.density)
+    print(cpu_check_text(summary))
+    if args.out:
+        Path(args.out).write_text(json.dumps(doc, indent=1))
+    return 0 if summary.passed else 1
 
 
 #: What a resumed file and this run must share: the machine and the software.
@@ -145,12 +226,13 @@ def _jobs(args: argparse.Namespace) -> tuple[list, list[str]]:
         raise ValueError("--seq sets the length of --case and --sweep; a design has its own")
     if args.design:
         design = load_design(args.design)
-        layout = design.layout
+        layout, shape = design.layout, design.model_shape
         config = BenchConfig(
-            heads=args.heads or layout.n_heads,
+            batch=shape.batch,
+            heads=args.heads or shape.heads or layout.n_heads,
             seq_q=layout.seq_len_q,
             seq_k=layout.seq_len_k,
-            head_dim=args.head_dim or 64,
+            head_dim=args.head_dim or shape.head_dim,
             causal=design.causal,
             start_width=design.start_width,
             backward=args.backward,
@@ -180,13 +262,19 @@ def _parser() -> argparse.ArgumentParser:
         "attention, dense SDPA) on one layout or the standard sweep; print a table and write "
         "JSON.",
     )
-    what = parser.add_mutually_exclusive_group(required=True)
+    what = parser.add_mutually_exclusive_group()
     what.add_argument(
         "--case", help="standard cases, comma-separated, e.g. banded_7pct-b128-d64 (see --list)"
     )
     what.add_argument("--design", help="a .pt design file saved by the app")
     what.add_argument("--sweep", choices=["standard"], help="every standard case")
     what.add_argument("--list", action="store_true", help="list the standard cases")
+    parser.add_argument(
+        "--cpu-check",
+        action="store_true",
+        help="without a GPU: check our reference against fp64 on the top-left 1024 tokens of "
+        f"--case or --design (default {CPU_CHECK_CASE}), in seconds",
+    )
     parser.add_argument("--out", help="write the results as JSON to this path")
     parser.add_argument(
         "--resume",
@@ -207,9 +295,13 @@ def _parser() -> argparse.ArgumentParser:
         "with --quick), e.g. 4096, or 65536 with --batch 4",
     )
     parser.add_argument("--contenders", help=f"comma-separated subset of {','.join(CONTENDERS)}")
-    parser.add_argument("--head-dim", type=int, help="head dim for --design (default 64)")
-    parser.add_argument("--heads", type=int, help="heads for --design (default: the layout's)")
-    parser.add_argument("--batch", type=int, help="batch size")
+    parser.add_argument(
+        "--head-dim", type=int, help="head dim for --design (default: the design's model shape)"
+    )
+    parser.add_argument(
+        "--heads", type=int, help="heads for --design (default: the design's model shape)"
+    )
+    parser.add_argument("--batch", type=int, help="batch size (--design: its model shape's)")
     parser.add_argument("--dtype", choices=list(DTYPES), help="input dtype (default bf16)")
     parser.add_argument("--warmup", type=int, help="untimed runs before timing")
     parser.add_argument("--reps", type=int, help="timed runs (the median is reported)")

@@ -16,6 +16,7 @@ gradient; dk and dv rows are key blocks).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -34,6 +35,7 @@ from gpu.bench import (
 from gpu.bench.metrics import errors
 from gpu.bench.results import plain_document
 from gpu.bench.training import GRAD_NAMES
+from gpu.bench.variants import ACCURACY_LIMITS
 from gpu.reference import dense_masked_attention, dense_masked_attention_backward
 
 #: Most query-block rows kept per head in the error map (more are max-pooled together).
@@ -154,3 +156,74 @@ def cpu_check(
     doc["kind"] = "cpu-check"
     doc["cases"][0]["details"] = error_details(config, layout, ("reference",))
     return plain_document(doc, "the CPU check")
+
+
+#: The errors a CPU check reports, with the words that name them.
+CPU_CHECK_ERRORS = {
+    "rel_error": "relative error", "max_abs_error": "max abs error", "dq_rel_error": "dq relative",
+    "dk_rel_error": "dk relative", "dv_rel_error": "dv relative",
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class CpuCheckSummary:
+    """What a CPU check ran, in words, and its verdict: each error beside its limit.
+
+    ``errors`` maps ``CPU_CHECK_ERRORS`` keys to ``(value, limit)``; ``passed`` is None when
+    the reference did not run (``failure`` says why).
+    """
+
+    checked: str
+    errors: dict[str, tuple[float, float]]
+    passed: bool | None
+    seconds: float | None
+    failure: str | None = None
+
+
+def summarize_cpu_check(
+    doc: dict[str, Any], design_density: float | None = None
+) -> CpuCheckSummary:
+    """A ``cpu_check`` document as a person reads it: what was compared with what, on which
+    part of the design, and whether every error is within the accuracy limits the GPU
+    benchmark applies (``variants.ACCURACY_LIMITS``). No speed: the CPU has no baseline."""
+    case = doc["cases"][0]
+    config, layout = case["config"], case["layout"]
+    heads, m, n = layout["shape"]
+    whole = "" if design_density is None else f"; the whole design: {design_density:.1%}"
+    training = (
+        ", forward then backward (dq, dk and dv against fp64 gradients)"
+        if config.get("backward")
+        else ""
+    )
+    checked = (
+        f'impl="reference" (dense masked torch, what gpu.block_sparse_attention runs without a '
+        f"GPU) on {config['dtype']} q, k and v (batch 1, head dim {config['head_dim']}"
+        f"{', causal' if config['causal'] else ''}) against fp64 attention under the same "
+        f"blocks{training}, on the top-left {config['seq_q']:,} × {config['seq_k']:,} tokens of "
+        f"heads 0–{heads - 1} ({layout['nnz']:,} of {heads * m * n:,} blocks active there"
+        f"{whole}). It shows that the layout masks what it should and what {config['dtype']} "
+        "rounding costs; our CUDA kernels and their speed need a GPU."
+    )
+    result = case["results"][0]
+    if result["status"] != "ok":
+        return CpuCheckSummary(checked, {}, None, None, result.get("message") or result["status"])
+    errors = {
+        key: (result[key], ACCURACY_LIMITS.get(key, ACCURACY_LIMITS["rel_error"]))
+        for key in CPU_CHECK_ERRORS
+        if result.get(key) is not None
+    }
+    passed = all(value <= limit for value, limit in errors.values()) if errors else None
+    return CpuCheckSummary(checked, errors, passed, result.get("seconds"))
+
+
+def cpu_check_text(summary: CpuCheckSummary) -> str:
+    """The summary as lines of text (the command line prints it)."""
+    lines = [summary.checked, ""]
+    if summary.failure:
+        return "\n".join([*lines, f"The reference did not run: {summary.failure}"])
+    for key, (value, limit) in summary.errors.items():
+        mark = "ok" if value <= limit else "TOO LARGE"
+        lines.append(f"  {CPU_CHECK_ERRORS[key]:<15} {value:.2e}  (limit {limit:.0e})  {mark}")
+    verdict = "every error within its limit" if summary.passed else "an error past its limit"
+    took = "" if summary.seconds is None else f" in {summary.seconds:.1f} s"
+    return "\n".join([*lines, "", f"CPU check: {verdict}{took}."])

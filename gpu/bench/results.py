@@ -44,6 +44,16 @@ def read_document(text: str | bytes, source: str) -> dict[str, Any]:
     return doc
 
 
+def claims_benchmark_format(data: bytes) -> bool:
+    """Whether JSON ``data`` says it is a benchmark document (its ``format``), right or not;
+    True for text that is no JSON object, so that ``read_document`` says what is wrong."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return True
+    return not isinstance(doc, dict) or doc.get("format") == FORMAT
+
+
 def _check_document(doc: Any) -> None:
     _expect(doc, dict, "the document")
     if doc.get("format") != FORMAT or doc.get("version") != VERSION:

@@ -23,7 +23,12 @@ from pathlib import Path
 from typing import Any
 
 from designer.fileio import atomic_write
-from gpu.bench.results import document_bytes, document_label, read_document
+from gpu.bench.results import (
+    claims_benchmark_format,
+    document_bytes,
+    document_label,
+    read_document,
+)
 
 _ROOT = Path(__file__).resolve().parents[2]
 #: The checkout's committed results (a checkout: the folder holding ``pyproject.toml``), or None
@@ -32,8 +37,6 @@ RESULTS_DIR = _ROOT / "benchmarks" / "results" if (_ROOT / "pyproject.toml").is_
 #: Larger files are not read (a sweep of every standard case is well under 1 MiB).
 MAX_DOCUMENT_BYTES = 32 << 20
 _DIGEST = re.compile(r"[0-9a-f]{32}")
-#: Names of ``tools/app_check.py`` summaries committed beside the results.
-CHECK_SUMMARY_PREFIX = "app-"
 
 
 @dataclass(frozen=True)
@@ -48,14 +51,24 @@ class StoredDocument:
         return document_label(self.doc, self.path.name)
 
 
-def read_documents(paths: list[Path]) -> tuple[list[StoredDocument], list[str]]:
-    """Every readable document of ``paths``, newest first, and a line per unreadable one."""
+def read_documents(
+    paths: list[Path], *, others_too: bool = True
+) -> tuple[list[StoredDocument], list[str]]:
+    """Every readable document of ``paths``, newest first, and a line per unreadable one.
+
+    Without ``others_too``, a JSON file that does not say it is a benchmark document (another
+    script's results: no ``format``, or another one) is left out without a word; one that says
+    it is but is broken is still reported.
+    """
     stored, problems = [], []
     for path in paths:
         try:
             if path.stat().st_size > MAX_DOCUMENT_BYTES:
                 raise ValueError(f"{path.name} is larger than {MAX_DOCUMENT_BYTES >> 20} MiB")
-            stored.append(StoredDocument(path, read_document(path.read_bytes(), path.name)))
+            data = path.read_bytes()
+            if not others_too and not claims_benchmark_format(data):
+                continue
+            stored.append(StoredDocument(path, read_document(data, path.name)))
         except (OSError, ValueError) as error:
             problems.append(str(error))
     stored.sort(key=lambda s: (str(s.doc.get("date", "")), s.path.name), reverse=True)
@@ -63,14 +76,16 @@ def read_documents(paths: list[Path]) -> tuple[list[StoredDocument], list[str]]:
 
 
 def committed_results(results_dir: Path | None = None) -> tuple[list[StoredDocument], list[str]]:
-    """The committed ``benchmarks/results/*.json`` (or ``results_dir``'s), newest first, and a
-    line per unreadable file; none in an installed package. ``app-*.json`` are the panel check's
-    summaries, not benchmark documents, and are left out."""
+    """The committed benchmark documents of ``benchmarks/results/*.json`` (or
+    ``results_dir``'s), newest first, and a line per broken one; none in an installed package.
+
+    The folder also holds other scripts' results (the cost tools, the API overhead, training
+    runs, the panel check's summaries); they are not benchmark documents and are left out.
+    """
     folder = results_dir or RESULTS_DIR
     if folder is None:
         return [], []
-    paths = sorted(Path(folder).glob("*.json"))
-    return read_documents([p for p in paths if not p.name.startswith(CHECK_SUMMARY_PREFIX)])
+    return read_documents(sorted(Path(folder).glob("*.json")), others_too=False)
 
 
 class RunStore:

@@ -111,7 +111,7 @@ def test_settings():
     assert changes.settings(design, name="d", causal=False, start_width=None) is design
     new = changes.settings(design, name="  renamed ", causal=True, start_width=4)
     assert (new.name, new.causal, new.start_width) == ("renamed", True, 4)
-    with pytest.raises(ValueError, match="name must be a non-empty string"):
+    with pytest.raises(ValueError, match="name must be 1 to 80 characters, not only spaces"):
         changes.settings(design, name="   ", causal=False, start_width=None)
 
 
@@ -139,3 +139,18 @@ def test_fitted_steps_leave_no_query_row_empty(pattern, n_blocks):
     step = changes.fitted_step(pattern, n_blocks, combine="replace")
     layout = Recipe(2, n_blocks, n_blocks, 64, steps=(step,)).build()
     assert layout.blocks.any(dim=2).all()
+
+
+def test_a_new_head_count_keeps_a_model_shape_the_design_can_serve():
+    from dataclasses import replace
+
+    from designer.model_shape import ModelShape
+
+    design = replace(recipe_design(), model_shape=ModelShape(batch=2, kv_heads=2))
+    n_q = design.layout.n_q_blocks * design.layout.block_size
+    n_k = design.layout.n_k_blocks * design.layout.block_size
+    shape = changes.Shape(n_q, n_k, design.layout.block_size, 3)
+    reshaped, _ = changes.reshape(design, shape)
+    assert reshaped.model_shape == ModelShape(batch=2)  # 2 kv heads do not divide 3 heads
+    with pytest.raises(ValueError, match="heads must be 2 for this 2-head design"):
+        changes.set_model_shape(design, batch=1, heads=8, kv_heads=8, head_dim=64)

@@ -102,7 +102,7 @@ def test_steps_apply_to_their_heads_with_per_head_params():
 
 def test_with_step_and_with_edit_append():
     recipe = Recipe(2, 4, 4, 16).with_step(RecipeStep("causal"))
-    recipe = recipe.with_edit(EditOp("clear", Band(-1, -1), heads=(0,)))
+    recipe = recipe.with_edit(EditOp("clear", Band(1, 1), heads=(0,)))
     recipe = recipe.with_step(RecipeStep("causal", combine="subtract", heads=(1,)))
     assert len(recipe.steps) == 2 and len(recipe.edits) == 1
     blocks = recipe.build().blocks

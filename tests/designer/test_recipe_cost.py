@@ -92,7 +92,7 @@ def test_replayed_edits_equal_the_layout_operations(n_heads):
     from designer.edit import Cells, Column, Row, apply_edit
 
     edits = (
-        EditOp("set", Band(-1, 2), heads=(0,)),
+        EditOp("set", Band(-2, 1), heads=(0,)),
         Transpose(),
         EditOp("toggle", Cells(((0, 1), (2, 2), (0, 1))), heads=None),
         CopyHead(0, tuple(range(n_heads))),

@@ -295,3 +295,19 @@ def test_own_files_are_read_without_building_their_recipe_again(tmp_path, monkey
     monkeypatch.setattr(Recipe, "_built", lambda self: pytest.fail("rebuilt on restore"))
     restored = store.restore("session-one")
     assert restored == saved and restored.recipe.build() == saved.layout
+
+
+def test_a_library_design_is_renamed_with_its_own_name(tmp_path, rng):
+    store = DesignStore(tmp_path)
+    store.save("first", design(rng))
+    store.save("second", design(rng))
+    assert store.rename("first", "File one") == "File one"
+    assert store.names() == ["File one", "second"] and store.load("file one").name == "File one"
+    assert store.rename("file one", "FILE ONE") == "FILE ONE"  # its own look-alike
+    assert store.names() == ["FILE ONE", "second"]
+    with pytest.raises(ValueError, match="has a design named 'second' already"):
+        store.rename("FILE ONE", "Second")
+    with pytest.raises(ValueError, match="no design named 'gone'"):
+        store.rename("gone", "x")
+    with pytest.raises(ValueError, match="design name must be 1 to 80 letters"):
+        store.rename("second", "../x")

@@ -12,7 +12,7 @@ import torch
 from designer.design import Design
 from designer.layout import Layout
 from designer.patterns import attention_sinks
-from gpu.hf import register_attention, register_flex_attention
+from gpu.hf import register_attention, register_flex_attention, register_model_attention
 from gpu.reference import dense_masked_attention
 
 transformers = pytest.importorskip("transformers")
@@ -200,3 +200,42 @@ def test_a_model_with_its_own_sliding_window_is_refused():
     model = transformers.MistralForCausalLM(config)
     with pytest.raises(ValueError, match=r"its own mask|sliding_window=32"):
         model(input_ids=_ids())
+
+
+def _model_design():
+    """Layer 0: attention sinks with a window; layer 1: causal dense (every block)."""
+    from designer.model_design import ModelDesign
+    from designer.patterns import causal
+
+    dense = Design(Layout(causal(1, SEQ // 16, SEQ // 16), 16), name="causal", causal=True)
+    return ModelDesign.uniform("per layer", 2, _design()).assign(1, 1, dense)
+
+
+def test_a_model_design_gives_each_layer_its_own_design_in_one_line(tmp_path):
+    from designer.formats.model_file import save_model_design
+
+    save_model_design(_model_design(), tmp_path / "model.pt")
+    name = register_model_attention("test-per-layer", tmp_path / "model.pt", impl="reference")
+    attention = transformers.AttentionInterface._global_mapping[name]
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 4, SEQ, 8, generator=gen)
+    k, v = (torch.randn(1, 2, SEQ, 8, generator=gen) for _ in range(2))
+    for layer, design in enumerate(_model_design().designs):
+        module = torch.nn.Module()
+        module.is_causal, module.layer_idx = True, layer
+        module.config = transformers.LlamaConfig(**CONFIG)
+        out, _ = attention(module, q, k, v, None, scaling=0.4)
+        expected = dense_masked_attention(q, k, v, design.layout.blocks, 16, causal=True,
+                                          scale=0.4, compute_dtype=torch.float32)  # fmt: skip
+        torch.testing.assert_close(out, expected.transpose(1, 2))
+    ids = _ids()
+    per_layer = _model(name)(input_ids=ids, labels=ids).loss
+    same = _model(register_attention("test-one-for-all", _design(), impl="reference"))
+    assert not torch.allclose(per_layer, same(input_ids=ids, labels=ids).loss)
+    per_layer.backward()
+
+
+def test_a_model_design_refuses_a_model_of_another_depth():
+    name = register_model_attention("test-depth", _model_design(), impl="reference")
+    with pytest.raises(ValueError, match="has 2 layers, but the model has 3"):
+        _model(name, num_hidden_layers=3)(input_ids=_ids())

@@ -22,6 +22,7 @@ from designer.formats import (
     read_design_file,
     save_design,
 )
+from designer.formats.pt_file import design_file_bytes
 from designer.layout import Layout
 from designer.storage import (
     DATA_DIR_ENV,
@@ -78,7 +79,7 @@ def pt_bytes(content) -> bytes:
 def test_default_page_renders(data_dir):
     at = open_app()
     assert not at.error
-    assert at.title[0].value == "BigBird 4k"
+    assert at.title[0].value == "DeepSpeed BigBird 4k"
     assert metric(at, "Density") == "16.24%"
     assert metric(at, "Active blocks") == "5,322"
     assert at.query_params[keys.SESSION_QUERY_PARAM] == at.session_state[keys.SESSION_ID]
@@ -178,8 +179,23 @@ def test_square_only_pattern_on_cross_attention_is_refused(data_dir):
     assert current(at).layout.shape == (8, 64, 128)
     at.selectbox(key=keys.step_key(0, "pattern")).set_value("deepspeed_fixed").run()
     assert_clean(at)
-    assert any("needs n_q_blocks == n_k_blocks" in unescaped(e.value) for e in at.error)
+    said = [unescaped(e.value) for e in at.error]
+    assert said == ["Step 1 (DeepSpeed Fixed): DeepSpeed Fixed ('deepspeed_fixed') is "
+                    "self-attention: it needs as many query blocks as key blocks (DeepSpeed "
+                    "layouts are square), got 64 and 128"]  # fmt: skip
     assert at.selectbox(key=keys.step_key(0, "pattern")).value == "sliding_window"
+
+
+def test_query_tokens_of_a_deepspeed_design_change_in_one_edit(data_dir):
+    at = open_app()  # the default: DeepSpeed BigBird, 4096 x 4096 tokens
+    at.number_input(key=keys.SEQ_LEN_Q).set_value(8192).run()
+    assert_clean(at)
+    assert not at.error
+    assert current(at).layout.shape == (8, 128, 128)
+    assert at.number_input(key=keys.SEQ_LEN_K).value == 8192
+    assert any("Key tokens follow to 8,192" in unescaped(t.value) for t in at.toast)
+    at.number_input(key=keys.SEQ_LEN_K).set_value(2048).run()
+    assert current(at).layout.shape == (8, 32, 32)
 
 
 def upload(at, name, data, block_size=None):
@@ -277,18 +293,18 @@ def built(monkeypatch):
 def test_downloads_hold_the_design(data_dir, built):
     at = open_app(tab="Files")
     design = current(at)
-    assert load_design(built["BigBird_4k.pt"]()).layout == design.layout
-    assert design_from_json(built["BigBird_4k.json"]()).layout == design.layout
-    csr = torch.load(io.BytesIO(built["BigBird_4k_csr.pt"]()), weights_only=True)
+    assert load_design(built["DeepSpeed_BigBird_4k.pt"]()).layout == design.layout
+    assert design_from_json(built["DeepSpeed_BigBird_4k.json"]()).layout == design.layout
+    csr = torch.load(io.BytesIO(built["DeepSpeed_BigBird_4k_csr.pt"]()), weights_only=True)
     assert from_csr(csr["row_ptr"], csr["col_idx"], 64, 64) == design.layout
-    mask = read_design_file(built["BigBird_4k_blockmask.pt"]())
+    mask = read_design_file(built["DeepSpeed_BigBird_4k_blockmask.pt"]())
     assert mask.kind == "blockmask" and mask.design.layout == design.layout
-    snippet = built["load_BigBird_4k.py"]()
-    assert b"load_design('BigBird_4k.pt')" in snippet
-    module_use = "gpu.BlockSparseAttention.from_design('BigBird_4k.pt', device=\"cuda\")"
+    snippet = built["load_DeepSpeed_BigBird_4k.py"]()
+    assert b"load_design('DeepSpeed_BigBird_4k.pt')" in snippet
+    module_use = "gpu.BlockSparseAttention.from_design('DeepSpeed_BigBird_4k.pt', device=\"cuda\")"
     assert module_use.encode() in snippet
     assert module_use in at.code[0].value, "the Files tab shows the one-line module use"
-    assert "BigBird_4k_base_blockmask.pt" not in built  # block 64: not MIT's 128
+    assert "DeepSpeed_BigBird_4k_base_blockmask.pt" not in built  # block 64: not MIT's 128
     assert at.download_button(key="download_pt_MIT base_blockmask").disabled
 
 
@@ -298,8 +314,8 @@ def test_library_save_and_open(data_dir):
     at.button(key="library_save").click().run()
     assert_clean(at)
     assert DesignStore(data_dir).names() == ["my bigbird"]
-    assert current(at).name == "my bigbird" and at.title[0].value == "my bigbird"
-    assert "from_design('my_bigbird.pt'" in at.code[0].value, "the file name follows the name"
+    assert DesignStore(data_dir).load("my bigbird").name == "my bigbird"
+    assert current(at).name == "DeepSpeed BigBird 4k", "Save as copies: the design keeps its name"
     saved = current(at).layout
     at.session_state["tab"] = "Patterns"  # an edit elsewhere, the Files tab closed meanwhile
     at.run()
@@ -324,7 +340,9 @@ def test_library_save_and_open(data_dir):
 
 
 def test_library_opening_shows_the_library_name(data_dir):
-    DesignStore(data_dir).save("ds fixed import", load_default_design())  # saved as "BigBird 4k"
+    DesignStore(data_dir).save(
+        "ds fixed import", load_default_design()
+    )  # saved as "DeepSpeed BigBird 4k"
     at = open_app(tab="Files")
     at.selectbox(key=keys.LIBRARY_PICK).set_value("ds fixed import").run()
     at.button(key="library_load").click().run()
@@ -339,6 +357,42 @@ def test_library_save_as_follows_a_rename(data_dir):
     at.button(key="library_save").click().run()
     assert DesignStore(data_dir).names() == ["renamed design"]
     assert DesignStore(data_dir).load("renamed design").name == "renamed design"
+
+
+def test_library_rename(data_dir):
+    store = DesignStore(data_dir)
+    store.save("old name", load_default_design())
+    store.save("other", load_default_design())
+    at = open_app(tab="Files")
+    at.selectbox(key=keys.LIBRARY_PICK).set_value("old name").run()
+    at.text_input(key=keys.LIBRARY_RENAME).input("Other").run()
+    at.button(key="library_rename").click().run()
+    assert "the library has a design named 'other' already" in unescaped(at.error[0].value)
+    at.text_input(key=keys.LIBRARY_RENAME).input("new name").run()
+    at.button(key="library_rename").click().run()
+    assert_clean(at)
+    assert store.names() == ["new name", "other"] and store.load("new name").name == "new name"
+    assert at.selectbox(key=keys.LIBRARY_PICK).value == "new name"
+
+
+def test_a_name_follows_the_design_until_the_user_names_it(data_dir):
+    at = open_app()  # "DeepSpeed BigBird 4k": its name is the automatic one
+    at.selectbox(key=keys.step_key(0, "pattern")).set_value("sliding_window").run()
+    at.number_input(key=keys.SEQ_LEN_Q).set_value(65536).run()
+    at.number_input(key=keys.SEQ_LEN_K).set_value(65536).run()
+    assert current(at).name == "Sliding window 64k" == at.title[0].value
+    at.text_input(key=keys.NAME).input("my window").run()
+    at.number_input(key=keys.SEQ_LEN_Q).set_value(32768).run()
+    assert current(at).name == "my window", "a name the user gave stays"
+
+
+def test_one_name_limit_everywhere(data_dir):
+    at = open_app(tab="Files")
+    assert at.text_input(key=keys.NAME).max_chars == 80
+    assert at.text_input(key=keys.LIBRARY_NAME).max_chars == 80
+    content = torch.load(io.BytesIO(design_file_bytes(load_default_design())), weights_only=True)
+    content["name"] = "n" * 150  # as older versions let a name be
+    assert load_design(pt_bytes(content)).name == "n" * 79 + "…"
 
 
 def test_library_asks_before_replacing(data_dir):
@@ -370,11 +424,20 @@ def test_every_tensor_download_uploads_back(data_dir, built):
     assert "pop it and build mask_mod from it, since without one eager flex_attention attends" in (
         help_text
     )
-    for name in ("BigBird_4k_blockmask.pt", "BigBird_4k_csr.pt", "BigBird_4k.json"):
+    for name in (
+        "DeepSpeed_BigBird_4k_blockmask.pt",
+        "DeepSpeed_BigBird_4k_csr.pt",
+        "DeepSpeed_BigBird_4k.json",
+    ):
         upload(at, name, built[name]())
         assert not at.error, name
         assert current(at).layout == design.layout, name
-    upload(at, "BigBird_4k_deepspeed.pt", built["BigBird_4k_deepspeed.pt"](), block_size=64)
+    upload(
+        at,
+        "DeepSpeed_BigBird_4k_deepspeed.pt",
+        built["DeepSpeed_BigBird_4k_deepspeed.pt"](),
+        block_size=64,
+    )
     assert current(at).layout == design.layout
 
 
@@ -448,3 +511,16 @@ def test_drop_manual_edits(data_dir):
     at.button(key="drop_edits").click().run()
     assert_clean(at)
     assert current(at).recipe.edits == () and current(at).layout == load_default_design().layout
+
+
+def test_a_reload_keeps_undo_and_says_nothing_was_restored(data_dir):
+    at = open_app()
+    at.number_input(key=GLOBALS).set_value(3).run()
+    session = at.query_params[keys.SESSION_QUERY_PARAM]
+    reloaded = open_app({keys.SESSION_QUERY_PARAM: session})
+    assert not reloaded.toast  # the page was just open: nothing to announce
+    undo = reloaded.button(key=keys.UNDO)
+    assert not undo.disabled
+    assert "1 step to undo; up to 50 are kept" in undo.help and "survive a reload" in undo.help
+    undo.click().run()
+    assert reloaded.number_input(key=GLOBALS).value == 2

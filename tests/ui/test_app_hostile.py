@@ -142,6 +142,6 @@ def test_one_bad_entry_in_the_data_folder_does_not_take_the_app_down(data_dir, m
         monkeypatch.setenv(AUTOSAVE_DAYS_ENV, damage)
     for _ in range(2):  # every session, not just the first
         at = open_app()
-        assert not at.error and at.title[0].value == "BigBird 4k"
+        assert not at.error and at.title[0].value == "DeepSpeed BigBird 4k"
     said = " ".join(messages(at))
     assert str(data_dir) not in said

@@ -127,7 +127,7 @@ def test_paint_download_upload_and_screenshot(server, page, tmp_path):
         page.get_by_role("button", name="Design (.pt)").click()
     saved = tmp_path / download.value.suggested_filename
     download.value.save_as(saved)
-    assert saved.name == "BigBird_4k.pt"
+    assert saved.name == "DeepSpeed_BigBird_4k.pt"
     assert f"{load_design(saved).layout.nnz:,}" == blocks_after
 
     page.get_by_role("button", name="Undo").click()

@@ -148,7 +148,7 @@ def test_brush_click_and_drag_with_each_width(browser, server):
 def test_rectangle_and_lasso_paint_every_cell_they_touch(browser, server):
     paint = Paint(browser, server)
     page = paint.page
-    page.keyboard.press("r")  # no focus yet: the key reaches the canvas only after a click
+    page.keyboard.press("r")  # outside the canvas R is the page's rerun, not a tool
     pick(page, "rect")
     before = paint.blocks()
     # From near the bottom-right corner of block (40, 8) to near the top-left of (43, 12): the
@@ -157,7 +157,7 @@ def test_rectangle_and_lasso_paint_every_cell_they_touch(browser, server):
     after = paint.done()
     assert np.array_equal(after, before | box_mask((40, 43), (8, 12)))
 
-    page.keyboard.press("l")  # the canvas has the focus now: L picks the lasso
+    page.keyboard.press("l")  # L picks the lasso
     before = after
     corners = [(20.2, 30.2), (20.2, 34.8), (23.8, 34.8), (23.8, 30.2), (20.2, 30.2)]
     trace(page, corners, steps=6)
@@ -189,10 +189,10 @@ def test_row_column_and_band_tools(browser, server):
     after, before = paint.done(), after
     assert np.array_equal(after, before | box_mask((0, 63), (50, 50)))
     pick(page, "band")
-    drag(page, [(30, 10), (35, 12)])  # offsets col - row from -20 to -23
+    drag(page, [(30, 10), (35, 12)])  # offsets row - col from 20 to 23
     after, before = paint.done(), after
-    offsets = np.arange(64)[None, :] - np.arange(64)[:, None]
-    assert np.array_equal(after, before | ((offsets >= -23) & (offsets <= -20)))
+    offsets = np.arange(64)[:, None] - np.arange(64)[None, :]
+    assert np.array_equal(after, before | ((offsets >= 20) & (offsets <= 23)))
     paint.assert_no_errors()
 
 
@@ -412,3 +412,15 @@ def test_a_stroke_drawn_just_before_leaving_the_tab_is_kept(browser, server):
     assert paint.done()[cell]  # sent by the canvas that came back, if not before
     paint.assert_shows(paint.blocks(), [cell])
     paint.assert_no_errors()
+
+
+def test_the_readout_follows_the_tiles_once_a_stroke_is_done(browser, server):
+    paint = Paint(browser, server)
+    page = paint.page
+    blocks = paint.blocks()
+    row, col = next((r, c) for r in range(20, 64) for c in range(30, 64) if not blocks[r, c])
+    page.mouse.click(*canvas_point(page, row, col))  # the pointer stays where it clicked
+    paint.done()
+    readout = page.locator(".paint-readout")
+    assert f"query block {row} · key block {col}" in readout.inner_text()
+    assert "on the way" not in readout.inner_text() and "tile" in readout.inner_text()

@@ -115,3 +115,13 @@ def test_frame_adds_a_one_pixel_border():
     assert framed.shape == (4, 5, 3)
     assert np.array_equal(framed[1:-1, 1:-1], image)
     assert (framed[0] == (9, 8, 7)).all() and (framed[:, -1] == (9, 8, 7)).all()
+
+
+@pytest.mark.parametrize("long_side", [1, 16, 100, 256, 512, 2048, 4096])
+def test_thumbnails_stay_small_enough_for_four_a_row_whatever_the_grid(long_side):
+    """Once they grew with the grid: 512 px at 4096² blocks, one a row, 16 rows for 16 heads."""
+    from ui.overview_ui import MAX_THUMBNAIL_PX, thumbnail_scale
+
+    shrink, grow = thumbnail_scale(long_side)
+    side = -(-long_side // shrink) * grow
+    assert 64 <= side <= MAX_THUMBNAIL_PX <= 180

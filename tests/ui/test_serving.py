@@ -34,6 +34,7 @@ def test_config_turns_off_details_and_statistics_and_fits_the_largest_file():
     tomllib = pytest.importorskip("tomllib")  # Python 3.11+
     config = tomllib.loads((ROOT / ".streamlit" / "config.toml").read_text())
     assert config["client"]["showErrorDetails"] == "none"
+    assert config["client"]["toolbarMode"] == "viewer"  # no Deploy button
     assert config["browser"]["gatherUsageStats"] is False
     assert config["server"]["maxUploadSize"] == MAX_UPLOAD_MIB
 

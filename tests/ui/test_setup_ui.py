@@ -56,6 +56,10 @@ def test_start_width_zero_still_draws_the_active_blocks(data_dir):  # noqa: F811
     assert current(at).start_width == 0
     legend = " ".join(html.proto.body for html in at.get("html"))
     assert f"active, in no tile: {current(at).layout.nnz:,} blocks" in legend
+    tiles = next(m for m in at.metric if m.label == "Tiles")
+    assert tiles.value == "none" and "start width 0" in tiles.help
+    flops = next(m for m in at.metric if m.label == "FLOPs vs dense")
+    assert flops.value == f"{current(at).layout.density:.2%}"  # the attention's, not the tiles'
 
 
 def test_vary_per_head_starts_from_the_current_value(data_dir):  # noqa: F811
@@ -82,7 +86,7 @@ def test_recipe_messages_name_steps_as_the_app_does(data_dir):  # noqa: F811
     at.text_input(key=keys.values_key(1, "window_blocks")).input("3").run()
     assert_clean(at)
     (error,) = (unescaped(e.value) for e in at.error)
-    assert error.startswith("Step 2 (sliding_window): window_blocks must be one value or")
+    assert error.startswith("Step 2 (Sliding window): window_blocks must be one value or")
     assert "steps[" not in error
 
 
@@ -121,3 +125,30 @@ def test_out_of_range_pattern_parameters_say_what_is_allowed(data_dir):  # noqa:
     (error,) = (unescaped(e.value) for e in at.error)
     assert "window_blocks must be in [1, " in error and error.endswith("got 0")
     assert current(at).layout == before
+
+
+def test_costs_follow_the_model_shape_entered_once_and_kept_with_the_design(data_dir):  # noqa: F811
+    from designer.costs import attention_costs
+    from designer.model_shape import ModelShape
+    from designer.storage import DesignStore
+    from designer.units import bytes_text, flops_text
+
+    at = open_app()
+    at.number_input(key=keys.MODEL_BATCH).set_value(2).run()
+    at.number_input(key=keys.MODEL_KV_HEADS).set_value(2).run()
+    at.number_input(key=keys.MODEL_HEAD_DIM).set_value(64).run()
+    assert_clean(at)
+    design = current(at)
+    assert design.model_shape == ModelShape(batch=2, kv_heads=2, head_dim=64)
+    costs = attention_costs(design)
+    metrics = {m.label: m for m in at.metric}
+    assert metrics["Attention FLOPs"].value == flops_text(costs.flops)
+    assert "batch 2, 8 heads (2 kv), head dim 64" in metrics["Attention FLOPs"].help
+    assert metrics["Memory"].value == bytes_text(costs.input_bytes)
+    session = at.session_state[keys.SESSION_ID]
+    assert DesignStore(data_dir).restore(session).model_shape == design.model_shape
+    at.number_input(key=keys.MODEL_HEADS).set_value(32).run()
+    assert any("heads must be 8 for this 8-head design" in unescaped(e.value) for e in at.error)
+    assert current(at).model_shape == design.model_shape
+    at.number_input(key=keys.N_HEADS).set_value(4).run()  # kv heads still divide 4
+    assert at.number_input(key=keys.MODEL_HEADS).value == 4

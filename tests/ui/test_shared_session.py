@@ -1,7 +1,7 @@
 """Two tabs on one session id, driven headless with ``AppTest``: neither loses the other's work."""
 
 from designer.storage import DesignStore
-from tests.ui.test_app import current, data_dir, open_app  # noqa: F401  (fixture)
+from tests.ui.test_app import current, data_dir, open_app, unescaped  # noqa: F401  (fixture)
 from ui import keys, state
 from ui.text import plain
 

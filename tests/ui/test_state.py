@@ -1,3 +1,4 @@
+import os
 import shutil
 from dataclasses import replace
 
@@ -38,13 +39,16 @@ def test_a_new_session_gets_an_id_in_the_url_and_the_default(store):
     assert session[keys.NOTICES] == []
 
 
-def test_a_new_session_id_is_128_random_bits_and_known_at_once(store):
+def test_a_new_session_id_is_128_random_bits_and_a_visit_without_change_writes_nothing(store):
     session, params = start(store)
     session_id = session[keys.SESSION_ID]
     assert len(session_id) == 22  # 16 bytes, URL-safe base64
-    assert (store.autosave_dir / f"{session_id}.pt").is_file()
+    assert not store.autosave_dir.exists()
     again, _ = start(store, params)  # a reload before any change keeps the session
     assert again[keys.SESSION_ID] == session_id
+    assert not store.autosave_dir.exists()
+    state.commit(again, make_design(window=5), store)
+    assert (store.autosave_dir / f"{session_id}.pt").is_file()
 
 
 def test_an_id_the_server_never_issued_starts_fresh_under_a_new_id(store):
@@ -71,11 +75,28 @@ def test_commit_autosaves_and_a_reload_restores_it(store):
     assert again == params
     assert state.design(reloaded) == make_design(window=3)
     assert reloaded[keys.step_key(0, "window_blocks")] == 3
-    assert "Restored" in reloaded[keys.NOTICES][0][1]
+    assert reloaded[keys.NOTICES] == []  # a reload: the user just saw it
+    state.undo(reloaded, store)  # and its undo history came along
+    assert state.design(reloaded) == make_design()
+
+
+def test_a_return_after_a_while_says_what_was_restored(store):
+    session, params = start(store)
+    state.commit(session, make_design(window=3), store)
+    session[keys.HISTORY].release()  # the server let the page's history go
+    path = store.autosave_dir / f"{session[keys.SESSION_ID]}.pt"
+    old = path.stat().st_mtime - state.RESTORED_NOTICE_SECONDS - 1
+    os.utime(path, (old, old))
+    back, _ = start(store, params)
+    assert state.design(back) == make_design(window=3)
+    assert "Restored" in back[keys.NOTICES][0][1]
+    assert not state.history(back).can_undo  # a fresh history: the server had let it go
 
 
 def test_an_unreadable_autosave_is_left_alone_and_a_new_session_starts(store):
     session, params = start(store)
+    state.commit(session, make_design(window=3), store)
+    session[keys.HISTORY].release()
     broken = store.autosave_dir / f"{session[keys.SESSION_ID]}.pt"
     broken.write_bytes(b"garbage")
     fresh, new_params = start(store, params)
@@ -97,7 +118,7 @@ def test_undo_redo_sync_the_widgets(store):
 
 def test_autosave_failure_becomes_a_message(store, tmp_path):
     session, _ = start(store)
-    shutil.rmtree(tmp_path / "autosave")
+    shutil.rmtree(tmp_path / "autosave", ignore_errors=True)
     (tmp_path / "autosave").write_text("a file where the folder should be")
     state.commit(session, make_design(window=4), store)
     assert "Autosave failed" in state.message(session, keys.AUTOSAVE_PLACE)

@@ -31,10 +31,7 @@ from ui.bench.settings import (
     offered_contenders,
     panel_defaults,
 )
-from ui.bench.views import (
-    case_ui,
-    stored_ui,
-)
+from ui.bench.views import cpu_check_ui, stored_ui
 from ui.text import plain
 
 INSTALL_HELP = (
@@ -188,12 +185,12 @@ def _cpu_check_ui(current: Design) -> None:
     dtype = right.selectbox("dtype", ("bf16", "fp16"), key=keys.GPU_DTYPE)
     backward = _mode_toggle(mode)
     st.caption(
-        f'Runs our reference implementation (`impl="reference"`) on {dtype} q, k and v (it '
-        f"accumulates in fp32 and returns {dtype}) against the fp64 reference on the CPU, on "
-        f"the first {CPU_CHECK_TOKENS} tokens of each side of the design (up to "
-        f"{CPU_CHECK_HEADS} heads)"
+        f'Checks that the layout masks what it should: our reference (`impl="reference"`, '
+        f"dense masked torch on {dtype} q, k and v, accumulating in fp32 and returning {dtype}) "
+        f"against fp64 attention under the same blocks, on the design's top-left "
+        f"{CPU_CHECK_TOKENS} tokens (up to {CPU_CHECK_HEADS} heads)"
         + (", forward then backward: dq, dk and dv against fp64 gradients" if backward else "")
-        + ". The CPU has no dense baseline to compare speed with."
+        + ". Our CUDA kernels and their speed need a GPU."
     )
     if button.button("Run the CPU check", key=keys.GPU_CPU_BUTTON, icon=":material/play_arrow:"):
         with st.spinner("Computing on the CPU…"):
@@ -210,4 +207,4 @@ def _cpu_check_ui(current: Design) -> None:
     if last is not None:
         if last["digest"] != design_digest(current):
             st.caption("This check ran on an earlier version of the design.")
-        case_ui(last["doc"]["cases"][0], start_width=current.effective_start_width, prefix="cpu")
+        cpu_check_ui(last["doc"], current.layout.density, prefix="cpu")

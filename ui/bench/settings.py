@@ -25,6 +25,7 @@ from gpu.bench import (
 )
 from gpu.bench.memory import DEFAULT_MARGIN, MAX_MARGIN
 from gpu.bench.runner import DEFAULT_WAIT_S
+from gpu.support import HEAD_DIMS
 from ui import keys
 
 #: Longest wait for another session's run, in seconds, and the largest seed offered.
@@ -73,10 +74,12 @@ def _defaults(defaults: tuple[str, ...], offered: tuple[str, ...]) -> list[str]:
 
 
 def panel_defaults(design: Design) -> dict[str, Any]:
-    """Every panel widget's starting value (the harness's standard method)."""
+    """Every panel widget's starting value: the design's model batch and head dim (the nearest
+    head dim the kernels take), then the harness's standard method."""
+    shape = design.model_shape
     return {
-        keys.GPU_BATCH: 1,
-        keys.GPU_HEAD_DIM: 64,
+        keys.GPU_BATCH: shape.batch,
+        keys.GPU_HEAD_DIM: min(HEAD_DIMS, key=lambda d: (abs(d - shape.head_dim), d)),
         keys.GPU_DTYPE: "bf16",
         keys.GPU_CAUSAL: design.causal,
         keys.GPU_CONTENDER_PICK: default_contenders(design),

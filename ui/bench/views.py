@@ -14,6 +14,7 @@ import streamlit as st
 from designer.analysis import design_digest
 from designer.design import Design
 from gpu.bench import store as bench_store
+from gpu.bench.details import CPU_CHECK_ERRORS, summarize_cpu_check
 from gpu.bench.results import (
     case_label,
     document_bytes,
@@ -95,12 +96,34 @@ def case_ui(case: dict[str, Any], *, start_width: int, prefix: str) -> None:
         left, right = st.columns(2)
         left.plotly_chart(speedup_figure(case), key=f"{prefix}_speedup", config=_CONFIG)
         right.plotly_chart(tflops_figure(case), key=f"{prefix}_tflops", config=_CONFIG)
-    _errors_ui(case, prefix)
+    errors_ui(case, prefix)
     if (figure := segmentation_figure(case, start_width)) is not None:
         st.plotly_chart(figure, key=f"{prefix}_segmentation", config=_CONFIG)
 
 
-def _errors_ui(case: dict[str, Any], prefix: str) -> None:
+def cpu_check_ui(doc: dict[str, Any], design_density: float, *, prefix: str) -> None:
+    """A CPU check: what it compared, each error beside its limit, the verdict, and where the
+    errors sit. No speed figures: the CPU has no dense baseline, so they would mean nothing."""
+    summary = summarize_cpu_check(doc, design_density)
+    st.caption(summary.checked)
+    if summary.failure:
+        st.error(f"The reference did not run: {summary.failure}", icon="🛑")
+        return
+    figures = st.columns(len(summary.errors) + 1)
+    for place, (key, (value, limit)) in zip(figures, summary.errors.items(), strict=False):
+        place.metric(CPU_CHECK_ERRORS[key].capitalize(), f"{value:.2e}",
+                     help=f"Against fp64; the GPU benchmark's limit is {limit:.0e}")  # fmt: skip
+    if summary.seconds is not None:
+        figures[-1].metric("Took", f"{summary.seconds:.1f} s", help="On this CPU, with the checks")
+    if summary.passed:
+        st.success("Every error is within its limit.", icon=":material/check_circle:")
+    else:
+        st.error("An error is past its limit: the layout's attention is not what it should be.",
+                 icon="🛑")  # fmt: skip
+    errors_ui(doc["cases"][0], prefix)
+
+
+def errors_ui(case: dict[str, Any], prefix: str) -> None:
     details = case.get("details", {})
     for name, detail in details.items():
         if "error" in detail:

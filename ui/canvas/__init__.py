@@ -33,8 +33,10 @@ JS_FILES = (
     "paint_view.js",
     "paint_input.js",
 )
-#: The trigger the canvas fires with the strokes Python has not applied yet.
+#: The trigger the canvas fires with the strokes Python has not applied yet, and the one it
+#: fires with the head to show next (the [ and ] keys).
 EDIT_TRIGGER = "edit"
+HEAD_TRIGGER = "head"
 #: Longest JSON text a component may send: the canvas's largest trigger (two whole-grid masks of
 #: a 4096 x 4096-block head, 64 strokes) is under 6 MB.
 MAX_COMPONENT_JSON_CHARS = 16 << 20
@@ -71,14 +73,27 @@ _component = st.components.v2.component(
 )
 
 
-def paint_canvas(data: dict[str, Any], *, key: str, on_edit: Callable[[], None]) -> None:
-    """Draw the canvas for ``data`` (``payload.head_payload`` plus the head, the action, the heads
-    a stroke applies to, the canvas and stroke last done and the trigger's limits); ``on_edit``
-    runs when strokes arrive, readable with ``edit_value(key)``."""
-    _component(key=key, data=data, on_edit_change=on_edit)
+def paint_canvas(
+    data: dict[str, Any],
+    *,
+    key: str,
+    on_edit: Callable[[], None],
+    on_head: Callable[[], None],
+) -> None:
+    """Draw the canvas for ``data`` (``payload.head_payload`` plus the head, the number of
+    heads, the action, the heads a stroke applies to, the canvas and stroke last done and the
+    trigger's limits); ``on_edit`` runs when strokes arrive, readable with ``edit_value(key)``,
+    and ``on_head`` when the canvas asks for another head, ``head_value(key)``."""
+    _component(key=key, data=data, on_edit_change=on_edit, on_head_change=on_head)
 
 
 def edit_value(key: str) -> Any:
     """The strokes the canvas at ``key`` just sent (None when it sent none)."""
     value = st.session_state.get(key)
     return value.get(EDIT_TRIGGER) if value is not None else None
+
+
+def head_value(key: str) -> Any:
+    """The head the canvas at ``key`` just asked for (None when it asked for none)."""
+    value = st.session_state.get(key)
+    return value.get(HEAD_TRIGGER) if value is not None else None

@@ -17,9 +17,12 @@
 // done), this file (the editor's state and strokes), paint_view.js (its toolbar and drawing) and
 // paint_input.js (its pointer and keys), joined in that order (see __init__.py).
 
+// Tool keys work anywhere on the page (not while typing in a text box). R is Streamlit's own
+// rerun key outside the canvas, so the rectangle is M page-wide (a marquee, as in image
+// editors) and R too while the canvas has the focus.
 const TOOLS = [
   ["brush", "Brush", "b"],
-  ["rect", "Rectangle", "r"],
+  ["rect", "Rectangle", "m"],
   ["lasso", "Lasso", "l"],
   ["row", "Row", ""],
   ["column", "Column", ""],
@@ -33,8 +36,11 @@ const MIN_HATCH_PX = 6; // partial blocks are hatched from this many pixels per 
 const MAX_CELL_PX = 64;
 const STORE_KEY = "blocksparse-designer.paint-tools";
 const editors = new WeakMap();
+// Asks Python for another head (the trigger `head`: the head to show), from [ and ].
+const headTrigger = { send: null };
 
 export default function paintCanvas({ data, parentElement, setTriggerValue }) {
+  headTrigger.send = setTriggerValue;
   let editor = editors.get(parentElement);
   if (!editor) {
     editor = new Editor(parentElement);
@@ -101,6 +107,7 @@ class Editor {
       this.canvas.dataset.ready = "true";
       this.canvas.dataset.done = String(outbox.done);
       this.showPending();
+      if (this.pointer) this.showCell(this.pointer); // the readout follows the new tiles
     });
   }
 
@@ -250,8 +257,8 @@ class Editor {
         if (clo === chi) return { kind: "column", col: clo };
         return { kind: "rect", row0: 0, col0: clo, row1: rows - 1, col1: chi };
       default: {
-        const a = ca - ra, b = cb - rb;
-        return { kind: "band", lo: Math.min(a, b), hi: Math.max(a, b) };
+        const a = ra - ca, b = rb - cb; // offsets are row - col, as in Python
+        return { kind: "band", low: Math.min(a, b), high: Math.max(a, b) };
       }
     }
   }
@@ -296,8 +303,16 @@ class Editor {
     this.status.textContent = n ? `saving ${n} stroke${n > 1 ? "s" : ""}…` : "";
   }
 
+  // Another head, `delta` away (wrapping round): Python draws it and sends it here.
+  showHead(delta) {
+    const heads = this.data && this.data.n_heads;
+    if (!heads || heads < 2 || !headTrigger.send) return;
+    headTrigger.send("head", (this.shape.head + delta + heads) % heads);
+  }
+
   destroy() {
     this.resize.disconnect();
+    document.removeEventListener("keydown", this.onPageKey);
     this.root.remove();
   }
 }

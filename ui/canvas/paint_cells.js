@@ -77,8 +77,8 @@ function eachCell(region, rows, cols, visit) {
     for (let r = 0; r < rows; r++) visit(r * cols + region.col);
   } else if (kind === "band") {
     for (let r = 0; r < rows; r++) {
-      const first = Math.max(0, r + region.lo);
-      const last = Math.min(cols - 1, r + region.hi);
+      const first = Math.max(0, r - region.high);
+      const last = Math.min(cols - 1, r - region.low);
       for (let c = first; c <= last; c++) visit(r * cols + c);
     }
   } else if (kind === "mask") {

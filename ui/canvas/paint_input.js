@@ -83,7 +83,8 @@ Object.assign(Editor.prototype, {
         this.clampView();
         this.draw();
       } else if (this.stroke) this.extend(event);
-      this.showCell(event);
+      this.pointer = { clientX: event.clientX, clientY: event.clientY };
+      this.showCell(this.pointer);
     });
     const release = () => {
       if (pan) pan = null;
@@ -95,35 +96,66 @@ Object.assign(Editor.prototype, {
       this.cancel();
     });
     canvas.addEventListener("pointerleave", () => {
+      this.pointer = null;
       if (!this.stroke) this.readout.textContent = "\u00a0";
     });
     canvas.addEventListener("auxclick", (event) => event.preventDefault());
     canvas.addEventListener("wheel", (event) => this.zoom(event), { passive: false });
     stage.addEventListener("keydown", (event) => this.key(event, true));
     stage.addEventListener("keyup", (event) => this.key(event, false));
+    this.onPageKey = (event) => this.pageKey(event);
+    document.addEventListener("keydown", this.onPageKey);
     this.resize = new ResizeObserver(() => this.shape && this.layout(false));
     this.resize.observe(this.root);
   },
 
+  // Keys while the canvas has the focus: panning, Esc, and R for the rectangle; the rest are
+  // the page's keys (`command`).
   key(event, down) {
-    const k = event.key.toLowerCase(), command = event.ctrlKey || event.metaKey;
+    const k = event.key.toLowerCase();
     let handled = true;
     if (k === " ") {
       this.spaceDown = down;
       this.stage.classList.toggle("panning", down);
     } else if (!down) handled = false;
-    else if (command && k === "z") this.queueStep(event.shiftKey ? "redo" : "undo");
-    else if (command && k === "y") this.queueStep("redo");
-    else if (command || event.altKey) handled = false;
     else if (k === "escape") this.cancel();
-    else {
-      const tool = TOOLS.find(([, , key]) => key && key === k);
-      if (tool) this.setTool(tool[0]);
-      else handled = false;
-    }
+    else if (k === "r" && !event.ctrlKey && !event.metaKey && !event.altKey) this.setTool("rect");
+    else handled = this.command(event);
     if (handled) {
       event.preventDefault();
       event.stopPropagation(); // Streamlit's own keys (R reruns) stay out of the canvas
     }
   },
+
+  // Keys anywhere on the page but in a text box, whatever has the focus (a toolbar button
+  // just clicked, a widget): tools, undo and redo, the previous and next head. None paints.
+  pageKey(event) {
+    if (event.defaultPrevented || typing(event.target)) return;
+    if (this.command(event)) event.preventDefault();
+  },
+
+  command(event) {
+    const k = event.key.toLowerCase(), command = event.ctrlKey || event.metaKey;
+    if (command && k === "z") this.queueStep(event.shiftKey ? "redo" : "undo");
+    else if (command && k === "y") this.queueStep("redo");
+    else if (command || event.altKey) return false;
+    else if (k === "[" || k === "]") this.showHead(k === "]" ? 1 : -1);
+    else {
+      const tool = TOOLS.find(([, , key]) => key && key === k);
+      if (!tool) return false;
+      this.setTool(tool[0]);
+    }
+    return true;
+  },
 });
+
+// Whether keys pressed at `target` are typing: a text box, a list to pick from, editable text.
+function typing(target) {
+  if (!(target instanceof Element)) return false;
+  if (target.isContentEditable) return true;
+  const tag = target.tagName;
+  if (tag === "TEXTAREA" || tag === "SELECT") return true;
+  if (tag !== "INPUT") return false;
+  const kind = (target.getAttribute("type") || "text").toLowerCase();
+  return !["button", "checkbox", "radio", "range", "submit", "reset", "file"].includes(kind);
+}

@@ -193,8 +193,8 @@ Object.assign(Editor.prototype, {
       });
       ctx.closePath();
     } else if (s.tool === "band") {
-      const { lo, hi } = this.region(s);
-      for (const offset of [lo, hi + 1]) {
+      const { low, high } = this.region(s); // row - col: the edges are col - row = -high, 1 - low
+      for (const offset of [-high, 1 - low]) {
         const c0 = Math.max(0, offset), r0 = Math.max(0, -offset);
         const run = Math.min(rows - r0, cols - c0);
         ctx.moveTo(x + c0 * scale, y + r0 * scale);

@@ -31,8 +31,8 @@ def regions(draw, n_rows, n_cols):
         return Row(draw(st.integers(0, n_rows - 1)))
     if kind == "column":
         return Column(draw(st.integers(0, n_cols - 1)))
-    lo = draw(st.integers(-n_rows - 2, n_cols + 2))
-    return Band(lo, draw(st.integers(lo, n_cols + 3)))
+    low = draw(st.integers(-n_cols - 3, n_rows + 2))
+    return Band(low, draw(st.integers(low, n_rows + 3)))
 
 
 def head_subsets(n_heads):

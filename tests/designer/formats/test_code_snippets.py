@@ -157,3 +157,46 @@ def test_deepspeed_snippet_needs_a_square_layout():
     design = recipe_design((RecipeStep("causal"),), shape=(4, 6))
     with pytest.raises(ValueError, match="DeepSpeed layouts are square"):
         deepspeed_snippet(design, "x.pt")
+
+
+def test_on_the_cpu_a_long_design_runs_on_its_first_tokens_within_the_memory_bound(
+    tmp_path, monkeypatch
+):
+    """Eager Flex holds every score: 16 heads x 16k tokens would ask for 17 GB."""
+    import torch.nn.attention.flex_attention as flex_module
+
+    from designer.formats.flex_snippet import CPU_SCORE_BYTES
+
+    seen = []
+    eager = flex_module.flex_attention
+
+    def recording(q, k, v, **kwargs):
+        seen.append((q.shape, k.shape))
+        return eager(q, k, v, **kwargs)
+
+    monkeypatch.setattr(flex_module, "flex_attention", recording)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    for steps in ((RecipeStep("causal"),), (RecipeStep("random_per_row", {"seed": 1}),)):
+        design = recipe_design(steps, heads=16, shape=(256, 256), block=64, causal=True)
+        torch.save(block_mask_tensors(design.layout, causal=True), tmp_path / "long_blockmask.pt")
+        monkeypatch.chdir(tmp_path)
+        scope: dict = {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            exec(compile(flex_snippet(design, "long_blockmask.pt"), "flex.py", "exec"), scope)
+        (q_shape, k_shape) = seen.pop()
+        assert q_shape[1] * q_shape[2] * k_shape[2] * 4 <= CPU_SCORE_BYTES
+        assert q_shape[2] == scope["Q_LEN"] == 1024 and scope["out"].shape == q_shape
+        q, k, v, out = scope["q"], scope["k"], scope["v"], scope["out"]
+        n = q.shape[2] // 64
+        expected = dense_masked_attention(
+            q[:, :, :128],
+            k,
+            v,
+            design.layout.blocks[:, :2, :n],
+            64,
+            causal=True,
+            scale=q.shape[-1] ** -0.5,
+            compute_dtype=torch.float64,
+        )  # fmt: skip  (the first 128 queries: rows are independent)
+        torch.testing.assert_close(out[:, :, :128].double(), expected, atol=1e-5, rtol=1e-5)

@@ -119,3 +119,30 @@ def test_downloads_too_costly_to_make_say_what_to_use_instead(monkeypatch):
     files = by_name(Design(Layout(torch.ones(1, 64, 64, dtype=torch.bool), 16), name="dense"))
     assert files["dense_csr.pt"].unavailable.startswith("the CSR of this design would take about")
     assert "download the Design (.pt)" in files["dense_blockmask.pt"].unavailable
+
+
+def test_formats_without_a_causal_flag_say_so_both_ways():
+    recipe = Recipe(2, 6, 6, 128, steps=(RecipeStep("causal"),))
+    design = Design(recipe.build(), name="tril", recipe=recipe, causal=True)
+    files = by_name(design)
+    for name in ("tril_csr.pt", "tril_base_blockmask.pt", "tril_deepspeed.pt"):
+        assert "Carries no causal flag" in files[name].note, name
+    for name in ("tril.pt", "tril_blockmask.pt", "tril.json"):
+        assert "causal flag" not in (files[name].note or ""), name
+    plain = by_name(Design(design.layout, name="tril"))  # not causal: nothing left out
+    assert "causal flag" not in (plain["tril_csr.pt"].note or "")
+    for name in ("tril_csr.pt", "tril_base_blockmask.pt", "tril_deepspeed.pt"):
+        loaded = read_design_file(files[name].build(), bare_block_size=128)
+        assert loaded.design.causal is False
+        assert "carries no causal flag, so it loads as not causal" in loaded.describe()
+    assert "causal flag" not in read_design_file(files["tril_blockmask.pt"].build()).describe()
+
+
+def test_the_sparsity_config_snippet_says_how_its_heads_are_kept():
+    from designer.formats.deepspeed_snippet import deepspeed_snippet
+
+    many = Design(Layout(torch.ones(16, 4, 4, dtype=torch.bool), 16))
+    one = Design(Layout(torch.ones(1, 4, 4, dtype=torch.bool), 16))
+    assert "# the 16 saved heads, one per head" in deepspeed_snippet(many, "x.pt")
+    assert "one saved head serves every head" not in deepspeed_snippet(many, "x.pt")
+    assert "# one saved head serves every head" in deepspeed_snippet(one, "x.pt")

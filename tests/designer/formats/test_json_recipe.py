@@ -1,6 +1,7 @@
 import copy
 import json
 import time
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,6 +12,7 @@ from designer.design import Design
 from designer.edit import Bitmap, EditOp, Rect
 from designer.formats import design_from_json, recipe_to_json
 from designer.formats.json_recipe import MAX_JSON_CHARS
+from designer.model_shape import ModelShape
 from designer.recipe import Recipe, RecipeStep
 from tests.designer.formats.strategies import designs
 from tests.factories import random_layout
@@ -49,12 +51,13 @@ def test_round_trip_is_exact(design):
 def test_text_is_the_documented_plain_json(content, design):
     assert content == {
         "format": "blocksparse-design-recipe",
-        "version": 1,
+        "version": 2,
         "name": "window + random",
         "causal": True,
         "start_width": None,
         "created": design.created,
         "modified": design.modified,
+        "model_shape": {"batch": 1, "heads": None, "kv_heads": None, "head_dim": 128},
         "recipe": design.recipe.to_dict(),
     }
 
@@ -93,9 +96,14 @@ def test_bad_text_is_refused(text, message):
     ("change", "message"),
     [
         ({"format": "blocksparse-design"}, "design format must be 'blocksparse-design-recipe'"),
-        ({"version": 2}, "design version 2 is not supported; this designer reads version 1"),
+        ({"version": 3}, "design version 3 is not supported; this designer reads version 1 and 2"),
+        (
+            {"model_shape": {"batch": 0, "heads": None, "kv_heads": None, "head_dim": 64}},
+            r"batch must be in \[1, 65536\], got 0",
+        ),
+        ({"model_shape": {"batch": 1}}, "model shape must have the keys"),
         ({"extra": True}, r"design has unknown keys \['extra'\]"),
-        ({"name": "   "}, "name must be a non-empty string"),
+        ({"name": "   "}, "name must be 1 to 80 characters, not only spaces"),
         ({"causal": "true"}, "causal must be True or False, got str"),
         ({"start_width": 1.5}, "start_width must be an integer, got float"),
         ({"created": 5}, "created must be a timestamp string"),
@@ -164,3 +172,16 @@ def test_a_text_of_too_many_values_is_refused_before_it_is_parsed():
     with pytest.raises(ValueError, match=r"holds about 2,200,\d{3} values, more than the limit"):
         design_from_json(text)
     assert time.process_time() - start < 0.1
+
+
+def test_version_1_text_reads_with_the_default_model_shape(content, design):
+    old = {key: value for key, value in content.items() if key != "model_shape"}
+    again = design_from_json(json.dumps({**old, "version": 1}))
+    assert again.layout == design.layout and again.model_shape == ModelShape()
+    with pytest.raises(ValueError, match="design is missing 'model_shape'"):
+        design_from_json(json.dumps({**old, "version": 2}))
+
+
+def test_the_model_shape_round_trips(design):
+    shaped = replace(design, model_shape=ModelShape(batch=4, heads=2, kv_heads=1, head_dim=64))
+    assert design_from_json(recipe_to_json(shaped)) == shaped

@@ -67,9 +67,11 @@ def test_paths_and_file_objects(tmp_path, recipe_design):
 def test_file_holds_the_documented_plain_dict(content, recipe_design):
     assert set(content) == {
         "format", "version", "layout", "block_size", "seq_len_q", "seq_len_k", "causal",
-        "start_width", "name", "created", "modified", "recipe",
+        "start_width", "name", "created", "modified", "model_shape", "recipe",
     }  # fmt: skip
-    assert (content["format"], content["version"]) == ("blocksparse-design", 2)
+    assert (content["format"], content["version"]) == ("blocksparse-design", 3)
+    assert content["model_shape"] == {"batch": 1, "heads": None, "kv_heads": None,
+                                      "head_dim": 128}  # fmt: skip
     bits, shape = content["layout"]["bits"], content["layout"]["shape"]
     assert bits.dtype == torch.uint8 and shape == [2, 4, 4]
     unpacked = np.unpackbits(bits.numpy(), count=2 * 4 * 4).reshape(shape)
@@ -265,7 +267,7 @@ V1 = {"version": 1}
         ({"seq_len_q": 100}, "seq_len_q = 100 does not match the layout: 4 q_blocks x block_size"),
         ({"seq_len_k": 32}, r"seq_len_k = 32 does not match .* 4 k_blocks x block_size 16 = 64"),
         ({"seq_len_k": 64.0}, "seq_len_k must be an integer, got float"),
-        ({"name": ""}, "name must be a non-empty string"),
+        ({"name": ""}, "name must be 1 to 80 characters, not only spaces"),
         ({"causal": 1}, "causal must be True or False, got int 1"),
         ({"start_width": -1}, r"start_width must be in \[0, 65536\], got -1"),
         ({"created": "x" * 65}, "created must be a timestamp string of at most 64 characters"),
@@ -338,3 +340,20 @@ def test_bad_arguments_are_refused(recipe_design, tmp_path):
     with pytest.raises(ValueError, match=r"max_bytes must be >= 1, got 0"):
         load_design(b"", max_bytes=0)
     assert sorted(os.listdir(tmp_path)) == ["a.pt"]
+
+
+def test_the_model_shape_round_trips_and_version_2_files_read_with_the_default(
+    content, recipe_design
+):
+    from dataclasses import replace
+
+    from designer.model_shape import ModelShape
+
+    shaped = replace(recipe_design, model_shape=ModelShape(batch=8, kv_heads=1, head_dim=64))
+    buffer = io.BytesIO()
+    save_design(shaped, buffer)
+    assert load_design(buffer.getvalue()) == shaped
+    version_2 = {key: value for key, value in content.items() if key != "model_shape"}
+    assert load_design(saved({**version_2, "version": 2})).model_shape == ModelShape()
+    with pytest.raises(ValueError, match="design file is missing 'model_shape'"):
+        load_design(saved({**version_2, "version": 3}))

@@ -5,9 +5,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from designer.design import Design
 from designer.formats import module_snippet, python_snippet, save_design
+from designer.layout import Layout
 from tests.factories import random_layout
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -29,10 +31,27 @@ def test_snippet_runs_and_loads_the_design_both_ways(tmp_path, rng):
     save_design(design, tmp_path / filename)
     result = run_snippet(tmp_path, filename)
     assert result.returncode == 0, result.stderr
-    first, second, third = result.stdout.splitlines()
+    first, second, *module = result.stdout.splitlines()
     assert first == f"window (3, 4, 5) block 16 density {design.layout.density}"
     assert second == "window (3, 4, 5) block 16"
-    assert third == "gpu.BlockSparseAttention runs on a CUDA GPU; none here"
+    if "cuda" not in module[0]:  # no GPU: the reference, at the design's size (under 1024)
+        assert "impl='reference'" in module[0] and "window" in module[0]
+        shapes = "torch.Size([1, 3, 64, 64]) torch.Size([1, 3, 64, 64])"
+        assert module[-1].endswith(shapes)
+
+
+def test_without_a_gpu_the_snippet_runs_the_reference_on_the_first_tokens(tmp_path):
+    layout = Layout(torch.ones(2, 256, 256, dtype=torch.bool), 64)  # 16384 tokens a side
+    save_design(Design(layout, name="long", causal=True), tmp_path / "long.pt")
+    code = python_snippet("long.pt").replace("torch.cuda.is_available()", "False")
+    (tmp_path / "load.py").write_text(code)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "load.py"], cwd=tmp_path, env=env,
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    module = "\n".join(result.stdout.splitlines()[2:])
+    assert "impl='reference'" in module and "causal=top_left" in module
+    assert module.endswith("torch.Size([1, 2, 1024, 64]) torch.Size([1, 2, 1024, 64])")
 
 
 @pytest.mark.gpu
@@ -70,7 +89,12 @@ def test_module_use_compiles_and_names_the_downloaded_file(filename):
 def test_file_names_stay_data():
     code = python_snippet("x'); import os; os.system('echo hi'); ('.pt")
     calls = [node for node in ast.walk(ast.parse(code)) if isinstance(node, ast.Import)]
-    assert [alias.name for node in calls for alias in node.names] == ["numpy", "torch", "gpu"]
+    assert [alias.name for node in calls for alias in node.names] == [
+        "numpy",
+        "torch",
+        "gpu",
+        "gpu",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -109,10 +109,10 @@ def test_token_recipes_round_trip_through_json_and_design_files():
     assert load_design(design_file_bytes(design)).layout == design.layout
 
 
-def test_block_level_designs_are_written_as_before():
+def test_block_level_designs_carry_no_partial_blocks():
     layout = random_layout(np.random.default_rng(0), 2, 8, 8, 0.3, 16)
     content = torch.load(io.BytesIO(design_file_bytes(Design(layout))), weights_only=True)
-    assert content["version"] == 2 and "partials" not in content
+    assert content["version"] == 3 and "partials" not in content
 
 
 def test_a_version_3_file_with_bad_partials_is_refused():

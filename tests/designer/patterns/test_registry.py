@@ -194,7 +194,8 @@ def test_int_bounds_of_each_spec_are_the_bounds_the_pattern_accepts(name):
         (
             ("deepspeed_fixed", 1, 4, 6, 16, {}),
             ValueError,
-            r"pattern 'deepspeed_fixed' needs n_q_blocks == n_k_blocks .* got 4 and 6",
+            r"DeepSpeed Fixed \('deepspeed_fixed'\) is self-attention: it needs as many query "
+            r"blocks as key blocks .* got 4 and 6",
         ),
         (
             ("sliding_window", 2, 4, 4, 16, {"window_blocks": [1, 2, 3]}),

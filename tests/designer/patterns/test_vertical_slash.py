@@ -72,12 +72,12 @@ def test_causal_verticals_stay_on_or_below_the_diagonal(shape, data):
         (
             {"vertical_blocks": [], "slash_offsets": [-1]},
             ValueError,
-            r"slash_offsets\[0\] must be in \[0, 2\], got -1",
+            r"slash_offsets must be >= 0 when causal: offsets are row - col, so -1 lies above",
         ),
         (
             {"vertical_blocks": [], "slash_offsets": [3]},
             ValueError,
-            r"slash_offsets\[0\] must be in \[0, 2\], got 3",
+            r"slash_offsets\[0\] must be in \[-4, 2\], got 3",
         ),
         (
             {"vertical_blocks": [], "slash_offsets": [-5], "causal": False},

@@ -310,3 +310,33 @@ def test_a_sweep_split_over_several_runs_is_one_file(tmp_path, capsys, monkeypat
     with pytest.raises(SystemExit):
         main(args)
     assert "was measured with gpu 'n/a', this machine has 'other'" in capsys.readouterr().err
+
+
+def test_without_a_gpu_the_command_line_says_so_at_once_and_offers_the_cpu_check(
+    monkeypatch, capsys
+):
+    import gpu.bench.__main__ as cli
+
+    monkeypatch.setattr(cli.torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(cli, "run_benchmark", lambda *a, **k: pytest.fail("nothing may run"))
+    for args in (["--case", "dense-b128-d64"], ["--sweep", "standard"]):
+        with pytest.raises(SystemExit) as stopped:
+            main(args)
+        assert stopped.value.code == 2
+        err = capsys.readouterr().err
+        assert err.startswith("The GPU benchmark cannot run here:")
+        assert "fused, sdd" in err and "python -m gpu.bench --cpu-check" in err
+
+
+def test_the_cpu_check_on_the_command_line_says_what_it_checks_and_its_verdict(tmp_path, capsys):
+    path = tmp_path / "tiny.pt"
+    save_design(Design(_layout(heads=2, n=8), name="tiny", causal=True), path)
+    out = tmp_path / "check.json"
+    assert main(["--cpu-check", "--design", str(path), "--head-dim", "16", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert 'impl="reference"' in printed and "top-left 128 × 128 tokens of heads 0–1" in printed
+    assert "relative error" in printed and "every error within its limit" in printed
+    assert json.loads(out.read_text())["kind"] == "cpu-check"
+    with pytest.raises(SystemExit):
+        main(["--cpu-check", "--sweep", "standard"])
+    assert "not --sweep" in capsys.readouterr().err

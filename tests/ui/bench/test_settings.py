@@ -30,10 +30,20 @@ def test_bench_config_takes_the_layout_shape_and_the_widgets():
     config = settings.bench_config(current, values)
     assert (config.heads, config.seq_q, config.seq_k) == (2, 256, None)
     assert config.contenders == ("fused", "sdpa")  # the harness's order
-    assert (config.batch, config.head_dim, config.dtype, config.reps) == (1, 64, "bf16", 10)
+    assert (config.batch, config.head_dim, config.dtype, config.reps) == (1, 128, "bf16", 10)
     assert config.start_width == 3 and config.check_error and config.flush_l2
     cross = settings.bench_config(design(n_k=8), values)
     assert (cross.seq_q, cross.seq_k) == (256, 512)
+
+
+def test_the_panel_starts_at_the_designs_model_shape():
+    from dataclasses import replace
+
+    from designer.model_shape import ModelShape
+
+    shaped = replace(design(), model_shape=ModelShape(batch=4, head_dim=80))
+    values = settings.panel_defaults(shaped)
+    assert (values[keys.GPU_BATCH], values[keys.GPU_HEAD_DIM]) == (4, 64)  # the nearest it takes
 
 
 def test_bench_config_refuses_what_the_harness_refuses():

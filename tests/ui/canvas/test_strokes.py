@@ -43,7 +43,7 @@ def test_strokes_decode_to_edit_regions():
         stroke(1, kind="rect", row0=1, col0=2, row1=3, col1=4),
         stroke(2, kind="row", row=7),
         stroke(3, kind="column", col=9),
-        stroke(4, heads=[0, 1], kind="band", lo=-1, hi=2),
+        stroke(4, heads=[0, 1], kind="band", low=-2, high=1),
         stroke(5, kind="mask", row0=5, col0=6, rows=2, cols=3, bits=bits(mask)),
         stroke(6, kind="mask", row0=0, col0=0, rows=1, cols=2, bits=bits(np.ones((1, 2), bool))),
         {"seq": 7, "op": "undo"},
@@ -54,7 +54,7 @@ def test_strokes_decode_to_edit_regions():
         Rect(1, 2, 3, 4),
         Row(7),
         Column(9),
-        Band(-1, 2),
+        Band(-2, 1),
         Cells(((5, 6), (5, 8), (6, 7))),
         Rect(0, 0, 0, 1),
     ]
@@ -123,7 +123,7 @@ def test_a_trigger_that_cannot_be_trusted_is_refused_whole(data, error, match):
         (broken(["strokes", 0, "region", "bits"], KeyError), "bits"),
         (broken(["strokes", 0, "region"], {"kind": "rect", "row0": 0, "col0": 0,
                                             "row1": 8, "col1": 0}), "outside"),
-        (broken(["strokes", 0, "region"], {"kind": "band", "lo": 3, "hi": 1}), "lo"),
+        (broken(["strokes", 0, "region"], {"kind": "band", "low": 3, "high": 1}), "low"),
         (broken(["strokes", 0, "region", "row0"], int("9" * 4000)), "row0"),
     ],
 )  # fmt: skip
