@@ -54,7 +54,7 @@ def length_points(design: Design, lengths: tuple[int, ...]) -> tuple[list[SweepP
     notes = []
     for length in sorted(set(lengths) - {layout.seq_len_q}):
         block = layout.block_size
-        seq_k = max(block, length * layout.seq_len_k // layout.seq_len_q // block * block)
+        seq_k = max(1, length * layout.seq_len_k // layout.seq_len_q)  # need not be whole blocks
         try:
             shape = Shape(length, seq_k, block, layout.n_heads)
             rebuilt, _ = reshape(design, shape)

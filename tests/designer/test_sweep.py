@@ -48,11 +48,11 @@ def test_length_points_rebuild_the_recipe_at_each_length():
 
 def test_length_points_scale_keys_alike_and_note_what_cannot_be_built():
     design = recipe_design([RecipeStep("causal")], n_q=16, n_k=32, block=64)  # 1024 x 2048
-    points, notes = length_points(design, (32, 2048))
+    points, notes = length_points(design, (32, 2048, 1 << 21))
     assert [(p.design.layout.seq_len_q, p.design.layout.seq_len_k) for p in points] == [
-        (1024, 2048), (2048, 4096)
+        (32, 64), (1024, 2048), (2048, 4096)
     ]  # fmt: skip
-    assert notes == ["length 32: query tokens must be in [64, 1048576], got 32"]
+    assert notes == ["length 2097152: query tokens must be in [1, 1048576], got 2097152"]
     fixed = Design(Layout(torch.ones(1, 4, 4, dtype=torch.bool), 64), name="imported")
     points, notes = length_points(fixed, (512,))
     assert len(points) == 1 and "imported without a recipe" in notes[0]
