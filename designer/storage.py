@@ -6,6 +6,7 @@ Everything lives under one data directory: ``$BSD_DATA_DIR`` when set, else
     library/<name>.pt        designs the user saved by name (shared by every session)
     autosave/<session>.pt    the current design of one browser session, rewritten on each change
     autosave/<session>.model.pt   the model design (a design per layer) that session is making
+    snapshots/<id>.pt        frozen copies shared by a link (``?snapshot=<id>``), never changed
 
 Files are ``designer.formats`` design files, written atomically (a temporary file in the same
 directory, then ``os.replace``), so a crash mid-write leaves the previous version intact.
@@ -67,6 +68,10 @@ MODEL_SUFFIX = ".model.pt"
 #: The design a new session opens on: 8 heads, 4096 tokens, blocks of 64, BigBird-style. It is
 #: package data beside this module, so an installed package opens on it as a checkout does.
 DEFAULT_DESIGN_FILE = Path(__file__).resolve().parent / "default_design.json"
+
+#: Snapshots kept, and their bytes together: past either, the oldest make room for a new one.
+MAX_SNAPSHOTS = 1000
+MAX_SNAPSHOT_BYTES = 512 << 20
 
 #: ``autosave_version`` of a session with no autosave.
 NO_AUTOSAVE = ""
@@ -130,11 +135,12 @@ def new_session_id() -> str:
     return secrets.token_urlsafe(16)
 
 
-def check_session_id(session_id: object) -> str:
-    """Return ``session_id`` if it is a well-formed id; it names a file, so nothing else passes."""
+def check_session_id(session_id: object, what: str = "session id") -> str:
+    """Return ``session_id`` if it is a well-formed id (of a session or a snapshot: ``what``);
+    it names a file, so nothing else passes."""
     if not isinstance(session_id, str) or not _SESSION_ID.fullmatch(session_id):
         raise ValueError(
-            f"session id must be 8 to 64 letters, digits, '-' or '_', got {session_id!r}"
+            f"{what} must be 8 to 64 letters, digits, '-' or '_', got {shown(session_id)}"
         )
     return session_id
 
@@ -188,6 +194,7 @@ class DesignStore:
         self.root = Path(root) if root is not None else default_data_dir()
         self.library_dir = self.root / "library"
         self.autosave_dir = self.root / "autosave"
+        self.snapshot_dir = self.root / "snapshots"
 
     # ----------------------------------------------------------------- library
     def names(self) -> list[str]:
@@ -311,6 +318,45 @@ class DesignStore:
             raise ValueError(f"cannot read the model design: {reason(error)}") from error
         except ValueError as error:
             raise ValueError(f"cannot read the model design: {error}") from error
+
+    # ----------------------------------------------------------------- snapshots
+    def snapshot(self, design: Design) -> str:
+        """Freeze ``design`` under a new id (128 random bits, as session ids) and return it; the
+        oldest snapshots go first when the folder passes ``MAX_SNAPSHOTS`` or
+        ``MAX_SNAPSHOT_BYTES``."""
+        data = design_bytes(design)
+        snapshot_id = new_session_id()
+        with _AUTOSAVING:
+            self._make_room(len(data))
+            atomic_write(self._snapshot_path(snapshot_id), data)
+        return snapshot_id
+
+    def load_snapshot(self, snapshot_id: object) -> Design:
+        """The design frozen under ``snapshot_id``; ``ValueError`` for a malformed or unknown id
+        (a link mistyped, or a snapshot that made room for newer ones) or an unreadable file."""
+        path = self._snapshot_path(check_session_id(snapshot_id, "snapshot id"))
+        if not _is_file(path):
+            raise ValueError(
+                "there is no snapshot of that name on this server (the link may be mistyped, "
+                "or the snapshot made room for newer ones)"
+            )
+        return _read(path, "the snapshot")
+
+    def _make_room(self, incoming: int) -> None:
+        try:
+            entries = [(p.stat().st_mtime, p.stat().st_size, p)
+                       for p in self.snapshot_dir.glob(f"*{SUFFIX}") if _is_file(p)]  # fmt: skip
+        except OSError:
+            return
+        entries.sort()
+        total = sum(size for _, size, _ in entries) + incoming
+        while entries and (len(entries) >= MAX_SNAPSHOTS or total > MAX_SNAPSHOT_BYTES):
+            _, size, path = entries.pop(0)
+            path.unlink(missing_ok=True)
+            total -= size
+
+    def _snapshot_path(self, snapshot_id: str) -> Path:
+        return self.snapshot_dir / f"{check_session_id(snapshot_id, 'snapshot id')}{SUFFIX}"
 
     # ----------------------------------------------------------------- housekeeping
     def tidy(self, max_age_days: float | None = None, *, now: float | None = None) -> Tidied:

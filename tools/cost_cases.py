@@ -345,5 +345,21 @@ def model_cases() -> list[Case]:
     ]  # fmt: skip
 
 
+def snapshot_cases() -> list[Case]:
+    """Snapshot links: one of the largest design, and ids a link could be made to carry."""
+    cases = [
+        Case("snapshot link of the largest design (4 x 4096^2, 5 %)", "allowed", "snapshot",
+             "accepted", random_design_file(LARGEST, 0.05), "largest.pt"),
+    ]  # fmt: skip
+    for name, snapshot_id in (
+        ("a path as a snapshot id", "../../autosave/x"),
+        ("a 100 KB snapshot id", "A" * 100_000),
+        ("an unknown snapshot id", "A" * 22),
+    ):
+        cases.append(Case(f"snapshot link: {name}", "refused", "snapshot", "refused",
+                          options={"id": snapshot_id}))  # fmt: skip
+    return cases
+
+
 def all_cases() -> list[Case]:
-    return [*allowed_cases(), *refused_cases(), *probe_cases(), *model_cases()]
+    return [*allowed_cases(), *refused_cases(), *probe_cases(), *model_cases(), *snapshot_cases()]

@@ -108,9 +108,12 @@ def digest(design) -> str:
     return design_digest(design) + design.name
 
 
-def open_app(data_dir: str, tab: str, *, start: str | bytes | None = None, session=None):
+def open_app(
+    data_dir: str, tab: str, *, start: str | bytes | None = None, session=None, query=None
+):
     """The app with ``tab`` open: a new session, or one restored from the autosave of
-    ``session``, or of ``start`` (a design file's bytes or JSON text) written first."""
+    ``session``, or of ``start`` (a design file's bytes or JSON text) written first; ``query``
+    adds to the address (``{"snapshot": id}``)."""
     from streamlit.testing.v1 import AppTest
 
     from designer.formats import read_design_file
@@ -125,6 +128,7 @@ def open_app(data_dir: str, tab: str, *, start: str | bytes | None = None, sessi
         DesignStore(data_dir).autosave(session, design)
     if session is not None:
         at.query_params[keys.SESSION_QUERY_PARAM] = session
+    at.query_params.update(query or {})
     at.session_state["tab"] = tab
     at.run()
     return at
@@ -342,8 +346,27 @@ def _model_upload(spec: dict, result: dict) -> Any:
     return at
 
 
+def _snapshot(spec: dict, result: dict) -> Any:
+    """A snapshot link opened: the design of ``data`` shared first, or the link's ``id`` as
+    given (a hostile one)."""
+    from designer.formats import read_design_file
+    from designer.storage import DesignStore
+    from ui import keys
+
+    data = Path(spec["data_path"]).read_bytes()
+    snapshot_id = spec["options"].get("id")
+    if data:
+        snapshot_id = DesignStore(spec["data_dir"]).snapshot(read_design_file(data).design)
+    at, result["steps"]["open the link: read, draw"] = measure(
+        lambda: open_app(spec["data_dir"], "Patterns", query={"snapshot": snapshot_id})
+    )
+    result["outcome"] = "accepted" if at.session_state.get(keys.SNAPSHOT) else "refused"
+    return at
+
+
 KINDS = {
     "upload": _upload,
+    "snapshot": _snapshot,
     "model_upload": _model_upload,
     "widget": _widget,
     "lasso": _lasso,

@@ -34,8 +34,7 @@ def start_run(store: DesignStore) -> None:
     state.init_session(session, st.query_params, store, load_default_design)
     for problem in problems if new else ():
         state.notice(session, ":material/warning:", plain(f"Data folder: {problem}."))
-    if st.query_params.get(keys.SESSION_QUERY_PARAM) != session[keys.SESSION_ID]:
-        st.query_params[keys.SESSION_QUERY_PARAM] = session[keys.SESSION_ID]  # a forked session
+    state.follow_address(session, st.query_params)
     state.refresh_widgets(session)
     while session[keys.NOTICES]:
         icon, text = session[keys.NOTICES].pop(0)

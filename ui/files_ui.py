@@ -44,6 +44,8 @@ def files_ui(store: DesignStore) -> None:
     with library:
         st.subheader("Library", anchor=False)
         _library_ui(store)
+        st.subheader("Share", anchor=False)
+        _share_ui(store)
     _module_use_ui()
 
 
@@ -223,6 +225,35 @@ def _library_ui(store: DesignStore) -> None:
     _confirm_ui(store)
     st.caption("Stored in the server's data folder, shared by everyone using this server.")
     _show_once(keys.LIBRARY_PLACE)
+
+
+def _share_ui(store: DesignStore) -> None:
+    """A link to a frozen copy of the design: whoever opens it sees this design as it is now,
+    and their changes go to a copy of their own."""
+    session = st.session_state
+    st.button(
+        "Share a snapshot link", icon=":material/share:", key="share_snapshot",
+        on_click=_on_share, args=(store,),
+        help="A read-only copy at its own address; the design here goes on changing.",
+    )  # fmt: skip
+    shared = session.get(keys.SNAPSHOT_LINK)
+    if shared is not None:
+        snapshot_id, name = shared
+        base = (st.context.url or "").split("?")[0]
+        st.code(f"{base}?{keys.SNAPSHOT_QUERY_PARAM}={snapshot_id}", language=None)
+        st.caption(f"A frozen copy of “{plain(name)}”: opening it changes nothing here.")
+    _show_once(keys.SHARE_PLACE)
+
+
+def _on_share(store: DesignStore) -> None:
+    session = st.session_state
+    current = state.design(session)
+    try:
+        session[keys.SNAPSHOT_LINK] = (store.snapshot(current), current.name)
+    except ValueError as error:
+        state.say(session, keys.SHARE_PLACE, f"Could not share: {error}")
+    except OSError as error:
+        state.say(session, keys.SHARE_PLACE, f"Could not share: {reason(error)}")
 
 
 def _remember_pick() -> None:

@@ -12,6 +12,13 @@ HISTORY = "history"
 #: This browser session's id: names its autosave file and sits in the URL as ``?session=``.
 SESSION_ID = "session_id"
 SESSION_QUERY_PARAM = "session"
+#: A read-only shared copy: ``?snapshot=<id>`` opens it (``DesignStore.load_snapshot``), and
+#: ``SNAPSHOT`` holds its id while this session shows it unchanged (its first change forks it
+#: into the session's own design at ``?session=``). ``SNAPSHOT_LINK``: the id this session
+#: last shared.
+SNAPSHOT_QUERY_PARAM = "snapshot"
+SNAPSHOT = "snapshot"
+SNAPSHOT_LINK = "snapshot_link"
 #: The version of the autosave this session last read or wrote (``DesignStore.autosave``).
 AUTOSAVE_VERSION = "autosave_version"
 #: ``{place: text}``: messages shown next to the widgets that caused them.
@@ -126,6 +133,7 @@ SETUP_PLACE = "setup"
 MODEL_PLACE = "model"
 COMPARE_PLACE = "compare"
 LAYERS_PLACE = "layers"
+SHARE_PLACE = "share"
 EDITOR_PLACE = "editor"
 BAND_PLACE = "band"
 COPY_PLACE = "copy"

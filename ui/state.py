@@ -98,6 +98,8 @@ def init_session(
         return
     state[keys.MESSAGES] = {}
     state[keys.NOTICES] = []
+    if _open_snapshot(state, query_params, store):
+        return
     restored, version, steps = None, NO_AUTOSAVE, None
     session_id = query_params.get(keys.SESSION_QUERY_PARAM)
     try:
@@ -125,6 +127,57 @@ def init_session(
     box.saved_version = version
     state[keys.HISTORY] = REGISTRY.add(box)
     sync_widgets(state)
+
+
+def _open_snapshot(
+    state: State, query_params: MutableMapping[str, str], store: DesignStore
+) -> bool:
+    """Start the session on the snapshot the URL names (``?snapshot=``), under a new session id
+    of its own that nothing is written under until its first change; False when the URL names
+    none or one that cannot be opened (said, and the session starts as usual)."""
+    snapshot_id = query_params.get(keys.SNAPSHOT_QUERY_PARAM)
+    if snapshot_id is None:
+        return False
+    try:
+        shared = store.load_snapshot(snapshot_id)
+    except ValueError as error:
+        notice(state, ":material/warning:", plain(f"Could not open the shared snapshot: {error}"))
+        _drop(query_params, keys.SNAPSHOT_QUERY_PARAM)
+        return False
+    state[keys.SESSION_ID] = new_session_id()
+    state[keys.AUTOSAVE_VERSION] = NO_AUTOSAVE
+    state[keys.SNAPSHOT] = snapshot_id
+    steps = History(shared, limit=history_limit(shared), same=same_design)
+    box = HistoryBox(steps, current_owner(), session_lock(state), state[keys.SESSION_ID])
+    state[keys.HISTORY] = REGISTRY.add(box)
+    sync_widgets(state)
+    return True
+
+
+def viewing_snapshot(state: State) -> bool:
+    """Whether this session shows a shared snapshot it has not changed yet."""
+    return bool(state.get(keys.SNAPSHOT)) and state[keys.AUTOSAVE_VERSION] == NO_AUTOSAVE
+
+
+def follow_address(state: State, query_params: MutableMapping[str, str]) -> None:
+    """Keep the URL on what the session shows: ``?snapshot=`` while it shows a snapshot
+    unchanged, then (its copy forked at the first change) ``?session=``."""
+    if viewing_snapshot(state):
+        _drop(query_params, keys.SESSION_QUERY_PARAM)
+        return
+    if state.pop(keys.SNAPSHOT, None):
+        _drop(query_params, keys.SNAPSHOT_QUERY_PARAM)
+        notice(
+            state, ":material/fork_right:", "Your change made your own copy of the snapshot, at "
+            "this new address; the shared link still shows the original.",
+        )  # fmt: skip
+    if query_params.get(keys.SESSION_QUERY_PARAM) != state[keys.SESSION_ID]:
+        query_params[keys.SESSION_QUERY_PARAM] = state[keys.SESSION_ID]  # new, or forked
+
+
+def _drop(query_params: MutableMapping[str, str], key: str) -> None:
+    if key in query_params:
+        del query_params[key]
 
 
 #: A design restored from an autosave older than this is announced: its page was not just open.

@@ -34,6 +34,12 @@ def header_ui(store: DesignStore) -> None:
         + (f" · {layout.n_partial:,} partial" if layout.n_partial else "")
         + (" · causal" if current.causal else "")
     )
+    if state.viewing_snapshot(session):
+        st.info(
+            "A shared snapshot, frozen as it was shared. Any change makes your own copy at a "
+            "new address; this link keeps showing the original.",
+            icon=":material/visibility:",
+        )
     history = state.history(session)
     kept = (
         f"{len(history.past)} step{'s' if len(history.past) != 1 else ''} to undo; up to "

@@ -311,3 +311,25 @@ def test_a_library_design_is_renamed_with_its_own_name(tmp_path, rng):
         store.rename("gone", "x")
     with pytest.raises(ValueError, match="design name must be 1 to 80 letters"):
         store.rename("second", "../x")
+
+
+def test_snapshots_are_frozen_bounded_and_read_by_checked_ids(tmp_path, rng, monkeypatch):
+    import designer.storage as storage
+
+    store = DesignStore(tmp_path)
+    monkeypatch.setattr(storage, "MAX_SNAPSHOTS", 3)
+    first = design(rng)
+    ids = [store.snapshot(first)]
+    for i in range(3):
+        os.utime(store.snapshot_dir / f"{ids[-1]}.pt", (1000 + i, 1000 + i))  # oldest first
+        ids.append(store.snapshot(design(rng)))
+    assert len(list(store.snapshot_dir.iterdir())) == 3
+    with pytest.raises(ValueError, match="no snapshot of that name on this server"):
+        store.load_snapshot(ids[0])  # it made room for newer ones
+    assert store.load_snapshot(ids[-1]).layout.shape == first.layout.shape
+    for bad in ("../x", "a" * 65, 5):
+        with pytest.raises(ValueError, match="snapshot id must be 8 to 64 letters"):
+            store.load_snapshot(bad)
+    monkeypatch.setattr(storage, "MAX_SNAPSHOT_BYTES", 1)
+    store.snapshot(first)  # past the bytes: every older one goes
+    assert len(list(store.snapshot_dir.iterdir())) == 1

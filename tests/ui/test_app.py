@@ -524,3 +524,32 @@ def test_a_reload_keeps_undo_and_says_nothing_was_restored(data_dir):
     assert "1 step to undo; up to 50 are kept" in undo.help and "survive a reload" in undo.help
     undo.click().run()
     assert reloaded.number_input(key=GLOBALS).value == 2
+
+
+def test_a_snapshot_link_opens_a_frozen_copy_and_a_change_forks_it(data_dir):
+    at = open_app(tab="Files")
+    at.button(key="share_snapshot").click().run()
+    assert_clean(at)
+    link = next(c.value for c in at.code if "?snapshot=" in c.value)
+    snapshot = link.split("?snapshot=")[1]
+    shared = current(at)
+    viewer = open_app({"snapshot": snapshot})
+    assert current(viewer).layout == shared.layout and current(viewer).name == shared.name
+    assert "A shared snapshot, frozen" in viewer.info[0].value
+    assert keys.SESSION_QUERY_PARAM not in viewer.query_params  # the link stays the link
+    assert not (data_dir / "autosave").exists() or not list((data_dir / "autosave").iterdir())
+    viewer.number_input(key=GLOBALS).set_value(5).run()
+    viewer.run()  # the next run follows the fork in the address
+    own = viewer.query_params[keys.SESSION_QUERY_PARAM]
+    assert "snapshot" not in viewer.query_params
+    assert DesignStore(data_dir).restore(own).layout == current(viewer).layout
+    assert DesignStore(data_dir).load_snapshot(snapshot).layout == shared.layout  # unchanged
+    again = open_app({"snapshot": snapshot})
+    assert current(again).layout == shared.layout, "the link still shows the original"
+
+
+def test_a_bad_snapshot_link_says_so_and_starts_a_fresh_session(data_dir):
+    for bad in ("../../etc", "x" * 10_000, "A" * 22):
+        at = open_app({"snapshot": bad})
+        assert any("Could not open the shared snapshot" in unescaped(t.value) for t in at.toast)
+        assert keys.SESSION_QUERY_PARAM in at.query_params and "snapshot" not in at.query_params
