@@ -114,9 +114,6 @@ def test_impossible_parameter_shows_a_message_and_keeps_the_design(data_dir):
 def test_sequence_lengths_need_not_be_whole_blocks(data_dir):
     at = open_app()
     at.number_input(key=keys.SEQ_LEN_K).set_value(4000).run()  # DeepSpeed's layouts are square
-    assert any("needs n_q_blocks == n_k_blocks" in unescaped(e.value) for e in at.error)
-    assert current(at).layout.seq_len_k == 4096
-    at.number_input(key=keys.SEQ_LEN_Q).set_value(4000).run()
     layout = current(at).layout
     assert not at.error and (layout.seq_len_q, layout.seq_len_k, layout.n_q_blocks) == (
         4000,
