@@ -38,6 +38,23 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+def served_for_tests(tmp_path_factory, name: str) -> Iterator[tuple[str, object, Path]]:
+    """A module's app server for browser tests (use with ``yield from`` in a fixture): its URL,
+    the ``DesignStore`` of its data and its log; skipped without Chromium."""
+    import pytest
+
+    from designer.storage import DesignStore
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"no Chromium at {CHROMIUM}")
+    home = tmp_path_factory.mktemp(name)
+    try:
+        with serve_app(home) as (url, log_path):
+            yield url, DesignStore(home / "data"), log_path
+    except RuntimeError as error:
+        pytest.fail(str(error))
+
+
 @contextlib.contextmanager
 def serve_app(home: Path) -> Iterator[tuple[str, Path]]:
     """Run the app with its data under ``home``; yields its URL and the server's log file (its

@@ -13,14 +13,13 @@ import pytest
 
 from designer import changes
 from designer.formats.model_file import read_model_file
-from designer.storage import DesignStore, load_default_design
+from designer.storage import load_default_design
 from tests.ui.browser_app import (
     CANVAS,
-    CHROMIUM,
     canvas_point,
     launch,
     pick,
-    serve_app,
+    served_for_tests,
     settle,
     wait_canvas,
 )
@@ -31,14 +30,7 @@ playwright = pytest.importorskip("playwright.sync_api")
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    home = tmp_path_factory.mktemp("daily")
-    try:
-        with serve_app(home) as (url, log_path):
-            yield url, DesignStore(home / "data"), log_path
-    except RuntimeError as error:
-        pytest.fail(str(error))
+    yield from served_for_tests(tmp_path_factory, "daily")
 
 
 @pytest.fixture

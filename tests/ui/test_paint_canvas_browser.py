@@ -17,16 +17,15 @@ import numpy as np
 import pytest
 
 from designer.formats import load_design
-from designer.storage import DesignStore, load_default_design
+from designer.storage import load_default_design
 from tests.ui.browser_app import (
     CANVAS,
-    CHROMIUM,
     canvas_pixel,
     canvas_point,
     drag,
     launch,
     pick,
-    serve_app,
+    served_for_tests,
     trace,
     wait_canvas,
     zoom_at,
@@ -41,14 +40,7 @@ EMPTY = [244, 246, 250]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"no Chromium at {CHROMIUM}")
-    home = tmp_path_factory.mktemp("paint")
-    try:
-        with serve_app(home) as (url, log_path):
-            yield url, DesignStore(home / "data"), log_path
-    except RuntimeError as error:
-        pytest.fail(str(error))
+    yield from served_for_tests(tmp_path_factory, "paint")
 
 
 @pytest.fixture
