@@ -78,12 +78,12 @@ def main(argv: list[str] | None = None) -> int:
         return _cpu_check(parser, args)
     if not (args.case or args.design or args.sweep):
         parser.error("give --case, --design, --sweep, --list or --cpu-check")
-    _refuse_without_gpu(parser, args)
     try:
         jobs, skipped = _jobs(args)
         earlier = _earlier(args, jobs)
     except (ValueError, TypeError) as error:  # a bad case name, design file or option value
         parser.error(str(error))
+    _refuse_without_gpu(parser, args)  # after the arguments are checked: they are cheap to check
     for reason in skipped:
         print(f"skipped {reason}", flush=True)
     if earlier is not None:

@@ -4,9 +4,6 @@ random token masks (fp64, every element), and ``impl="sdd"``'s refusal."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
-
 import numpy as np
 import pytest
 import torch
@@ -15,6 +12,7 @@ from hypothesis import strategies as st
 
 import gpu.partials
 from designer.layout import Layout
+from designer.partials import PartialBlocks
 from gpu import block_sparse_attention, plan
 from gpu.api import _run_sdd
 from gpu.partials import split_token_mask
@@ -71,29 +69,22 @@ def test_no_entries_means_every_active_block_is_full():
     assert the_plan.n_partials == 0 and the_plan.partials is None
 
 
-@dataclass(frozen=True, eq=False)
-class TokenLayout(Layout):
-    """A layout carrying its partial blocks and lengths, as designs will."""
-
-    partials: Any = None
-    seq_q: int | None = None
-    seq_k: int | None = None
-
-
 def test_a_layout_brings_its_partials_and_lengths():
-    layout = TokenLayout(BLOCKS, 16, (GOOD_INDEX, GOOD_BITS), 40, 60)
+    layout = Layout(BLOCKS, 16, PartialBlocks(GOOD_INDEX, torch.full_like(GOOD_BITS, 0x55)), 40, 60)
+    own = layout.partials
     the_plan = plan(layout, device="cpu")
-    assert (the_plan.seq_q, the_plan.seq_k, the_plan.n_partials) == (40, 60, 2)
+    assert (the_plan.seq_q, the_plan.seq_k) == (40, 60)
+    assert the_plan.n_partials == len(own.index)
     index, bits = the_plan.partials
-    assert torch.equal(index, GOOD_INDEX) and torch.equal(bits, GOOD_BITS)
-    assert "partial blocks=2" in repr(the_plan)
-    same = plan(layout, seq_q=40, partials=(GOOD_INDEX.numpy(), GOOD_BITS.numpy()), device="cpu")
-    assert same.n_partials == 2
+    assert torch.equal(index, own.index) and torch.equal(bits, own.bits)
+    assert f"partial blocks={len(own.index)}" in repr(the_plan)
+    same = plan(layout, seq_q=40, partials=(own.index.numpy(), own.bits.numpy()), device="cpu")
+    assert same.n_partials == len(own.index)
     with pytest.raises(ValueError, match="seq_k \\(64\\) must equal the layout's seq_k \\(60\\)"):
         plan(layout, seq_k=64, device="cpu")
     with pytest.raises(ValueError, match="partials must equal the layout's partials"):
-        plan(layout, partials=(GOOD_INDEX, GOOD_BITS + 1), device="cpu")
-    plain = TokenLayout(BLOCKS, 16)
+        plan(layout, partials=(own.index, own.bits ^ 1), device="cpu")
+    plain = Layout(BLOCKS, 16)
     assert plan(plain, partials=(GOOD_INDEX, GOOD_BITS), device="cpu").n_partials == 2
 
 
