@@ -11,7 +11,6 @@ import torch
 
 from designer.storage import DesignStore
 from ui import keys
-from ui.bench.panel import gpu_panel_ui
 from ui.common import start_run
 from ui.compare_ui import compare_ui
 from ui.editor_ui import editor_ui
@@ -62,6 +61,10 @@ def main() -> None:
         with files:
             files_ui(store)
     if gpu.open:
+        # Imported when the tab opens: the gpu package brings torch's compiler stack (2 s of a
+        # cold first page) that no other tab needs.
+        from ui.bench.panel import gpu_panel_ui
+
         with gpu:
             gpu_panel_ui(store)
 
