@@ -8,7 +8,10 @@ of ``assets/examples/size_cap_window_globals.json``, restored from an autosave),
 - click to committed: from the pointer event to the statistics showing the change (targets
   ≤ 300 ms at 16 × 256², ≤ 1.5 s at 4 × 4096²);
 - a drag stroke across 40 empty cells: all 40 painted, and one Ctrl+Z takes back all of them;
-- two clicks in a row with the same tool, without waiting: both paint.
+- two clicks in a row with the same tool, without waiting: both paint;
+- and the page around it: the first page (cold: the server's first; warm: a second page on it)
+  until its statistics show (targets ≤ 8 s and ≤ 3 s), a switch to every tab and a pattern
+  parameter change until the rerun is done (targets ≤ 300 ms at 16 × 256², ≤ 1 s at 4 × 4096²).
 
 Times are in-page (``performance.now`` against the event's time stamp), medians of
 ``--clicks`` clicks. Prints a table and writes ``--out`` JSON.
@@ -20,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -178,6 +183,72 @@ def measure(page, size: str, clicks: int) -> dict:
     }
 
 
+#: The app's tabs (read from ``app.py``, so an older checkout's are measured too), and the
+#: pattern parameter each size changes.
+_TABS_LINE = re.search(r"TABS = \(([^)]*)\)", (ROOT / "app.py").read_text()).group(1)
+TABS = tuple(re.findall(r'"([^"]+)"', _TABS_LINE))
+PARAMETER = {"16x256": ("num_sliding_window_blocks", (7, 5)), "4x4096": ("window_blocks", (9, 8))}
+#: In the page: from now, the milliseconds until Streamlit's script has run and stopped (its
+#: state attribute going to "running" and back), as the promise ``window.__rerun``.
+ARM_RERUN_JS = """() => {
+    const app = document.querySelector('[data-testid="stApp"]'), start = performance.now();
+    window.__rerun = new Promise((resolve) => {
+        let ran = false;
+        const watch = new MutationObserver(() => {
+            if (app.dataset.testScriptState === "running") ran = true;
+            else if (ran) { watch.disconnect(); resolve(performance.now() - start); }
+        });
+        watch.observe(app, { attributes: true, attributeFilter: ["data-test-script-state"] });
+    });
+    return true;
+}"""
+
+
+def first_page(page, url: str) -> float:
+    """Seconds from opening the design's address to its statistics on screen."""
+    start = time.perf_counter()
+    page.goto(f"{url}/?session={SESSION}")
+    page.locator('[data-testid="stMetricValue"]').first.wait_for(timeout=WAIT_S * 1000)
+    seconds = time.perf_counter() - start
+    settle(page, timeout_s=WAIT_S)
+    return seconds
+
+
+def rerun_seconds(page, action) -> float:
+    """Seconds from ``action`` to the end of the rerun it starts (the script running, then
+    not), timed in the page."""
+    page.evaluate(ARM_RERUN_JS)
+    action()
+    seconds = page.evaluate("() => window.__rerun") / 1000
+    settle(page, quiet_s=0.5, timeout_s=WAIT_S)
+    return seconds
+
+
+def page_timings(browser, url: str, size: str) -> dict:
+    """The first page cold and warm, a switch to every tab, a parameter change."""
+    page = browser.new_page(viewport={"width": 1480, "height": 1000})
+    page.set_default_timeout(WAIT_S * 1000)
+    cold = first_page(page, url)
+    warm = first_page(browser.new_page(viewport={"width": 1480, "height": 1000}), url)
+    tabs = {}
+    for tab in (*TABS[1:], TABS[0]):
+        tabs[tab] = rerun_seconds(page, lambda tab=tab: page.get_by_role(
+            "tab", name=tab, exact=True).click())  # fmt: skip
+    name, values = PARAMETER[size]
+    changes = []
+    for value in values:
+        box = page.get_by_role("spinbutton", name=name).first
+
+        def change(box=box, value=value) -> None:
+            box.fill(str(value))
+            box.press("Enter")
+
+        changes.append(rerun_seconds(page, change))
+    page.close()
+    return {"first_page_cold_s": cold, "first_page_warm_s": warm, "tab_switch_s": tabs,
+            "parameter_change_s": changes}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=list(SIZES), choices=list(SIZES))
@@ -191,12 +262,13 @@ def main() -> None:
             prepare(home, size)
             with serve_app(home) as (url, _), sync_playwright() as driver:
                 browser = launch(driver)
+                timings = page_timings(browser, url, size)
                 page = browser.new_page(viewport={"width": 1480, "height": 1000})
                 page.set_default_timeout(WAIT_S * 1000)
                 open_paint(page, url, zoom=0 if size == "16x256" else 12)
                 pick(page, "brush")
                 pick(page, "1")
-                rows.append(measure(page, size, args.clicks))
+                rows.append({**measure(page, size, args.clicks), **timings})
                 browser.close()
         row = rows[-1]
         print(
@@ -205,6 +277,13 @@ def main() -> None:
             f"{row['click_to_committed_ms']:7.1f} ms (target ≤ {TARGETS_S[size] * 1000:.0f}), "
             f"drag: {row['drag_40_cells_painted']}/40 painted, one undo step: "
             f"{row['drag_one_undo_step']}, two clicks both paint: {row['two_clicks_both_paint']}",
+            flush=True,
+        )
+        tabs = ", ".join(f"{tab} {s:.2f}" for tab, s in row["tab_switch_s"].items())
+        print(
+            f"{'':>7}  first page cold {row['first_page_cold_s']:.2f} s (target ≤ 8), warm "
+            f"{row['first_page_warm_s']:.2f} s (target ≤ 3); tabs (s): {tabs}; parameter "
+            f"change (s): {', '.join(f'{s:.2f}' for s in row['parameter_change_s'])}",
             flush=True,
         )
     if args.out:

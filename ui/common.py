@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import threading
 from collections.abc import Callable
 
 import streamlit as st
@@ -116,6 +118,20 @@ def analysis_offer(key: str) -> None:
 
 def _ask_analysis(key: str) -> None:
     st.session_state[keys.ANALYSIS_ASKED] = key
+
+
+@st.cache_resource(show_spinner=False)
+def warm_gpu_import() -> threading.Thread:
+    """Import the GPU panel (and with it the gpu package, 2 s) once per server, on a thread of
+    its own after the first page is drawn, so that opening the GPU tab later costs its drawing
+    alone."""
+
+    def load() -> None:
+        importlib.import_module("ui.bench.panel")
+
+    thread = threading.Thread(target=load, name="warm-gpu-import", daemon=True)
+    thread.start()
+    return thread
 
 
 @st.cache_resource(show_spinner=False)

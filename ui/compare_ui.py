@@ -14,7 +14,6 @@ from designer.analysis import analysed, cached_analysis, design_digest, runs_wit
 from designer.compare import compare_figures, diff_heads, diff_refusal, head_diff
 from designer.design import Design
 from designer.storage import DesignStore
-from gpu.bench.store import RunStore
 from ui import keys, state
 from ui.figures import legend_html, png_bytes
 from ui.files_ui import MAX_UPLOAD_MIB, read_upload, shown_name
@@ -62,6 +61,8 @@ def compare_ui(store: DesignStore) -> None:
         st.dataframe(_tile_rows(current, design), hide_index=True, key="compare_tiles")
     with speed:
         st.markdown("**Measured speed** (latest stored run)")
+        from gpu.bench.store import RunStore  # here: the gpu package costs a cold page 2 s
+
         runs = RunStore(store.root)
         st.dataframe(
             [{"design": "this design", **_speed(runs, current)},
@@ -138,7 +139,7 @@ def _tile_rows(first: Design, second: Design) -> list[dict]:
     ]
 
 
-def _speed(runs: RunStore, design: Design) -> dict[str, str]:
+def _speed(runs, design: Design) -> dict[str, str]:
     """Milliseconds of each contender in the design's newest one-case stored run."""
     stored, _ = runs.runs(design_digest(design))
     single = [s for s in stored if len(s.doc["cases"]) == 1]

@@ -15,6 +15,7 @@ Unreadable files are reported, never fatal.
 
 from __future__ import annotations
 
+import functools
 import re
 import secrets
 from dataclasses import dataclass
@@ -85,7 +86,27 @@ def committed_results(results_dir: Path | None = None) -> tuple[list[StoredDocum
     folder = results_dir or RESULTS_DIR
     if folder is None:
         return [], []
-    return read_documents(sorted(Path(folder).glob("*.json")), others_too=False)
+    paths = sorted(Path(folder).glob("*.json"))
+    stamps = []
+    for path in paths:
+        try:
+            info = path.stat()
+        except OSError:
+            continue
+        stamps.append((str(path), info.st_mtime_ns, info.st_size))
+    stored, problems = _read_committed(tuple(stamps))
+    return list(stored), list(problems)
+
+
+@functools.lru_cache(maxsize=4)
+def _read_committed(
+    stamps: tuple[tuple[str, int, int], ...],
+) -> tuple[tuple[StoredDocument, ...], tuple[str, ...]]:
+    """The committed documents, read once per set of files (their names, times and sizes):
+    they weigh megabytes of JSON and change only with the checkout, while the GPU tab opens on
+    every visit."""
+    stored, problems = read_documents([Path(path) for path, _, _ in stamps], others_too=False)
+    return tuple(stored), tuple(problems)
 
 
 class RunStore:
