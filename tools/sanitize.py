@@ -7,8 +7,10 @@ through the same call) and the SDD pipeline (``impl="sdd"``). Together they cove
 head dims, layout blocks 16 and 64, causal in both alignments, partial last blocks, Sq != Sk,
 GQA and MQA, one layout head shared by every query head, ``[B, S, H, D]`` memory read in place,
 a query row with no key, an empty layout, more work units than a persistent grid's CTAs, every
-Hopper build a plan chooses from (``gpu.forward.builds.HOPPER_BUILDS``), and on Hopper the
-``mma.sync`` path beside the Hopper kernel (the plan is told the GPU is not Hopper).
+forward build a plan chooses from on Hopper (``gpu.forward.builds.HOPPER_BUILDS``) and every
+backward build (``gpu.backward.builds.BUILDS``), token-level masks (partial tiles) forward and
+backward, and on Hopper the ``mma.sync`` path beside the Hopper kernels (the plan is told the GPU
+is not Hopper).
 
 The script first runs every case once without a sanitizer (which fills the NVRTC cubin cache of
 ``gpu/runtime.py``, so nothing compiles under the sanitizer, and checks that the cases pass),
@@ -53,13 +55,16 @@ import traceback
 import zlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import torch
 
 import gpu
+from gpu.backward.builds import BUILD_ENV
 from gpu.bench.metrics import errors
 from gpu.bench.report import environment
+from gpu.partials import split_token_mask
 from gpu.reference import dense_masked_attention, dense_masked_attention_backward
 from gpu.support import DTYPES
 
@@ -96,6 +101,8 @@ class Case:
     mma_sync: bool = False  # the mma.sync path even on Hopper
     empty: bool = False  # no active block: every output row zero
     dense: bool = False  # every block active (but the first query row's): the widest tiles
+    token_window: int = 0  # > 0: a token-level band |q - k| < token_window, with partial tiles
+    backward_build: str | None = None  # the backward build (default: the one the plan picks)
 
     @property
     def name(self) -> str:
@@ -108,7 +115,12 @@ class Case:
             parts.append(f"gqa{self.q_heads}:{self.kv_heads}")
         flags = (("bshd", self.bshd), ("shared", self.shared_layout), ("mma", self.mma_sync),
                  ("empty", self.empty), ("dense", self.dense))  # fmt: skip
-        return "-".join(parts + [flag for flag, on in flags if on])
+        parts += [flag for flag, on in flags if on]
+        if self.token_window:
+            parts.append(f"tokens{self.token_window}")
+        if self.backward_build:
+            parts.append(self.backward_build)
+        return "-".join(parts)
 
 
 CASES = (
@@ -128,6 +140,13 @@ CASES = (
     Case("backward", "bf16", 64, 64, 256, 384, causal=True, alignment="bottom_right", bshd=True),
     Case("backward", "fp16", 128, 16, 256, 256, q_heads=4, kv_heads=1, shared_layout=True,
          mma_sync=True),
+    Case("backward", "bf16", 128, 64, 512, 512, q_heads=4, causal=True,
+         backward_build="sm90_atomic"),
+    Case("backward", "fp16", 64, 64, 256, 384, q_heads=4, backward_build="sm90_separate"),
+    Case("forward", "bf16", 128, 64, 1000, 1000, q_heads=4, token_window=301),
+    Case("forward", "fp16", 64, 16, 300, 300, token_window=37, causal=True),
+    Case("backward", "bf16", 128, 64, 1000, 1000, q_heads=4, token_window=301),
+    Case("backward", "fp16", 64, 32, 300, 300, token_window=37, causal=True),
     Case("sdd", "bf16", 64, 64, 256, 256, causal=True),
 )  # fmt: skip
 #: --quick: both dtypes and head dims, forward and backward, GQA, a partial block at block 16.
@@ -135,8 +154,14 @@ QUICK = (CASES[0].name, CASES[11].name, CASES[12].name)
 
 
 # --------------------------------------------------------------------------- one case (child)
-def case_layout(case: Case, gen: torch.Generator) -> torch.Tensor:
-    """The case's ``[H, M, N]`` layout: half the blocks at random, the partial corner visited."""
+def case_layout(case: Case, gen: torch.Generator) -> tuple[torch.Tensor, Any]:
+    """The case's ``[H, M, N]`` layout and partial blocks: half the blocks at random, the partial
+    corner visited; or the token band's blocks and partials."""
+    if case.token_window:
+        rows, cols = torch.arange(case.seq_q)[:, None], torch.arange(case.seq_k)[None, :]
+        band = (rows - cols).abs() < case.token_window
+        heads = 1 if case.shared_layout else case.q_heads
+        return split_token_mask(band.expand(heads, -1, -1), case.block)
     n_q, n_k = -(-case.seq_q // case.block), -(-case.seq_k // case.block)
     blocks = torch.rand(1 if case.shared_layout else case.q_heads, n_q, n_k, generator=gen) < 0.5
     blocks[:, -1, -1] = True  # the partial corner is visited
@@ -145,7 +170,7 @@ def case_layout(case: Case, gen: torch.Generator) -> torch.Tensor:
     blocks[0, 0] = False  # query rows with no key: zeros and a logsumexp of -inf
     if case.empty:
         blocks[:] = False
-    return blocks
+    return blocks, None
 
 
 def run_case(case: Case, *, device: str = "cuda", impl: str | None = None) -> tuple[bool, str]:
@@ -156,7 +181,7 @@ def run_case(case: Case, *, device: str = "cuda", impl: str | None = None) -> tu
     """
     dtype = DTYPES[case.dtype]
     gen = torch.Generator().manual_seed(zlib.crc32(case.name.encode()))
-    blocks = case_layout(case, gen)
+    blocks, partials = case_layout(case, gen)
 
     def operand(heads: int, seq: int) -> torch.Tensor:
         shape = (1, seq, heads, case.head_dim) if case.bshd else (1, heads, seq, case.head_dim)
@@ -169,9 +194,12 @@ def run_case(case: Case, *, device: str = "cuda", impl: str | None = None) -> tu
     grad_out = torch.randn(q.shape, generator=gen, dtype=dtype).to(device)
     impl = impl or ("sdd" if case.kind == "sdd" else "fused")
     not_hopper = mock.patch("gpu.plans.is_hopper", return_value=False)  # read when planning
-    with not_hopper if case.mma_sync else contextlib.nullcontext():
+    build = {BUILD_ENV: case.backward_build} if case.backward_build else {}
+    with (not_hopper if case.mma_sync else contextlib.nullcontext()),\
+            mock.patch.dict(os.environ, build):  # fmt: skip
         plan = gpu.plan(blocks, case.block, causal=case.causal, causal_alignment=case.alignment,
-                        seq_q=case.seq_q, seq_k=case.seq_k, device=device)  # fmt: skip
+                        seq_q=case.seq_q, seq_k=case.seq_k, partials=partials,
+                        device=device)  # fmt: skip
         if case.kind == "backward":
             out = gpu.block_sparse_attention(q, k, v, plan, impl=impl)
             got = dict(zip("qkv", torch.autograd.grad(out, (q, k, v), grad_out), strict=True))
@@ -184,7 +212,7 @@ def run_case(case: Case, *, device: str = "cuda", impl: str | None = None) -> tu
         torch.cuda.synchronize()
 
     q64, k64, v64 = (x.detach().cpu().double() for x in (q, k, v))
-    options = {"causal": case.causal, "causal_alignment": case.alignment}
+    options = {"causal": case.causal, "causal_alignment": case.alignment, "partials": partials}
     if case.kind == "backward":
         ref = dense_masked_attention_backward(q64, k64, v64, grad_out.cpu(), blocks, case.block,
                                               **options)  # fmt: skip

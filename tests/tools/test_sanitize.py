@@ -11,6 +11,7 @@ import pytest
 import torch
 
 import gpu
+from gpu.backward.builds import BUILDS, choose_backward_build
 from gpu.forward.builds import HOPPER_BUILDS, choose_config
 from gpu.forward.sm90 import HopperConfig
 from gpu.support import DTYPES
@@ -183,10 +184,10 @@ def test_forward_cases_plan_every_hopper_build(sanitize):
         if case.kind != "forward" or case.mma_sync or case.empty:
             continue
         gen = torch.Generator().manual_seed(zlib.crc32(case.name.encode()))
-        blocks = sanitize.case_layout(case, gen)
+        blocks, partials = sanitize.case_layout(case, gen)
         plan = gpu.plan(
             blocks, case.block, causal=case.causal, causal_alignment=case.alignment,
-            seq_q=case.seq_q, seq_k=case.seq_k, device="cpu",
+            seq_q=case.seq_q, seq_k=case.seq_k, partials=partials, device="cpu",
         )  # fmt: skip
         config = choose_config(head_dim=case.head_dim, dtype=DTYPES[case.dtype], wgmma=True,
                                work=plan.tile_work)  # fmt: skip
@@ -199,11 +200,26 @@ def test_forward_cases_plan_every_hopper_build(sanitize):
     assert chosen == builds
 
 
-@pytest.mark.parametrize("index", range(11))
-def test_case_code_runs_on_the_cpu_against_the_reference(sanitize, index):
+def test_backward_cases_run_every_backward_build(sanitize):
+    """The backward cases run each build of ``gpu.backward.builds.BUILDS`` on Hopper, and the
+    token-level cases have partial tiles."""
+    chosen = {
+        choose_backward_build(hopper=not case.mma_sync, deterministic=False,
+                              build=case.backward_build, token_tiles=case.token_window > 0)
+        for case in sanitize.CASES if case.kind == "backward"
+    }  # fmt: skip
+    assert chosen == set(BUILDS)
+    for case in sanitize.CASES:
+        if case.token_window:
+            _, partials = sanitize.case_layout(case, torch.Generator())
+            assert partials[0].shape[0] > 0, case.name
+
+
+@pytest.mark.parametrize("name", [case.name for case in load_script("tools/sanitize").CASES
+                                  if case.kind != "sdd"])  # fmt: skip
+def test_case_code_runs_on_the_cpu_against_the_reference(sanitize, name):
     """The cases' tensors, layouts, autograd and comparison, with impl="reference" on the CPU."""
-    case = sanitize.CASES[index]
-    assert case.kind != "sdd"
+    case = next(case for case in sanitize.CASES if case.name == name)
     right, details = sanitize.run_case(case, device="cpu", impl="reference")
     assert right, details
     assert details.startswith("rel err " + ("q" if case.kind == "backward" else "out"))
