@@ -3,8 +3,9 @@ FlashAttention-4), same seed and data.
 
 A Hugging Face ``LlamaForCausalLM`` built from a ``LlamaConfig`` with random weights (nothing is
 downloaded): hidden 1024, 16 query heads and 4 kv heads (GQA, head dim 64), 4 layers, MLP 2816,
-vocabulary 32000, one sequence of 8192 random tokens per step. The design (default: causal
-attention sinks plus a sliding window at 64-token blocks, or ``--design file.pt``) is registered
+vocabulary 32000, one sequence of 8192 random tokens per step (``--seq``). The design (default:
+causal attention sinks plus a sliding window of 1/8 of the sequence or ``--window`` tokens at
+64-token blocks, or ``--design file.pt``) is registered
 twice through ``gpu.hf``: on our fused kernel, and on compiled ``flex_attention`` with the
 design's exported ``BlockMask``; and, where FlashAttention-4 is installed (``pip install -e
 ".[peers]"``), on compiled ``flex_attention`` with ``kernel_options={"BACKEND": "FLASH"}`` and
@@ -24,9 +25,11 @@ rounding of every attention output moves a loss averaged over 8192 tokens by wel
 
 Speed: tokens/s over the steps after ``--warmup`` (which hold compilation and autotuning), timed
 with the device synchronised at both ends; peak memory is ``torch.cuda.max_memory_allocated``
-per run.
+per run. Attention's share of our run's step is the profiler's GPU time in our attention
+kernels over all GPU time in one more step.
 
     python examples/train_llama.py --steps 50           # H200: writes benchmarks/results/
+    python examples/train_llama.py --seq 32768 --window 4096  # where attention dominates
     python examples/train_llama.py --tiny --out x.json  # CPU smoke run (impl="reference")
 
 ``--tiny`` runs a tiny model on the CPU for 2 steps with ``impl="reference"``; Flex has no
@@ -41,6 +44,7 @@ import json
 import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -58,16 +62,19 @@ MODEL = {"hidden_size": 1024, "num_attention_heads": 16, "num_key_value_heads": 
          "num_hidden_layers": 4, "intermediate_size": 2816, "vocab_size": 32000}  # fmt: skip
 TINY_MODEL = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
               "num_hidden_layers": 2, "intermediate_size": 128, "vocab_size": 256}  # fmt: skip
-SEQ, TINY_SEQ = 8192, 256
+SEQ, TINY_SEQ, MAX_SEQ = 8192, 256, 131072
 BLOCK, TINY_BLOCK = 64, 16
 LOSS_FLOOR = 2e-3
+#: Name prefixes of our attention kernels (gpu/forward, gpu/backward), for ``attention_share``.
+ATTENTION_KERNELS = ("fused_attention_fwd", "attention_bwd")
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
 
 
-def default_design(seq: int, block: int) -> Design:
-    """Causal attention sinks (the first block) plus a window of 1/8 of the sequence."""
+def default_design(seq: int, block: int, window_tokens: int | None = None) -> Design:
+    """Causal attention sinks (the first block) plus a sliding window of ``window_tokens``
+    (default: 1/8 of the sequence), in whole blocks."""
     n_blocks = seq // block
-    window = max(2, n_blocks // 8)
+    window = max(2, n_blocks // 8 if window_tokens is None else -(-window_tokens // block))
     blocks = attention_sinks(1, n_blocks, n_blocks, sink_blocks=1, window_blocks=window)
     name = f"sinks {block} + window {window * block} tokens"
     return Design(Layout(blocks, block), name=name, causal=True)
@@ -87,12 +94,8 @@ def train(name: str, initial: dict, data: torch.Tensor, args, device, trains: bo
     if device.type == "cuda":
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats(device)
-    losses, start = [], None
-    for step in range(len(data) if trains else 1):
-        if step == args.warmup:
-            _synchronize(device)
-            start = time.perf_counter()
-        ids = data[step].to(device)
+
+    def step(ids: torch.Tensor) -> torch.Tensor:
         with torch.autocast(device.type, dtype=torch.bfloat16), torch.set_grad_enabled(trains):
             loss = model(input_ids=ids, labels=ids, use_cache=False).loss
         if trains:
@@ -100,12 +103,20 @@ def train(name: str, initial: dict, data: torch.Tensor, args, device, trains: bo
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
-        losses.append(loss.detach())
+        return loss.detach()
+
+    losses, start = [], None
+    for index in range(len(data) if trains else 1):
+        if index == args.warmup:
+            _synchronize(device)
+            start = time.perf_counter()
+        losses.append(step(data[index].to(device)))
     _synchronize(device)
     timed_steps = len(losses) - args.warmup
     seconds = time.perf_counter() - start if start is not None else None
     tokens = timed_steps * data.shape[1] * data.shape[2]
     on_gpu = device.type == "cuda"
+    share = attention_share(lambda: step(data[-1].to(device))) if on_gpu and trains else None
     return {
         "trained": trains,
         "losses": [float(x) for x in losses],
@@ -113,7 +124,22 @@ def train(name: str, initial: dict, data: torch.Tensor, args, device, trains: bo
         "seconds_timed": seconds,
         "tokens_per_s": tokens / seconds if seconds else None,
         "peak_memory_bytes": torch.cuda.max_memory_allocated(device) if on_gpu else None,
+        "attention_share": share,
     }
+
+
+def attention_share(step: Callable[[], object]) -> float:
+    """The share of one more step's GPU kernel time spent in our attention kernels (forward and
+    backward), from the profiler: it says how much a faster attention can buy."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        step()
+        torch.cuda.synchronize()
+    times = {e.key: e.self_device_time_total for e in profiler.key_averages()}
+    total = sum(times.values())
+    attention = sum(t for name, t in times.items() if name.startswith(ATTENTION_KERNELS))
+    return attention / total if total else 0.0
 
 
 def compare(ours: dict, flex: dict, flex_fp32: dict, flex_flash: dict | None = None) -> dict:
@@ -232,6 +258,18 @@ def _arguments(argv):
     parser.add_argument("--lr", type=float, default=3e-4)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--design", help="a design file (default: sinks + sliding window)")
+    parser.add_argument(
+        "--seq",
+        type=int,
+        default=None,
+        help=f"tokens per sequence of the default design (default {SEQ})",
+    )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=None,
+        help="the default design's window in tokens (default: 1/8 of --seq)",
+    )
     parser.add_argument("--out", help="result JSON (default benchmarks/results/<date>-<gpu>-...)")
     parser.add_argument("--tiny", action="store_true", help="tiny model, CPU, reference impl")
     args = parser.parse_args(argv)
@@ -239,13 +277,24 @@ def _arguments(argv):
     args.warmup = args.warmup if args.warmup is not None else (1 if args.tiny else 3)
     if args.steps < 1 or not 0 <= args.warmup < args.steps or args.batch < 1 or args.lr <= 0:
         parser.error("need steps >= 1, 0 <= warmup < steps, batch >= 1 and lr > 0")
+    block = TINY_BLOCK if args.tiny else BLOCK
+    if (args.seq is not None or args.window is not None) and args.design is not None:
+        parser.error("--seq and --window shape the default design; a --design has its own")
+    if args.seq is not None and not (args.seq >= 2 * block and args.seq % block == 0
+                                     and args.seq <= MAX_SEQ):  # fmt: skip
+        parser.error(f"--seq must be a multiple of {block} from {2 * block} to {MAX_SEQ}")
+    if args.window is not None and not 1 <= args.window <= (
+        args.seq or (TINY_SEQ if args.tiny else SEQ)
+    ):
+        parser.error("--window must be from 1 to the sequence length")
     args.model = TINY_MODEL if args.tiny else MODEL
     return args
 
 
 def _design(args) -> Design:
     if args.design is None:
-        return default_design(TINY_SEQ if args.tiny else SEQ, TINY_BLOCK if args.tiny else BLOCK)
+        seq = args.seq or (TINY_SEQ if args.tiny else SEQ)
+        return default_design(seq, TINY_BLOCK if args.tiny else BLOCK, args.window)
     design = load_design(args.design)
     layout = design.layout
     if layout.seq_len_q != layout.seq_len_k or not design.causal:
