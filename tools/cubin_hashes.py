@@ -259,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
         document = {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "nvcc": version.stdout.strip().splitlines()[-1],
+            "loadavg": os.getloadavg(),
             "command": "python3 tools/cubin_hashes.py --json PATH"
             + (f" --only {args.only}" if args.only else "")
             + (" --nvdisasm NVDISASM" if args.nvdisasm else ""),
