@@ -35,6 +35,7 @@ from gpu.forward.launch import plan_forward, run_fused
 from gpu.partials import split_token_mask
 from gpu.runtime import is_hopper
 from tests.gpu.oracle import masked_softmax_attention, relative_error
+from tests.gpu.repeats import repeated_gradients
 
 pytestmark = pytest.mark.gpu
 
@@ -279,13 +280,10 @@ def test_deterministic_token_gradients_are_bitwise_equal(split_groups, monkeypat
     assert backward.config.dq == "separate" and backward.config.tokens
     q, k, v = (x.requires_grad_() for x in inputs(2, 8, 2, 450, 450, 128, torch.bfloat16, 4))
     grad_out = torch.randn(q.shape, device="cuda", dtype=q.dtype)
-    runs = [torch.autograd.grad(block_sparse_attention(q, k, v, the_plan), (q, k, v), grad_out)
-            for _ in range(3)]  # fmt: skip
-    for again in runs[1:]:
-        for first, second in zip(runs[0], again, strict=True):
-            assert torch.equal(first, second)
+    grads = repeated_gradients(lambda *x: block_sparse_attention(*x, the_plan), (q, k, v),
+                               grad_out)  # fmt: skip
     q_idx, kv_idx = torch.arange(450)[:, None], torch.arange(450)[None, :]
-    check_backward(runs[0], q, k, v, grad_out, mask_mod(0, 0, q_idx, kv_idx)[None], 128**-0.5,
+    check_backward(grads, q, k, v, grad_out, mask_mod(0, 0, q_idx, kv_idx)[None], 128**-0.5,
                    f"deterministic, split groups {split_groups}")  # fmt: skip
 
 
