@@ -129,7 +129,9 @@ def choose_backward_config(*, head_dim: int, dtype: torch.dtype, wgmma: bool) ->
 
 # The sm90 builds (gpu/backward/sm90.py), ptxas 13.0, bf16 and fp16, D=64 and 128: 168
 # registers at entry (240 per consumer warpgroup after setmaxnreg, 24 for the producer), no
-# spills; the dQ kernel of sm90_separate the same. Measured (H200, bf16, B=1, H=16, S=16384,
+# spills; the dQ kernel of sm90_separate the same; with the token-tile path (TOKENS=1) too, the
+# registers the SASS names unchanged but sm90_separate D=64's (205 -> 207; benchmarks/results/
+# checks/2026-12-01-cubins-sm90-backward-tokens.json). Measured (H200, bf16, B=1, H=16, S=16384,
 # tools/probes/backward_sm90.py, benchmarks/results/checks/2026-12-01-h200-backward-sm90.json),
 # effective TFLOP/s of the backward alone, fused / sm90_bulk / sm90_atomic / sm90_separate /
 # cuDNN dense: dense D=128 347 / 507 / 418 / 441 / 548; causal D=128 345 / 525 / 415 / 465 / 550;
