@@ -178,7 +178,7 @@ class BlockSparsePlan:
         deterministic = self.deterministic if deterministic is None else deterministic
         name = choose_backward_build(
             hopper=self._hopper, deterministic=deterministic,
-            build=build or os.environ.get(BUILD_ENV) or None, token_tiles=self.n_partials > 0,
+            build=build or os.environ.get(BUILD_ENV) or None,
         )  # fmt: skip
 
         def make() -> Any:
@@ -186,7 +186,8 @@ class BlockSparsePlan:
             from gpu.backward.sm90 import plan_hopper_backward
 
             config = backward_build_config(name, head_dim=head_dim, dtype=dtype,
-                                           hopper=self._hopper)  # fmt: skip
+                                           hopper=self._hopper,
+                                           token_tiles=self.n_partials > 0)  # fmt: skip
             return (plan_backward if name == "fused" else plan_hopper_backward)(self, config)
 
         return self._once(self._backward, (dtype, head_dim, name), make)

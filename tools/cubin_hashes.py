@@ -1,6 +1,7 @@
 """Cubin hashes and register use of every kernel build a plan can choose, compiled by ``nvcc``.
 
-``python3 tools/cubin_hashes.py [--json PATH] [--compare OLD.json] [--jobs N]``
+``python3 tools/cubin_hashes.py [--json PATH] [--compare OLD.json] [--jobs N] [--only PREFIX]
+[--nvdisasm PATH]``
 
 Each build (a kernel source and the defines of a config from the build tables) is compiled with
 the options the runtime gives NVRTC (``gpu.runtime.compile_options``: C++17, fast math, the
@@ -11,6 +12,10 @@ parameter bytes (``cmem[0]``). ``--compare`` reads an earlier run and says per b
 its cubins are byte-identical, and which kernels use more stack, spills or registers (in the
 allocation units of 8 per thread; the exit status is 1 then): with threads and shared memory
 unchanged, no more allocated registers and no more spills means no build loses occupancy.
+With ``--nvdisasm`` (from the ``nvidia-cuda-nvdisasm`` wheel) each kernel's ``sass_registers``
+is recorded too: one more than the highest register its SASS names. A warp-specialised kernel
+that moves registers with ``setmaxnreg`` reports its entry cap to ptxas's ``-v``; what its
+consumers really hold shows only there.
 
 NVRTC on the GPU machine builds its own cubins; these are nvcc's, a CPU stand-in for the same
 source, options and ptxas.
@@ -34,8 +39,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 
-from gpu.backward.builds import choose_backward_config
+from gpu.backward.builds import BUILDS as BACKWARD_BUILDS
+from gpu.backward.builds import backward_build_config, choose_backward_config
 from gpu.backward.fused import SOURCE as BACKWARD_SOURCE
+from gpu.backward.sm90_dq import HopperDqConfig
 from gpu.forward.builds import HOPPER_BUILDS, choose_config
 from gpu.forward.sm90 import HopperConfig
 from gpu.runtime import INCLUDE_DIR, PACKAGE_DIR, compile_options
@@ -53,6 +60,10 @@ _ENTRY = re.compile(r"Compiling entry function '(\w+)' for")
 _FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _REGISTERS = re.compile(r"Used (\d+) registers")
 _PARAMS = re.compile(r"(\d+) bytes cmem\[0\]")
+#: What ``compare`` reports per kernel.
+RESOURCES = ("registers", "sass_registers", "stack", "spill_stores", "spill_loads", "params")
+_SASS_FUNCTION = re.compile(r"^\.text\.(\w+):")
+_SASS_REGISTER = re.compile(r"\bR(\d+)\b")
 
 
 @dataclass(frozen=True)
@@ -72,7 +83,9 @@ class Build:
 def builds() -> list[Build]:
     """Every build a plan can choose: the forward's (every Hopper build of the table; mma.sync
     with contiguous K/V rows and, for the row strides a view compiles in, those of 16 heads of
-    ``[B, S, H, D]`` memory), the backward's (both paths) and the SDD pipeline's."""
+    ``[B, S, H, D]`` memory), the backward's (both paths of ``fused.cu``, each sm90 build and
+    the dQ kernel of ``sm90_separate``, without and with the token-tile path) and the SDD
+    pipeline's."""
     found = []
     for dtype, head_dim in ((t, d) for t in DTYPE_NAMES for d in HEAD_DIMS):
         name = DTYPE_NAMES[dtype]
@@ -91,6 +104,14 @@ def builds() -> list[Build]:
             label = f"backward-sm{90 if wgmma else 80}-{name}-d{head_dim}"
             label += f"-w{c.n_warps}-b{c.min_blocks}"
             found.append(_build(label, BACKWARD_SOURCE, c, wgmma))
+        for tokens in (False, True):  # plans without and with partial blocks
+            tail = f"{name}-d{head_dim}" + ("-tokens" if tokens else "")
+            for build in BACKWARD_BUILDS[1:]:
+                c = backward_build_config(build, head_dim=head_dim, dtype=dtype, hopper=True,
+                                          token_tiles=tokens)  # fmt: skip
+                found.append(_build(f"backward-{build}-{tail}", c.source, c, True))
+            c = HopperDqConfig(name, head_dim, tokens=tokens)
+            found.append(_build(f"backward-sm90_dq-{tail}", c.source, c, True))
         for block in BLOCK_SIZES:
             c = SddConfig(name, block, head_dim)
             found.append(_build(f"sdd-{name}-b{block}-d{head_dim}", SDD_SOURCE, c, False))
@@ -133,9 +154,29 @@ def parse_ptxas(log: str) -> dict[str, dict[str, int]]:
     return kernels
 
 
-def measure(nvcc: str, build: Build, target: str, work: Path) -> dict:
-    """The cubin's sha256 and the kernels' resources of one build for one target."""
+def sass_registers(listing: str) -> dict[str, int]:
+    """Per kernel of an ``nvdisasm -c`` listing: one more than the highest register it names.
+
+    >>> sass_registers(".text.k:\\n /*0000*/ MOV R7, R2 ;\\n /*0010*/ IADD3 R12, R7, 0x1 ;")
+    {'k': 13}
+    """
+    found: dict[str, int] = {}
+    current = None
+    for line in listing.splitlines():
+        if function := _SASS_FUNCTION.match(line.strip()):
+            current = function.group(1)
+            found[current] = 0
+        elif current is not None and "/*" in line:
+            numbers = [int(n) + 1 for n in _SASS_REGISTER.findall(line.split("*/", 1)[1])]
+            found[current] = max([found[current], *numbers])
+    return found
+
+
+def measure(nvcc: str, build: Build, target: str, work: Path, nvdisasm: str | None) -> dict:
+    """The cubin's sha256 and the kernels' resources of one build for one target (with
+    ``nvdisasm``, the registers their SASS names)."""
     out = work / f"{build.name}-{target}.cubin"
+    listing = ""
     for verbose in (False, True):
         command = nvcc_command(nvcc, build, target, out, verbose=verbose)
         result = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -143,14 +184,21 @@ def measure(nvcc: str, build: Build, target: str, work: Path) -> dict:
             raise RuntimeError(f"{build.name} ({target}) failed:\n{result.stderr}")
         if not verbose:
             digest = hashlib.sha256(out.read_bytes()).hexdigest()
-    return {"sha256": digest, "kernels": parse_ptxas(result.stdout + result.stderr)}
+            if nvdisasm:
+                listing = subprocess.run([nvdisasm, "-c", str(out)], capture_output=True,
+                                         text=True, check=True).stdout  # fmt: skip
+    kernels = parse_ptxas(result.stdout + result.stderr)
+    for kernel, count in sass_registers(listing).items():
+        kernels.setdefault(kernel, {})["sass_registers"] = count
+    return {"sha256": digest, "kernels": kernels}
 
 
-def run_all(nvcc: str, jobs: int) -> dict[str, dict]:
-    """Every build and target, measured in ``jobs`` parallel compiles."""
-    tasks = [(b, t) for b in builds() for t in b.targets]
+def run_all(nvcc: str, jobs: int, only: str = "", nvdisasm: str | None = None) -> dict[str, dict]:
+    """Every build (whose name starts with ``only``) and target, measured in ``jobs`` parallel
+    compiles."""
+    tasks = [(b, t) for b in builds() if b.name.startswith(only) for t in b.targets]
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(jobs) as pool:
-        results = list(pool.map(lambda task: measure(nvcc, *task, Path(tmp)), tasks))
+        results = list(pool.map(lambda task: measure(nvcc, *task, Path(tmp), nvdisasm), tasks))
     measured: dict[str, dict] = {}
     for (build, target), result in zip(tasks, results, strict=True):
         measured.setdefault(build.name, {})[target] = result
@@ -173,7 +221,7 @@ def compare(old: dict[str, dict], new: dict[str, dict]) -> tuple[list[str], bool
             changes = []
             for kernel, now in sorted(after["kernels"].items()):
                 was = before["kernels"].get(kernel, {})
-                for key in ("registers", "stack", "spill_stores", "spill_loads", "params"):
+                for key in RESOURCES:
                     if was.get(key) != now.get(key):
                         changes.append(f"{kernel} {key} {was.get(key)} -> {now.get(key)}")
                         worse |= _cost(key, now.get(key)) > _cost(key, was.get(key))
@@ -185,8 +233,8 @@ def compare(old: dict[str, dict], new: dict[str, dict]) -> tuple[list[str], bool
 def _cost(key: str, value: int | None) -> int:
     """What a resource costs a build: spills and stack as they are; registers as allocated, in
     units of 8 per thread (sm_80 and sm_90), since only a whole unit more can cost occupancy;
-    the parameter bytes nothing."""
-    if key == "params" or value is None:
+    the parameter bytes and the SASS's registers (within the allocation) nothing."""
+    if key in ("params", "sass_registers") or value is None:
         return 0
     return -(-value // REGISTER_UNIT) * REGISTER_UNIT if key == "registers" else value
 
@@ -196,12 +244,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write the run here")
     parser.add_argument("--compare", help="an earlier run's JSON to compare with")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1, help="parallel compiles")
+    parser.add_argument("--only", default="", help="the builds whose names start with this")
+    parser.add_argument("--nvdisasm", help="an nvdisasm to read each kernel's SASS registers")
     args = parser.parse_args(argv)
     nvcc = shutil.which("nvcc")
     if nvcc is None:
         parser.error("nvcc is not on PATH")
     version = subprocess.run([nvcc, "--version"], capture_output=True, text=True, check=True)
-    measured = run_all(nvcc, max(1, args.jobs))
+    measured = run_all(nvcc, max(1, args.jobs), args.only, args.nvdisasm)
     for name, targets in measured.items():
         for target, result in targets.items():
             print(f"{result['sha256']}  {name} {target}")
@@ -209,12 +259,17 @@ def main(argv: list[str] | None = None) -> int:
         document = {
             "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
             "nvcc": version.stdout.strip().splitlines()[-1],
-            "command": "python3 tools/cubin_hashes.py --json PATH",
+            "loadavg": os.getloadavg(),
+            "command": "python3 tools/cubin_hashes.py --json PATH"
+            + (f" --only {args.only}" if args.only else "")
+            + (" --nvdisasm NVDISASM" if args.nvdisasm else ""),
             "builds": measured,
         }
         Path(args.json).write_text(json.dumps(document, indent=1) + "\n")
     if args.compare:
-        lines, worse = compare(json.loads(Path(args.compare).read_text())["builds"], measured)
+        old = json.loads(Path(args.compare).read_text())["builds"]
+        old = {name: run for name, run in old.items() if name.startswith(args.only)}
+        lines, worse = compare(old, measured)
         print("\n".join(lines))
         return int(worse)
     return 0

@@ -9,11 +9,12 @@ The layout's block size does not enter any build: 128-key tiles of 16- to 64-tok
 masked cell by cell, as the forward's are.
 
 ``choose_backward_build`` names the build a plan takes; on Hopper that is ``SM90_BUILD``
-(``"sm90_bulk"``, the fastest on every case measured), ``"sm90_separate"`` with
-``deterministic=True`` (the only build with no atomics in dQ), and ``"fused"`` (its wgmma path)
-for a plan with token-masked blocks, which only ``fused.cu`` applies so far. Every other
-combination the plan accepts (D 64 and 128, bf16 and fp16, blocks 16-128, GQA, causal in both
-alignments, lengths that are not whole blocks) runs on every build.
+(``"sm90_bulk"``, the fastest on every case measured), or ``"sm90_separate"`` with
+``deterministic=True`` (the only build with no atomics in dQ). Every combination the plan
+accepts (D 64 and 128, bf16 and fp16, blocks 16-128, GQA, causal in both alignments, lengths
+that are not whole blocks, token-masked partial blocks) runs on every build: ``fused.cu``
+always carries its token-tile path, an sm90 build compiles it only for a plan with partial
+blocks (``backward_build_config(..., token_tiles=True)``).
 Tests and probes name a build directly (``gpu.plan(...).backward(..., build=...)``) or through
 the ``BLOCKSPARSE_BACKWARD_BUILD`` environment variable.
 
@@ -128,7 +129,9 @@ def choose_backward_config(*, head_dim: int, dtype: torch.dtype, wgmma: bool) ->
 
 # The sm90 builds (gpu/backward/sm90.py), ptxas 13.0, bf16 and fp16, D=64 and 128: 168
 # registers at entry (240 per consumer warpgroup after setmaxnreg, 24 for the producer), no
-# spills; the dQ kernel of sm90_separate the same. Measured (H200, bf16, B=1, H=16, S=16384,
+# spills; the dQ kernel of sm90_separate the same; with the token-tile path (TOKENS=1) too, the
+# registers the SASS names unchanged but sm90_separate D=64's (205 -> 207; benchmarks/results/
+# checks/2026-12-01-cubins-sm90-backward-tokens.json). Measured (H200, bf16, B=1, H=16, S=16384,
 # tools/probes/backward_sm90.py, benchmarks/results/checks/2026-12-01-h200-backward-sm90.json),
 # effective TFLOP/s of the backward alone, fused / sm90_bulk / sm90_atomic / sm90_separate /
 # cuDNN dense: dense D=128 347 / 507 / 418 / 441 / 548; causal D=128 345 / 525 / 415 / 465 / 550;
@@ -145,30 +148,20 @@ SM90_BUILD = "sm90_bulk"
 BUILD_ENV = "BLOCKSPARSE_BACKWARD_BUILD"
 
 
-def choose_backward_build(
-    *, hopper: bool, deterministic: bool, build: str | None = None, token_tiles: bool = False
-) -> str:
-    """The name of the backward build a plan takes (one of ``BUILDS``).
+def choose_backward_build(*, hopper: bool, deterministic: bool, build: str | None = None) -> str:
+    """The name of the backward build a plan takes (one of ``BUILDS``), with or without
+    token-masked blocks.
 
     ``build`` forces one (an sm90 build only on Hopper); ``deterministic`` asks for
-    bitwise-repeatable gradients, which only ``"sm90_separate"`` gives; ``token_tiles`` (a plan
-    with token-masked blocks) needs ``"fused"``, the one build that masks them.
+    bitwise-repeatable gradients, which only ``"sm90_separate"`` gives.
     """
     deterministic = check_bool("deterministic", deterministic)
     if build is not None:
         name = check_choice("build", build, BUILDS)
     elif deterministic:
         name = "sm90_separate"
-    elif token_tiles:
-        name = "fused"
     else:
         name = SM90_BUILD if hopper and SM90_DEFAULT else "fused"
-    if token_tiles and name != "fused":
-        raise ValueError(
-            f"a plan with token-masked (partial) blocks runs the fused backward only, got "
-            f"{'deterministic=True' if deterministic and build is None else f'build {name!r}'}; "
-            "its dQ adds with atomics, so its gradients are not bitwise-repeatable"
-        )
     if name.startswith("sm90") and not hopper:
         why = "deterministic=True needs" if deterministic and build is None else f"{name} is"
         raise ValueError(
@@ -183,13 +176,18 @@ def choose_backward_build(
     return name
 
 
-def backward_build_config(name: str, *, head_dim: int, dtype: torch.dtype, hopper: bool) -> Any:
+def backward_build_config(
+    name: str, *, head_dim: int, dtype: torch.dtype, hopper: bool, token_tiles: bool = False
+) -> Any:
     """The configuration of build ``name`` (of ``BUILDS``) for ``head_dim`` and ``dtype``: a
     ``BackwardConfig`` for ``"fused"`` (its wgmma path on Hopper), else a
-    ``gpu.backward.sm90.HopperBackwardConfig``."""
+    ``gpu.backward.sm90.HopperBackwardConfig``, with its token-tile path where ``token_tiles``
+    (a plan with token-masked blocks; ``fused.cu`` always has it)."""
     from gpu.backward.sm90 import HopperBackwardConfig  # it imports this module
 
     check_choice("build", name, BUILDS)
+    token_tiles = check_bool("token_tiles", token_tiles)
     if name == "fused":
         return choose_backward_config(head_dim=head_dim, dtype=dtype, wgmma=hopper)
-    return HopperBackwardConfig(dtype_name(dtype), head_dim, dq=name.removeprefix("sm90_"))
+    return HopperBackwardConfig(dtype_name(dtype), head_dim, dq=name.removeprefix("sm90_"),
+                                tokens=token_tiles)  # fmt: skip

@@ -31,23 +31,34 @@
 // the matching 16 KB tile of dq_acc [B, Hq, seq_q_pad / 64, D / 64, 4096] with one bulk reduction
 // (cp.reduce.async.bulk .add.f32); `attention_bwd_dq_convert` then writes the 16-bit dq.
 //
+// Token tiles (partial blocks, TOKENS = 1; token_mask.cuh): the table's entry (q_tile, 8, token
+// tile, 0) names BLOCK_N key rows of BLOCK_M / 32 words. The producer copies them (one 1 KB bulk
+// copy) into its stage's slot with the step's Q and dO, on the same "full" mbarrier (its expected
+// bytes count them); after that wait each consumer thread reads its two key rows and sets the
+// masked scores of Sᵀ to -inf before Pᵀ, as fused.cu does, so Pᵀ and dSᵀ are 0 there (a query
+// row with no key at all has lse2 = +inf: P is 0 on its whole column). The slot is free with the
+// stage's Q tile. TOKENS = 0 compiles none of it: plans without partial blocks run the code they
+// ran before. Full tiles copy and read nothing either way.
+//
 // Tiles in shared memory: 64-element column blocks of 128-byte rows, 128-byte swizzle, as TMA
 // writes them (rows past the sequence ends zero-filled; padded query rows have lse2 = +inf, so P
 // is 0 there). Shared memory: K | V | Q stages | dO stages | dSᵀ x 2 | dQ staging x 2 | rows
-// (lse2, Δ) stages | mbarriers.
+// (lse2, Δ) stages | token slots (TOKENS) | mbarriers.
 //
 // Inputs: the fields of HopperBackwardParams and DqConvertParams (params.cuh). Tensor maps: 4-d
 // [D, S, H, B] views with boxes of 64 x BLOCK_M (q, d_o) and 64 x BLOCK_N (k, v).
-// Defines: DTYPE_BF16, HEAD_DIM (64, 128), STAGES (2, 3), DQ_MODE (0, 1, 2).
+// Defines: DTYPE_BF16, HEAD_DIM (64, 128), STAGES (2, 3), DQ_MODE (0, 1, 2), TOKENS (0/1).
 
-#if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(STAGES) || !defined(DQ_MODE)
-#error "define DTYPE_BF16, HEAD_DIM, STAGES, DQ_MODE"
+#if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(STAGES) || !defined(DQ_MODE) || \
+    !defined(TOKENS)
+#error "define DTYPE_BF16, HEAD_DIM, STAGES, DQ_MODE, TOKENS"
 #endif
 
 #include "attention_common.cuh"
 #include "attention_bwd_scores.cuh"
 #include "hopper.cuh"
 #include "params.cuh"
+#include "token_mask.cuh"
 #include "wgmma.cuh"
 
 namespace {
@@ -66,6 +77,8 @@ constexpr unsigned kKVBytes = kBlockN * kHeadDim * 2;
 constexpr unsigned kDsBytes = kBlockN * kBlockM * 2;
 constexpr unsigned kDqStageBytes = kBlockM * 64 * 4;
 constexpr unsigned kRowsBytes = 2 * kBlockM * 4;  // lse2 then Δ of one step
+constexpr bool kTokens = TOKENS;
+constexpr unsigned kTokenBytes = kTokens ? token_tile_bytes<kBlockN, kSAtoms>() : 0;  // a slot
 // setmaxnreg: 168 at entry (one CTA of 384 threads per SM), the producer keeps 24 and each
 // consumer gets (168 · 3 - 24) / 2 = 240.
 constexpr int kProducerRegisters = 24;
@@ -76,7 +89,7 @@ static_assert(kStages == 2 || kStages == 3, "STAGES must be 2 or 3");
 static_assert(kDqMode >= 0 && kDqMode <= 2, "DQ_MODE must be 0, 1 or 2");
 
 struct Shared {
-  unsigned k, v, q, d_o, ds, dq, rows, bars;
+  unsigned k, v, q, d_o, ds, dq, rows, tokens, bars;
   __device__ Shared(unsigned base) {
     k = base;
     v = k + kKVBytes;
@@ -85,13 +98,15 @@ struct Shared {
     ds = d_o + kStages * kQBytes;
     dq = ds + (kDqMode ? 2 * kDsBytes : 0);
     rows = dq + (kDqMode == 2 ? 2 * kDqStageBytes : 0);
-    bars = rows + kStages * kRowsBytes;
+    tokens = rows + kStages * kRowsBytes;
+    bars = tokens + kStages * kTokenBytes;
   }
   __device__ unsigned q_tile(int stage) const { return q + stage * kQBytes; }
   __device__ unsigned do_tile(int stage) const { return d_o + stage * kQBytes; }
   __device__ unsigned ds_tile(int buffer) const { return ds + buffer * kDsBytes; }
   __device__ unsigned dq_stage(int group) const { return dq + group * kDqStageBytes; }
   __device__ unsigned rows_of(int stage) const { return rows + stage * kRowsBytes; }
+  __device__ unsigned token_slot(int stage) const { return tokens + stage * kTokenBytes; }
   __device__ unsigned kv_full() const { return bars; }
   __device__ unsigned q_full(int stage) const { return bars + 8 * (1 + stage); }
   __device__ unsigned q_empty(int stage) const { return bars + 8 * (1 + kStages + stage); }
@@ -134,7 +149,8 @@ struct Tile {
   __device__ KeyWalk walk() const { return KeyWalk{first_head - 1, end_head, 0, 0, 0}; }
 };
 
-// The producer's single thread: K and V, then Q, dO, lse2 and Δ of every step into the ring.
+// The producer's single thread: K and V, then Q, dO, lse2, Δ (and a token tile's words, TOKENS)
+// of every step into the ring.
 __device__ __forceinline__ void produce(const HopperBackwardParams& p, const Shared& sh,
                                         const Tile& tile) {
   KeyWalk walk = tile.walk();
@@ -150,11 +166,17 @@ __device__ __forceinline__ void produce(const HopperBackwardParams& p, const Sha
   for (int n = 0; have; ++n) {
     const int stage = n % kStages;
     barrier_wait(sh.q_empty(stage), ((n / kStages) & 1) ^ 1);  // a fresh buffer counts as free
-    const int q_row0 = load_entry(p.entries + walk.entry()).x * kBlockM;
+    const Int4 entry = load_entry(p.entries + walk.entry());
+    const int q_row0 = entry.x * kBlockM;
     const int q_b = (bits & 1) ? 0 : tile.b, q_h = (bits & 2) ? 0 : walk.head;
     const int o_b = (bits & 64) ? 0 : tile.b, o_h = (bits & 128) ? 0 : walk.head;
     const unsigned full = sh.q_full(stage);
-    barrier_expect_bytes(full, 2 * kQBytes + kRowsBytes);
+    const bool tokens = kTokens && (entry.y & kFlagTokens);
+    barrier_expect_bytes(full, 2 * kQBytes + kRowsBytes + (tokens ? kTokenBytes : 0));
+    if (tokens) {
+      bulk_load(sh.token_slot(stage), token_tile<kBlockN, kSAtoms>(p.token_words, entry),
+                kTokenBytes, full);
+    }
     load_rows<kBlockM, kHeadDim>(sh.q_tile(stage), p.q_map, full, q_row0, q_h, q_b);
     load_rows<kBlockM, kHeadDim>(sh.do_tile(stage), p.do_map, full, q_row0, o_h, o_b);
     const long long row =
@@ -274,10 +296,14 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     wgmma_commit();
     wgmma_wait<1>();
     pin(s);
-    if (entry.y != 0) {
-      mask_transposed<kBlockN>(s, entry, key_row0, k_row0, entry.x * kBlockM,
-                               params.sub_rows_log2, params.sub_cols_log2, params.causal_offset,
-                               params.seq_k);
+    if (entry.y != 0) {  // full tiles never mask
+      if (kTokens && (entry.y & kFlagTokens)) {
+        apply_token_rows(s, load_token_rows<kSAtoms>(sh.token_slot(stage), key_row0));
+      } else {
+        mask_transposed<kBlockN>(s, entry, key_row0, k_row0, entry.x * kBlockM,
+                                 params.sub_rows_log2, params.sub_cols_log2,
+                                 params.causal_offset, params.seq_k);
+      }
     }
     probabilities_by_columns(s, lse_row, params.scale_log2, fresh_lane());
     unsigned pt[kBlockM / 16][4], ds[kBlockM / 16][4];

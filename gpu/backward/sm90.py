@@ -12,6 +12,10 @@ they compute dQ (``dq``):
 - ``"separate"``: none here; the query-major kernel of ``gpu.backward.sm90_dq`` computes it,
   recomputing S and dP, with no atomics: the deterministic build.
 
+Token tiles (partial blocks): with ``tokens`` each step's token words (128 key rows of 2 words,
+1 KB) travel with its Q tile into a slot per stage and mask Sᵀ before Pᵀ; without, the build
+has none of that code (plans without partial blocks compile it so).
+
 GQA: a CTA walks the query heads of its kv head's group one after another, dK and dV summed in
 registers. Where that leaves too few CTAs for the GPU (``group_splits``), the group's heads are
 split over several CTAs, each writing fp32 partial dK, dV that the host sums (a deterministic
@@ -33,9 +37,9 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from designer.validate import check_choice
+from designer.validate import check_bool, check_choice
 from gpu.backward.fused import compile_prep, readable, run_prep
-from gpu.backward.sm90_dq import DqPlan, HopperDqConfig, launch_dq, plan_dq
+from gpu.backward.sm90_dq import DqPlan, HopperDqConfig, check_token_path, launch_dq, plan_dq
 from gpu.forward.tensor_maps import RowMaps
 from gpu.launcher import KernelLauncher
 from gpu.params import DqConvertParams, HopperBackwardParams
@@ -64,6 +68,7 @@ class HopperBackwardConfig:
     head_dim: int
     dq: str = "bulk"  # a key of DQ_MODES
     stages: int = 2  # Q / dO / lse2 / Δ buffers in the ring
+    tokens: bool = False  # token tiles: their words staged with each step's Q tile
 
     block_m = 64  # query rows per step
     block_n = 128  # keys per CTA, 64 per consumer warpgroup
@@ -76,8 +81,10 @@ class HopperBackwardConfig:
         check_choice("head_dim", self.head_dim, HEAD_DIMS)
         check_choice("dq", self.dq, tuple(DQ_MODES))
         check_choice("stages", self.stages, (2, 3))
+        check_bool("tokens", self.tokens)
         check_shared_memory(
-            self.shared_bytes, f"dq={self.dq!r}, stages={self.stages}, head_dim={self.head_dim}"
+            self.shared_bytes,
+            f"dq={self.dq!r}, stages={self.stages}, head_dim={self.head_dim}, tokens={self.tokens}",
         )
 
     @property
@@ -86,18 +93,24 @@ class HopperBackwardConfig:
         return self.dq == "separate"
 
     @property
+    def token_tile_bytes(self) -> int:
+        """One token tile's words (``tokens``): a row of ``block_m / 32`` words per key."""
+        return self.block_n * -(-self.block_m // 32) * 4 if self.tokens else 0
+
+    @property
     def shared_bytes(self) -> int:
-        """K, V, the ring (Q, dO, lse2, Δ), two dSᵀ tiles and two fp32 dQ staging tiles (where
-        the build computes dQ) and the mbarriers."""
+        """K, V, the ring (Q, dO, lse2, Δ and a token slot with ``tokens``), two dSᵀ tiles and
+        two fp32 dQ staging tiles (where the build computes dQ) and the mbarriers."""
         m, n, d = self.block_m, self.block_n, self.head_dim
-        ring = self.stages * (2 * m * d * 2 + 2 * m * 4)
+        ring = self.stages * (2 * m * d * 2 + 2 * m * 4 + self.token_tile_bytes)
         ds = 2 * n * m * 2 if self.dq != "separate" else 0
         staging = 2 * m * 64 * 4 if self.dq == "bulk" else 0
         return 2 * n * d * 2 + ring + ds + staging + BARRIER_BYTES
 
     def defines(self) -> dict[str, int]:
         return {"DTYPE_BF16": int(self.dtype == "bf16"), "HEAD_DIM": self.head_dim,
-                "STAGES": self.stages, "DQ_MODE": DQ_MODES[self.dq]}  # fmt: skip
+                "STAGES": self.stages, "DQ_MODE": DQ_MODES[self.dq],
+                "TOKENS": int(self.tokens)}  # fmt: skip
 
 
 def group_splits(n_ctas: int, kv_group: int, n_sms: int) -> int:
@@ -123,6 +136,7 @@ class HopperBackwardPlan:
     lists: torch.Tensor
     entries: torch.Tensor
     order: torch.Tensor
+    token_words: torch.Tensor  # the table's token tiles (one dummy row when none)
     n_k_tiles: int
     n_tiles: int
     sub_rows_log2: int
@@ -151,7 +165,9 @@ def plan_hopper_backward(
     layout: BlockSparsePlan, config: HopperBackwardConfig
 ) -> HopperBackwardPlan:
     """Compile ``config`` (and its dQ or convert kernel) for the plan's device around the
-    plan's transposed table (``gpu.plan(...).backward(...)`` does this for the chosen build)."""
+    plan's transposed table (``gpu.plan(...).backward(...)`` does this for the chosen build).
+    A plan with partial blocks needs a build with ``tokens`` (one without would not mask them)."""
+    check_token_path(layout, config)
     lut = layout.backward_lut(config.block_m, config.block_n)
     device = layout.device.index
     defines = config.defines()
@@ -162,10 +178,11 @@ def plan_hopper_backward(
         convert = KernelLauncher(kernel, DqConvertParams, device, 0)
     dq = None
     if config.dq == "separate":
-        dq = plan_dq(layout, HopperDqConfig(config.dtype, config.head_dim))
+        dq = plan_dq(layout, HopperDqConfig(config.dtype, config.head_dim, tokens=config.tokens))
     return HopperBackwardPlan(
         config=config, causal_offset=layout.causal_offset, n_heads=layout.n_heads,
-        lists=lut.lists, entries=lut.entries, order=lut.order, n_k_tiles=lut.n_k_tiles,
+        lists=lut.lists, entries=lut.entries, order=lut.order, token_words=lut.token_words,
+        n_k_tiles=lut.n_k_tiles,
         n_tiles=lut.n_tiles, sub_rows_log2=int(math.log2(lut.sub_rows)),
         sub_cols_log2=int(math.log2(lut.sub_cols)),
         n_sms=torch.cuda.get_device_properties(layout.device).multi_processor_count,
@@ -217,6 +234,7 @@ def launch_hopper_backward(
         0 if parts is not None else dk.data_ptr(), 0 if parts is not None else dv.data_ptr(),
         0 if parts is None else parts[0].data_ptr(), 0 if parts is None else parts[1].data_ptr(),
         plan.lists.data_ptr(), plan.entries.data_ptr(), plan.order.data_ptr(),
+        plan.token_words.data_ptr(),
         # shapes
         batch, q_heads, kv_heads, q_heads // kv_heads, splits, int(plan.n_heads == 1),
         plan.n_k_tiles, seq_q, seq_k, seq_q_pad, broadcast,

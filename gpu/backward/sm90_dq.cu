@@ -17,13 +17,19 @@
 //   dS from registers (the accumulator layout is the A-fragment layout) and K N-major.
 // At the end each thread writes its rows of dQ (times scale) in 16 bits; rows past seq_q are
 // dropped (their lse2 reads as +inf, so P is 0 there).
+// Token tiles (partial blocks, TOKENS = 1; token_mask.cuh): the forward table's entry (k_tile,
+// 8, token tile, 0) names BLOCK_M query rows of BLOCK_N / 32 words. The producer copies them
+// (one 1 KB bulk copy) into its stage's slot with the K tile, on the K tile's "full" mbarrier;
+// each consumer thread reads its two rows after that wait and sets the masked scores of S to -inf
+// before P, so P and dS are 0 there. The slot is free with the K tile. TOKENS = 0 compiles none
+// of it. Full tiles copy and read nothing.
 //
 // Inputs: the fields of HopperDqParams (params.cuh). Tensor maps: 4-d [D, S, H, B] views with
 // boxes of 64 x BLOCK_M (q, d_o) and 64 x BLOCK_N (k, v).
-// Defines: DTYPE_BF16, HEAD_DIM (64, 128), STAGES (2, 3).
+// Defines: DTYPE_BF16, HEAD_DIM (64, 128), STAGES (2, 3), TOKENS (0/1).
 
-#if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(STAGES)
-#error "define DTYPE_BF16, HEAD_DIM, STAGES"
+#if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(STAGES) || !defined(TOKENS)
+#error "define DTYPE_BF16, HEAD_DIM, STAGES, TOKENS"
 #endif
 
 #include "attention_common.cuh"
@@ -32,6 +38,7 @@
 #include "hopper.cuh"
 #include "params.cuh"
 #include "persistent_units.cuh"
+#include "token_mask.cuh"
 #include "wgmma.cuh"
 
 namespace {
@@ -45,24 +52,28 @@ constexpr int kSAtoms = kBlockN / 8;
 constexpr int kOAtoms = kHeadDim / 8;
 constexpr unsigned kQBytes = kBlockM * kHeadDim * 2;
 constexpr unsigned kTileBytes = kBlockN * kHeadDim * 2;
+constexpr bool kTokens = TOKENS;
+constexpr unsigned kTokenBytes = kTokens ? token_tile_bytes<kBlockM, kSAtoms>() : 0;  // a slot
 constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;  // (168 · 3 - 24) / 2, one CTA per SM
 
 static_assert(kHeadDim == 64 || kHeadDim == 128, "HEAD_DIM must be 64 or 128");
 static_assert(kStages == 2 || kStages == 3, "STAGES must be 2 or 3");
 
-// The shared-memory plan: Q | dO | K stages | V stages | mbarriers.
+// The shared-memory plan: Q | dO | K stages | V stages | token slots (TOKENS) | mbarriers.
 struct Shared {
-  unsigned q, d_o, k, v, bars;
+  unsigned q, d_o, k, v, tokens, bars;
   __device__ explicit Shared(unsigned base) {
     q = base;
     d_o = q + kQBytes;
     k = d_o + kQBytes;
     v = k + kStages * kTileBytes;
-    bars = v + kStages * kTileBytes;
+    tokens = v + kStages * kTileBytes;
+    bars = tokens + kStages * kTokenBytes;
   }
   __device__ unsigned k_tile(int stage) const { return k + stage * kTileBytes; }
   __device__ unsigned v_tile(int stage) const { return v + stage * kTileBytes; }
+  __device__ unsigned token_slot(int stage) const { return tokens + stage * kTokenBytes; }
   __device__ unsigned q_full() const { return bars; }
   __device__ unsigned k_full(int stage) const { return bars + 8 * (1 + stage); }
   __device__ unsigned k_empty(int stage) const { return bars + 8 * (1 + kStages + stage); }
@@ -70,7 +81,8 @@ struct Shared {
   __device__ unsigned v_empty(int stage) const { return bars + 8 * (1 + 3 * kStages + stage); }
 };
 
-// The producer's single thread: Q and dO, then K and V of every active key tile.
+// The producer's single thread: Q and dO, then K (with a token tile's words, TOKENS) and V of
+// every active key tile.
 __device__ __forceinline__ void produce(const HopperDqParams& p, const Shared& sh,
                                         const Work& work) {
   const int bits = p.broadcast;
@@ -84,9 +96,15 @@ __device__ __forceinline__ void produce(const HopperDqParams& p, const Shared& s
   for (int n = 0; n < work.count; ++n) {
     const int stage = n % kStages;
     const unsigned parity = ((n / kStages) & 1) ^ 1;  // a fresh buffer counts as free
-    const int k_row0 = load_entry(p.entries + work.first + n).x * kBlockN;
+    const Int4 entry = load_entry(p.entries + work.first + n);
+    const int k_row0 = entry.x * kBlockN;
     barrier_wait(sh.k_empty(stage), parity);
-    barrier_expect_bytes(sh.k_full(stage), kTileBytes);
+    const bool tokens = kTokens && (entry.y & kFlagTokens);
+    barrier_expect_bytes(sh.k_full(stage), kTileBytes + (tokens ? kTokenBytes : 0));
+    if (tokens) {
+      bulk_load(sh.token_slot(stage), token_tile<kBlockM, kSAtoms>(p.token_words, entry),
+                kTokenBytes, sh.k_full(stage));
+    }
     load_rows<kBlockN, kHeadDim>(sh.k_tile(stage), p.k_map, sh.k_full(stage), k_row0, k_h, k_b);
     barrier_wait(sh.v_empty(stage), parity);
     barrier_expect_bytes(sh.v_full(stage), kTileBytes);
@@ -169,8 +187,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     wgmma_wait<1>();
     pin(s[0]);
     if (entry.y != 0) {  // full tiles never mask
-      apply_mask(s, entry, warp_row0, work.q_row0, params.sub_rows_log2, params.sub_cols_log2,
-                 params.causal_offset, params.seq_k);
+      if (kTokens && (entry.y & kFlagTokens)) {
+        apply_token_rows(s[0], load_token_rows<kSAtoms>(sh.token_slot(stage), warp_row0));
+      } else {
+        apply_mask(s, entry, warp_row0, work.q_row0, params.sub_rows_log2,
+                   params.sub_cols_log2, params.causal_offset, params.seq_k);
+      }
     }
     probabilities_by_rows(s[0], lse2, params.scale_log2);
     wgmma_wait<0>();

@@ -4,8 +4,9 @@ The kernel walks the forward's table (the key tiles of each 128-row query tile, 
 tiles first) and sums each query tile's dQ in registers: no atomics, the same order every run.
 It recomputes S and dP for that: three ``128 x 64 x D`` products per (query tile, key tile)
 pair, ``6 · B · T · 128 · 64 · D`` FLOPs with ``T`` the pairs of the forward table at 128 x 64
-tiles. Bytes: Q, dO read once, K and V once per visiting query tile (mostly from L2), dQ written
-once.
+tiles. Bytes: Q, dO read once, K and V once per visiting query tile (mostly from L2), dQ
+written once. With ``tokens`` (partial blocks) a token tile's words (128 query rows of 2 words,
+1 KB) travel with its K tile into a slot per stage and mask S before P.
 
 >>> config = HopperDqConfig("bf16", 128)
 >>> config.block_m, config.block_n, config.threads, config.shared_bytes
@@ -16,11 +17,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from designer.validate import check_choice
+from designer.validate import check_bool, check_choice
 from gpu.forward.tensor_maps import RowMaps
 from gpu.launcher import KernelLauncher
 from gpu.params import HopperDqParams
@@ -34,6 +35,18 @@ if TYPE_CHECKING:
 BARRIER_BYTES = 256
 
 
+def check_token_path(layout: BlockSparsePlan, config: Any) -> None:
+    """Refuse a Hopper backward build (a ``HopperDqConfig`` or ``HopperBackwardConfig``) without
+    the token-tile path (``config.tokens``) for a plan with partial blocks: it would compute
+    their tiles unmasked."""
+    if layout.n_partials and not config.tokens:
+        raise ValueError(
+            f"the plan has {layout.n_partials} partial blocks, which {type(config).__name__} "
+            "masks only with tokens=True (gpu.backward.builds.backward_build_config(..., "
+            "token_tiles=True) sets it), got tokens=False"
+        )
+
+
 @dataclass(frozen=True)
 class HopperDqConfig:
     """Compile-time choices of the dQ kernel; each becomes a ``-D`` define."""
@@ -41,6 +54,7 @@ class HopperDqConfig:
     dtype: str  # a name of gpu.support.DTYPES
     head_dim: int
     stages: int = 2  # K/V buffers in the ring
+    tokens: bool = False  # token tiles: their words staged with each K tile
 
     block_m = 128  # query rows per CTA, 64 per consumer warpgroup
     block_n = 64  # keys per tile
@@ -52,17 +66,28 @@ class HopperDqConfig:
         check_choice("dtype", self.dtype, tuple(DTYPES))
         check_choice("head_dim", self.head_dim, HEAD_DIMS)
         check_choice("stages", self.stages, (2, 3))
-        check_shared_memory(self.shared_bytes, f"dQ stages={self.stages}, head_dim={self.head_dim}")
+        check_bool("tokens", self.tokens)
+        check_shared_memory(
+            self.shared_bytes,
+            f"dQ stages={self.stages}, head_dim={self.head_dim}, tokens={self.tokens}",
+        )
+
+    @property
+    def token_tile_bytes(self) -> int:
+        """One token tile's words (``tokens``): a row of ``block_n / 32`` words per query."""
+        return self.block_m * -(-self.block_n // 32) * 4 if self.tokens else 0
 
     @property
     def shared_bytes(self) -> int:
-        """Q and dO, ``stages`` K and V tiles (16-bit) and the mbarriers."""
+        """Q and dO, ``stages`` K and V tiles (16-bit) and token slots (``tokens``), and the
+        mbarriers."""
         rows = 2 * self.block_m + 2 * self.stages * self.block_n
-        return rows * self.head_dim * 2 + BARRIER_BYTES
+        slots = self.stages * self.token_tile_bytes
+        return rows * self.head_dim * 2 + slots + BARRIER_BYTES
 
     def defines(self) -> dict[str, int]:
         return {"DTYPE_BF16": int(self.dtype == "bf16"), "HEAD_DIM": self.head_dim,
-                "STAGES": self.stages}  # fmt: skip
+                "STAGES": self.stages, "TOKENS": int(self.tokens)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -72,6 +97,7 @@ class DqPlan:
     config: HopperDqConfig
     items: torch.Tensor
     entries: torch.Tensor
+    token_words: torch.Tensor  # the table's token tiles (one dummy row when none)
     n_tiles: int
     sub_rows_log2: int
     sub_cols_log2: int
@@ -85,13 +111,16 @@ class DqPlan:
 
 
 def plan_dq(layout: BlockSparsePlan, config: HopperDqConfig) -> DqPlan:
-    """Compile ``config`` for the plan's device around the plan's forward table at its tiles."""
+    """Compile ``config`` for the plan's device around the plan's forward table at its tiles
+    (with ``tokens`` where the plan has partial blocks)."""
+    check_token_path(layout, config)
     lut = layout.forward_lut(config.block_m, config.block_n)
     kernel = compile_kernel(config.source, config.function, config.defines(),
                             device=layout.device.index)  # fmt: skip
     return DqPlan(
-        config=config, items=lut.items, entries=lut.entries, n_tiles=lut.n_tiles,
-        sub_rows_log2=int(math.log2(lut.sub_rows)), sub_cols_log2=int(math.log2(lut.sub_cols)),
+        config=config, items=lut.items, entries=lut.entries, token_words=lut.token_words,
+        n_tiles=lut.n_tiles, sub_rows_log2=int(math.log2(lut.sub_rows)),
+        sub_cols_log2=int(math.log2(lut.sub_cols)),
         launcher=KernelLauncher(kernel, HopperDqParams, layout.device.index, config.shared_bytes),
         maps=RowMaps(config.block_m, config.block_n, config.block_n, config.block_m),
     )  # fmt: skip
@@ -122,7 +151,7 @@ def launch_dq(
         n_work, cfg.threads, cfg.shared_bytes, stream,
         # operands, the forward table
         q_map, k_map, v_map, do_map, rows[0].data_ptr(), rows[1].data_ptr(), dq.data_ptr(),
-        plan.items.data_ptr(), plan.entries.data_ptr(),
+        plan.items.data_ptr(), plan.entries.data_ptr(), plan.token_words.data_ptr(),
         # work and shapes
         n_work, batch, q_heads, heads_per_item, q_heads // k.shape[1], seq_q, k.shape[2],
         seq_q_pad, broadcast,

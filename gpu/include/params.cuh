@@ -122,10 +122,11 @@ struct HopperBackwardParams {
   unsigned short* dv;
   float* dk_part;
   float* dv_part;
-  // the plan's transposed table (gpu/backward/lut.py)
+  // the plan's transposed table (gpu/backward/lut.py) and its token tiles (token_mask.cuh)
   const int2* lists;
   const Int4* entries;
   const int* order;
+  const unsigned* token_words;
   // shapes
   int batch, q_heads, kv_heads, kv_group, n_splits, shared_layout, n_k_tiles, seq_q, seq_k;
   int seq_q_pad;
@@ -150,9 +151,10 @@ struct HopperDqParams {
   const float* lse2;
   const float* delta;
   unsigned short* dq;  // [B, Hq, seq_q, D] contiguous
-  // the plan's forward table (gpu/forward/lut.py)
+  // the plan's forward table (gpu/forward/lut.py) and its token tiles (token_mask.cuh)
   const Int4* items;
   const Int4* entries;
+  const unsigned* token_words;
   // work and shapes
   int n_work, batch, q_heads, heads_per_item, kv_group, seq_q, seq_k, seq_q_pad;
   int broadcast;

@@ -249,14 +249,16 @@ def hopper_backward_plan(dq: str, recorders: dict, monkeypatch) -> sm90.HopperBa
     if dq == "separate":
         dq_plan = sm90_dq.DqPlan(
             config=sm90_dq.HopperDqConfig("bf16", 64), items=torch.zeros(6, 4, dtype=torch.int32),
-            entries=torch.zeros(9, 4, dtype=torch.int32), n_tiles=9, sub_rows_log2=6,
+            entries=torch.zeros(9, 4, dtype=torch.int32),
+            token_words=torch.zeros(1, 128, 2, dtype=torch.int32), n_tiles=9, sub_rows_log2=6,
             sub_cols_log2=5, launcher=recorders["dq"], maps=lambda *tensors: maps,
         )  # fmt: skip
     lut = [torch.zeros(n, dtype=torch.int32) for n in (8, 36, 4)]
     return sm90.HopperBackwardPlan(
         config=sm90.HopperBackwardConfig("bf16", 64, dq=dq), causal_offset=7, n_heads=1,
-        lists=lut[0], entries=lut[1], order=lut[2], n_k_tiles=4, n_tiles=9, sub_rows_log2=6,
-        sub_cols_log2=5, n_sms=132, prep=recorders["prep"], main=recorders["main"],
+        lists=lut[0], entries=lut[1], order=lut[2],
+        token_words=torch.zeros(1, 128, 2, dtype=torch.int32), n_k_tiles=4, n_tiles=9,
+        sub_rows_log2=6, sub_cols_log2=5, n_sms=132, prep=recorders["prep"], main=recorders["main"],
         convert=recorders["convert"] if dq == "bulk" else None, dq=dq_plan,
         maps=lambda *tensors: maps,
     )  # fmt: skip
@@ -281,8 +283,8 @@ def test_the_hopper_backward_fills_its_fields_by_name(dq, monkeypatch):
     assert (main.dq_acc is None) == (dq == "separate")  # a null pointer
     assert (main.dk, main.dv) == (None, None)  # fp32 partials of the three splits instead
     assert main.dv_part - main.dk_part == 2 * 2 * 3 * 448 * 64 * 4
-    assert (main.lists, main.entries, main.order) == tuple(
-        t.data_ptr() for t in (plan.lists, plan.entries, plan.order))  # fmt: skip
+    assert (main.lists, main.entries, main.order, main.token_words) == tuple(
+        t.data_ptr() for t in (plan.lists, plan.entries, plan.order, plan.token_words))  # fmt: skip
     assert (main.batch, main.q_heads, main.kv_heads, main.kv_group) == (2, 6, 2, 3)
     assert (main.n_splits, main.shared_layout, main.n_k_tiles) == (3, 1, 4)
     assert (main.seq_q, main.seq_k, main.seq_q_pad, main.broadcast) == (320, 448, 320, 0b11000000)
@@ -299,8 +301,9 @@ def test_the_hopper_backward_fills_its_fields_by_name(dq, monkeypatch):
         assert grid == second.n_work == 6 * 2 * 6  # items x batch x heads per item
         assert (second.lse2, second.delta, second.dq) == (main.lse2, main.delta,
                                                           dq_grad.data_ptr())  # fmt: skip
-        assert (second.items, second.entries) == (plan.dq.items.data_ptr(),
-                                                  plan.dq.entries.data_ptr())  # fmt: skip
+        dq_table = (plan.dq.items, plan.dq.entries, plan.dq.token_words)
+        assert (second.items, second.entries, second.token_words) == tuple(
+            t.data_ptr() for t in dq_table)  # fmt: skip
         assert (second.batch, second.q_heads, second.heads_per_item, second.kv_group) == (
             2, 6, 6, 3)  # fmt: skip
         assert (second.seq_q, second.seq_k, second.seq_q_pad, second.broadcast) == (

@@ -1,11 +1,15 @@
-"""Partial blocks on the GPU: the fused forward (every build this GPU has) and backward (both
-instruction paths) against the fp64 masked softmax of the same token mask.
+"""Partial blocks on the GPU: the fused forward (every build this GPU has) and the backward
+(every build a plan can choose, ``conftest.backward_build``: ``fused`` on both instruction
+paths, and on Hopper ``sm90_bulk``, ``sm90_atomic`` and ``sm90_separate``) against the fp64
+masked softmax of the same token mask.
 
 Token masks are random per block (empty, full, or partial with random bits), with query rows
 and key columns that the bits mask entirely, at blocks 16 to 128, both head dims and dtypes,
 causal in both alignments, lengths that are not whole blocks, GQA and one layout head serving
-every head. Fresh random inputs; outputs poisoned with NaN first. A failure names the case,
-the relative error and the first worst (batch, head, row, column).
+every head; and the token families users bring (a sliding window of odd width, packed and
+causal documents, prefix-LM, rows that attend to nothing) through ``designer.from_mask_mod``.
+Fresh random inputs; outputs poisoned with NaN first. A failure names the case, the relative
+error and the first worst (batch, head, row, column).
 """
 
 from __future__ import annotations
@@ -18,14 +22,20 @@ import pytest
 import torch
 
 import gpu
+from designer import from_mask_mod
+from designer.patterns.token_documents import token_documents
+from designer.patterns.token_prefix_lm import token_prefix_lm
+from designer.patterns.token_window import token_sliding_window
 from gpu import block_sparse_attention
+from gpu.backward import sm90
 from gpu.backward.builds import choose_backward_config
-from gpu.backward.fused import launch_backward, plan_backward
+from gpu.backward.fused import plan_backward
 from gpu.forward.builds import choose_config, hopper_token_paths
 from gpu.forward.launch import plan_forward, run_fused
 from gpu.partials import split_token_mask
 from gpu.runtime import is_hopper
 from tests.gpu.oracle import masked_softmax_attention, relative_error
+from tests.gpu.repeats import repeated_gradients
 
 pytestmark = pytest.mark.gpu
 
@@ -168,13 +178,25 @@ def check_backward(grads, q, k, v, grad_out, allowed, scale, label):
         )
 
 
+def backward_plans(the_plan, build, dtype, head_dim):
+    """``(label, backward plan)`` of ``build`` for a plan with partial blocks: ``fused`` on each
+    instruction path this GPU has, an sm90 build as the plan compiles it (its token-tile path)."""
+    if build != "fused":
+        backward = the_plan.backward(dtype, head_dim)  # the build conftest named
+        assert backward.config.tokens and (backward.dq is None or backward.dq.config.tokens)
+        return [(build, backward)]
+    paths = [False, True] if is_hopper(torch.device("cuda")) else [False]
+    return [(f"fused wgmma {wgmma}", plan_backward(the_plan, choose_backward_config(
+        head_dim=head_dim, dtype=dtype, wgmma=wgmma))) for wgmma in paths]  # fmt: skip
+
+
 @pytest.mark.parametrize("causal", [None, "top_left", "bottom_right"])
 @pytest.mark.parametrize(("block", "head_dim", "dtype"), [
     (16, 64, torch.bfloat16), (32, 128, torch.bfloat16), (64, 64, torch.float16),
     (128, 128, torch.bfloat16), (64, 128, torch.float16), (128, 64, torch.bfloat16),
 ])  # fmt: skip
-def test_backward_paths_mask_partial_tiles(block, head_dim, dtype, causal):
-    """Both backward instruction paths (mma.sync, and wgmma on Hopper) on one forward."""
+def test_backward_builds_mask_partial_tiles(backward_build, block, head_dim, dtype, causal):
+    """Every backward build (both instruction paths of ``fused``) on one forward."""
     seq_q, seq_k = LENGTHS[block]
     the_plan, allowed = token_case(block, seq_q, seq_k, heads=4, causal=causal is not None,
                                    alignment=causal or "top_left", seed=7 * block)  # fmt: skip
@@ -183,22 +205,86 @@ def test_backward_paths_mask_partial_tiles(block, head_dim, dtype, causal):
     out, lse = block_sparse_attention(q, k, v, the_plan, return_lse=True)
     gen = torch.Generator(device="cuda").manual_seed(block)
     grad_out = torch.randn(out.shape, generator=gen, device="cuda").to(dtype)
-    paths = [False, True] if is_hopper(torch.device("cuda")) else [False]
-    for wgmma in paths:
-        config = choose_backward_config(head_dim=head_dim, dtype=dtype, wgmma=wgmma)
-        grads = launch_backward(plan_backward(the_plan, config), q, k, v, out, lse, grad_out,
-                                None, scale)  # fmt: skip
-        label = f"block {block} D {head_dim} {dtype} causal {causal} wgmma {wgmma}"
+    for name, backward in backward_plans(the_plan, backward_build, dtype, head_dim):
+        grads = backward.launch(q, k, v, out, lse, grad_out, None, scale=scale)
+        label = f"block {block} D {head_dim} {dtype} causal {causal} {name}"
         check_backward(grads, q, k, v, grad_out, allowed, scale, label)
 
 
-def test_autograd_with_gqa_and_one_layout_head():
+def test_autograd_with_gqa_and_one_layout_head(backward_build):
     the_plan, allowed = token_case(32, 320, 320, heads=1, causal=True, seed=5)
     q, k, v = (x.requires_grad_() for x in inputs(1, 8, 2, 320, 320, 128, torch.bfloat16, 9))
     out = block_sparse_attention(q, k, v, the_plan)
     grad_out = torch.randn_like(out)
     grads = torch.autograd.grad(out, (q, k, v), grad_out)
-    check_backward(grads, q, k, v, grad_out, allowed, 128**-0.5, "autograd GQA one head")
+    check_backward(grads, q, k, v, grad_out, allowed, 128**-0.5,
+                   f"autograd GQA one head {backward_build}")  # fmt: skip
+
+
+def without_rows(mask_mod, first, last):
+    """``mask_mod`` with query rows [first, last] attending to nothing."""
+
+    def rows_cut(b, h, q_idx, kv_idx):
+        return mask_mod(b, h, q_idx, kv_idx) & ((q_idx < first) | (q_idx > last))
+
+    return rows_cut
+
+
+# name: (mask_mod, block, seq_q, seq_k, causal plan); lengths are not whole blocks but one
+FAMILIES = {
+    "window 97": (token_sliding_window(97), 64, 450, 450, False),
+    "window 97 causal plan": (token_sliding_window(97), 32, 333, 333, True),
+    "bidirectional window 45": (token_sliding_window(45, causal=False), 16, 300, 300, False),
+    "documents": (token_documents([100, 37, 203]), 64, 390, 390, False),
+    "causal documents": (token_documents([150, 71, 99], causal=True), 128, 320, 320, False),
+    "documents, more keys": (token_documents([70, 133]), 32, 260, 390, False),
+    "prefix-LM": (token_prefix_lm(150), 64, 384, 384, False),
+    "prefix-LM, empty rows": (without_rows(token_prefix_lm(90), 130, 140), 16, 300, 300, False),
+}
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_backward_builds_on_token_families(backward_build, family, head_dim):
+    """Each build through autograd on a ``from_mask_mod`` layout (one layout head for GQA 4/2):
+    gradients within tolerance of fp64 autograd under the same ``mask_mod``, everywhere."""
+    mask_mod, block, seq_q, seq_k, causal = FAMILIES[family]
+    layout = from_mask_mod(mask_mod, heads=1, seq_q=seq_q, seq_k=seq_k, block_size=block,
+                           causal=causal)  # fmt: skip
+    the_plan = gpu.plan(layout, causal=causal, device="cuda")
+    assert the_plan.n_partials > 0
+    q_idx, kv_idx = torch.arange(seq_q)[:, None], torch.arange(seq_k)[None, :]
+    allowed = mask_mod(0, 0, q_idx, kv_idx)[None] & (kv_idx <= q_idx if causal else True)
+    q, k, v = (x.requires_grad_() for x in inputs(1, 4, 2, seq_q, seq_k, head_dim,
+                                                  torch.bfloat16, seed=len(family)))  # fmt: skip
+    out = block_sparse_attention(q, k, v, the_plan)
+    grad_out = torch.randn_like(out)
+    grads = torch.autograd.grad(out, (q, k, v), grad_out)
+    check_backward(grads, q, k, v, grad_out, allowed, head_dim**-0.5,
+                   f"{family} D {head_dim} {backward_build}")  # fmt: skip
+
+
+@pytest.mark.parametrize("split_groups", [True, False])
+def test_deterministic_token_gradients_are_bitwise_equal(split_groups, monkeypatch):
+    """deterministic=True on a plan with partial blocks (sm90_separate with its token-tile
+    path, both kernels): bitwise-equal gradients run after run, the GQA heads split over CTAs
+    or walked in one, and within tolerance of fp64."""
+    if not is_hopper(torch.device("cuda")):
+        pytest.skip("deterministic=True needs the Hopper backward (compute capability 9.0)")
+    if not split_groups:
+        monkeypatch.setattr(sm90, "MIN_CTAS_PER_SM", 0)
+    mask_mod = token_documents([100, 37, 203], causal=True)
+    layout = from_mask_mod(mask_mod, heads=1, seq_q=450, seq_k=450, block_size=64)
+    the_plan = gpu.plan(layout, device="cuda", deterministic=True)
+    backward = the_plan.backward(torch.bfloat16, 128)
+    assert backward.config.dq == "separate" and backward.config.tokens
+    q, k, v = (x.requires_grad_() for x in inputs(2, 8, 2, 450, 450, 128, torch.bfloat16, 4))
+    grad_out = torch.randn(q.shape, device="cuda", dtype=q.dtype)
+    grads = repeated_gradients(lambda *x: block_sparse_attention(*x, the_plan), (q, k, v),
+                               grad_out)  # fmt: skip
+    q_idx, kv_idx = torch.arange(450)[:, None], torch.arange(450)[None, :]
+    check_backward(grads, q, k, v, grad_out, mask_mod(0, 0, q_idx, kv_idx)[None], 128**-0.5,
+                   f"deterministic, split groups {split_groups}")  # fmt: skip
 
 
 def test_all_ones_partials_equal_the_full_layout():

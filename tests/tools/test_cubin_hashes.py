@@ -25,11 +25,15 @@ def tool():
 
 def test_every_build_a_plan_can_choose_is_covered(tool):
     names = [build.name for build in tool.builds()]
-    assert len(names) == len(set(names)) == 40
-    for family, count in (("forward-sm80", 8), ("forward-sm90", 8), ("backward", 8), ("sdd", 16)):
+    assert len(names) == len(set(names)) == 72
+    families = (("forward-sm80", 8), ("forward-sm90", 8), ("backward", 40), ("backward-sm90_", 32),
+                ("sdd", 16))  # fmt: skip
+    for family, count in families:
         assert sum(name.startswith(family) for name in names) == count, family
     assert all(b.targets == ("sm_90a",) for b in tool.builds() if "sm90" in b.name)
     assert all(b.source.is_file() for b in tool.builds())
+    tokens = {b.name: dict(b.defines).get("TOKENS") for b in tool.builds() if "sm90_" in b.name}
+    assert all(value == name.endswith("-tokens") for name, value in tokens.items())
 
 
 def test_ptxas_resources_are_read_per_kernel(tool):
@@ -58,3 +62,19 @@ def test_a_comparison_names_what_changed_and_flags_what_got_worse(tool):
             got_worse
         )
     assert tool.compare(old, {}) == (["b: only in the old run"], True)
+
+
+def test_sass_registers_are_read_per_kernel_and_reported_but_cost_nothing(tool):
+    listing = """.text.producer:
+        /*0000*/                   LDC R1, c[0x0][0x28] ;
+        /*0010*/                   IMAD.WIDE R2, R7, 0x4, R2 ;
+.text.consumer:
+        /*0000*/                   HGMMA.64x64x16.F32.BF16 R88, R72, gdesc[UR20], R88 ;
+        /*0010*/                   FSEL R237, R12, -INF , P0 ;
+"""
+    assert tool.sass_registers(listing) == {"producer": 8, "consumer": 238}
+    kernels = {"k": {"registers": 168, "sass_registers": 230}}
+    old = {"b": {"sm_90a": {"sha256": "1", "kernels": kernels}}}
+    more = {"k": {"registers": 168, "sass_registers": 238}}
+    lines, worse = tool.compare(old, {"b": {"sm_90a": {"sha256": "2", "kernels": more}}})
+    assert lines == ["b sm_90a: differs (k sass_registers 230 -> 238)"] and not worse

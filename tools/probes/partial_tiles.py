@@ -13,9 +13,11 @@ causal window keeps about 1000.5 · 16384 pairs a head (6 % of S²): 0.17 ms at 
    dense (block 128) and the 1000-token window's blocks (64 and 128, causal). One layout head
    serves the 16 heads. Per forward build (on Hopper each build a plan may take, with its token
    words through the K stages and from global memory where both fit, and D=64's two-stage
-   64 x 128 build with stages; elsewhere the mma.sync build) and for the backward the plan
-   takes: both times and their ratio (target <= 1.15); outputs (the backward's dk and dv; dq
-   sums by atomics) must agree exactly.
+   64 x 128 build with stages; elsewhere the mma.sync build) and for every backward build
+   (``fused``, and on Hopper the sm90 builds, which compile their token-tile path for the
+   partial plan only): both times and their ratio (target <= 1.15); outputs (the backward's
+   dk and dv; dq sums by atomics or bulk reductions, except in ``sm90_separate``) must agree
+   exactly.
 2. **Against FlexAttention.** The window as a ``mask_mod`` (``q - kv <= 1000`` and causal, as
    attention-gym's ``generate_sliding_window``): ours planned from its token mask at blocks 64
    and 128 (causal closed form, the window's edge as partial blocks), Flex's ``create_block_mask``
@@ -43,8 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout, uninstalled
 
 import gpu
-from gpu.backward.builds import choose_backward_config
-from gpu.backward.fused import launch_backward, plan_backward
+from gpu.backward.builds import BUILDS
 from gpu.bench.metrics import attention_flops, median, step_flops, tflops
 from gpu.bench.report import environment
 from gpu.bench.timing import CudaEventTimer
@@ -140,8 +141,7 @@ def cost_of_partial_tiles(timer, head_dim: int, windows, records: list[dict]) ->
     cases = [("dense", 128, torch.ones(1, SEQ // 128, SEQ // 128, dtype=torch.bool), False)]
     cases += [(f"window{WINDOW}", block, windows[block][0], True) for block in (64, 128)]
     scale = head_dim**-0.5
-    backward = choose_backward_config(head_dim=head_dim, dtype=torch.bfloat16,
-                                      wgmma=is_hopper(torch.device("cuda")))  # fmt: skip
+    backward_builds = BUILDS if is_hopper(torch.device("cuda")) else ("fused",)
     for name, block, blocks, causal in cases:
         index = blocks.nonzero().to(torch.int32)
         ones = torch.full((len(index), block, block // 8), 0xFF, dtype=torch.uint8)
@@ -163,18 +163,20 @@ def cost_of_partial_tiles(timer, head_dim: int, windows, records: list[dict]) ->
                     "identical_outputs": bool(torch.equal(outs[0], outs[1]))}, records)  # fmt: skip
         out, lse = gpu.block_sparse_attention(*qkv, full, return_lse=True)
         grad_out = torch.randn_like(out)
-        grads, times = [], []
-        for the_plan in (full, partial):
-            run = partial_call(launch_backward, plan_backward(the_plan, backward), *qkv, out, lse,
-                               grad_out, None, scale)  # fmt: skip
-            grads.append(run())
-            times.append(timed(run, timer))
-        # dk and dv: dq is summed by atomics in no fixed order
-        same = all(torch.equal(a, b) for a, b in zip(grads[0][1:], grads[1][1:], strict=True))
-        path = "wgmma" if backward.wgmma else "mma.sync"
-        report({**case, "pass": "backward", "build": f"backward {path} w{backward.n_warps}",
-                "full_ms": times[0], "partial_ms": times[1], "ratio": times[1] / times[0],
-                "identical_outputs": same}, records)  # fmt: skip
+        for build in backward_builds:
+            grads, times = [], []
+            for the_plan in (full, partial):
+                backward = the_plan.backward(torch.bfloat16, head_dim, build=build)
+                run = partial_call(backward.launch, *qkv, out, lse, grad_out, None, scale=scale)
+                grads.append(run())
+                times.append(timed(run, timer))
+            # dk and dv; dq too where no atomics or bulk reductions sum it in no fixed order
+            first = 0 if build == "sm90_separate" else 1
+            pairs = zip(grads[0][first:], grads[1][first:], strict=True)
+            same = all(torch.equal(a, b) for a, b in pairs)
+            report({**case, "pass": "backward", "build": f"backward {build}",
+                    "full_ms": times[0], "partial_ms": times[1], "ratio": times[1] / times[0],
+                    "identical_outputs": same}, records)  # fmt: skip
 
 
 def against_flex(timer, head_dim: int, windows, records: list[dict], backends: list[str]) -> None:

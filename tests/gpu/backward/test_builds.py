@@ -1,5 +1,6 @@
-"""The backward's builds: every build compiles (Hopper and Ampere) with no spills, the table
-names the build a plan takes, and configurations check themselves."""
+"""The backward's builds: every build compiles (Hopper and Ampere) with no spills, with and
+without the token-tile path, the table names the build a plan takes (partial blocks or not), and
+configurations check themselves."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import torch
 
-from gpu.backward import builds
+import gpu
+from gpu.backward import builds, sm90
 from gpu.backward.builds import (
     BUILDS,
     BackwardConfig,
@@ -20,7 +22,8 @@ from gpu.backward.builds import (
 )
 from gpu.backward.fused import SOURCE
 from gpu.backward.sm90 import HopperBackwardConfig, group_splits
-from gpu.backward.sm90_dq import HopperDqConfig
+from gpu.backward.sm90_dq import HopperDqConfig, plan_dq
+from gpu.partials import split_token_mask
 from gpu.support import DTYPE_NAMES, HEAD_DIMS
 from tests.gpu.nvcc import HOPPER, compile_source, nvcc_or_skip
 
@@ -40,12 +43,17 @@ def test_every_chosen_config_compiles_with_nvcc(tmp_path, dtype):
 
 
 def test_every_hopper_build_compiles_without_spills_or_serialised_wgmma(tmp_path):
-    """Each sm90 build (both dQ kernels besides), bf16 and fp16, D 64 and 128: ptxas reports no
-    spill and no wgmma it had to serialise or wait for (C75xx)."""
+    """Each sm90 build (both dQ kernels besides), bf16 and fp16, D 64 and 128, and with the
+    token-tile path (bf16: the dtype does not touch it): ptxas reports no spill and no wgmma it
+    had to serialise or wait for (C75xx)."""
     nvcc = nvcc_or_skip()
-    configs = [backward_build_config(name, head_dim=d, dtype=t, hopper=True)
-               for name in BUILDS[1:] for d in HEAD_DIMS for t in DTYPE_NAMES]  # fmt: skip
-    configs += [HopperDqConfig(DTYPE_NAMES[t], d) for d in HEAD_DIMS for t in DTYPE_NAMES]
+    configs = [backward_build_config(name, head_dim=d, dtype=t, hopper=True, token_tiles=tokens)
+               for name in BUILDS[1:] for d in HEAD_DIMS for t in DTYPE_NAMES
+               for tokens in (False, True) if t == torch.bfloat16 or not tokens]  # fmt: skip
+    configs += [HopperDqConfig(DTYPE_NAMES[t], d, tokens=tokens)
+                for d in HEAD_DIMS for t in DTYPE_NAMES
+                for tokens in (False, True) if t == torch.bfloat16 or not tokens]  # fmt: skip
+    assert len(configs) == 24 and sum(c.tokens for c in configs) == 8
 
     def compile_one(config) -> subprocess.CompletedProcess:
         out = tmp_path / f"{abs(hash(config))}.o"
@@ -75,6 +83,38 @@ def test_configs_fit_and_say_what_is_wrong():
     with pytest.raises(ValueError, match="stages must be one of 2, 3, got 4"):
         HopperDqConfig("bf16", 64, stages=4)
     assert HopperBackwardConfig("bf16", 128, stages=3).shared_bytes <= 227 * 1024
+    with pytest.raises(TypeError, match="tokens must be True or False, got int 1"):
+        HopperBackwardConfig("bf16", 64, tokens=1)
+    with pytest.raises(TypeError, match="tokens must be True or False"):
+        HopperDqConfig("bf16", 64, tokens="yes")
+    with pytest.raises(TypeError, match="token_tiles must be True or False"):
+        backward_build_config("sm90_bulk", head_dim=64, dtype=torch.bfloat16, hopper=True,
+                              token_tiles=None)  # fmt: skip
+
+
+def test_the_token_tile_path_costs_a_slot_per_stage_and_plans_without_it_keep_theirs():
+    """A 1 KB slot of token words per stage (128 keys x 2 words; 128 queries x 2 in the dQ
+    kernel), TOKENS=1; without token tiles the shared memory and the defines are what they were
+    (TOKENS=0 compiles none of the path). Three stages of sm90_bulk at D=128 leave no room for
+    the slots, and say so."""
+    for dq in ("bulk", "atomic", "separate"):
+        for head_dim in HEAD_DIMS:
+            for stages in (2, 3):
+                plain = HopperBackwardConfig("bf16", head_dim, dq=dq, stages=stages)
+                assert plain.defines()["TOKENS"] == 0
+                if (dq, head_dim, stages) == ("bulk", 128, 3):
+                    continue  # refused below
+                tokens = HopperBackwardConfig("bf16", head_dim, dq=dq, stages=stages, tokens=True)
+                assert tokens.shared_bytes - plain.shared_bytes == stages * 1024
+                assert tokens.defines()["TOKENS"] == 1
+    with pytest.raises(ValueError, match=r"dq='bulk', stages=3, head_dim=128, tokens=True need "
+                       r"234240 bytes of shared memory, more than 232448"):  # fmt: skip
+        HopperBackwardConfig("bf16", 128, dq="bulk", stages=3, tokens=True)
+    assert HopperBackwardConfig("bf16", 128).shared_bytes == 197888  # as measured before
+    assert HopperDqConfig("bf16", 128).shared_bytes == 131328
+    assert HopperDqConfig("bf16", 128, tokens=True).shared_bytes == 131328 + 2 * 1024
+    assert HopperDqConfig("fp16", 64, tokens=True).defines() == {
+        "DTYPE_BF16": 0, "HEAD_DIM": 64, "STAGES": 2, "TOKENS": 1}  # fmt: skip
 
 
 def test_the_table_names_the_build_a_plan_takes(monkeypatch):
@@ -84,7 +124,6 @@ def test_the_table_names_the_build_a_plan_takes(monkeypatch):
     assert choose_backward_build(hopper=True, deterministic=False, build="sm90_atomic") == (
         "sm90_atomic"
     )
-    assert choose_backward_build(hopper=True, deterministic=False, token_tiles=True) == "fused"
     monkeypatch.setattr(builds, "SM90_DEFAULT", False)
     assert choose_backward_build(hopper=True, deterministic=False) == "fused"
     assert choose_backward_build(hopper=False, deterministic=False) == "fused"
@@ -107,10 +146,47 @@ def test_the_table_refuses_what_it_cannot_give():
         choose_backward_build(hopper=True, deterministic=False, build="sm90")
     with pytest.raises(TypeError, match="deterministic must be True or False"):
         choose_backward_build(hopper=True, deterministic=1)
-    with pytest.raises(ValueError, match=r"token-masked .* fused backward only, got build 'sm90"):
-        choose_backward_build(hopper=True, deterministic=False, build="sm90_bulk", token_tiles=True)
-    with pytest.raises(ValueError, match="fused backward only, got deterministic=True"):
-        choose_backward_build(hopper=True, deterministic=True, token_tiles=True)
+
+
+@pytest.mark.parametrize("partial_blocks", [False, True])
+def test_a_hopper_plan_takes_an_sm90_build_with_or_without_partial_blocks(
+    partial_blocks, monkeypatch
+):
+    """What ``plan.backward`` compiles on an H200: sm90_bulk (sm90_separate when deterministic,
+    its dQ kernel alike), with the token-tile path exactly when the plan has partial blocks;
+    ``fused`` off Hopper, which always masks token tiles."""
+    mask = torch.ones(1, 200, 200, dtype=torch.bool).tril()  # diagonal blocks partial
+    blocks, partials = split_token_mask(mask, 64)
+    the_plan = gpu.plan(blocks, 64, seq_q=200, seq_k=200, device="cpu",
+                        partials=partials if partial_blocks else None)  # fmt: skip
+    assert (the_plan.n_partials > 0) == partial_blocks
+    assert choose_backward_build(hopper=True, deterministic=False) == "sm90_bulk"
+    monkeypatch.setattr(sm90, "plan_hopper_backward", lambda layout, config: config)
+    object.__setattr__(the_plan, "_hopper", True)  # as gpu.plan sets it on an H200
+    for deterministic, dq in ((False, "bulk"), (True, "separate")):
+        config = the_plan.backward(torch.bfloat16, 128, deterministic=deterministic)
+        assert isinstance(config, HopperBackwardConfig)
+        assert (config.dq, config.tokens, config.defines()["TOKENS"]) == (
+            dq, partial_blocks, int(partial_blocks))  # fmt: skip
+    for name in BUILDS[1:]:
+        config = the_plan.backward(torch.float16, 64, build=name)
+        assert config.dq == name.removeprefix("sm90_") and config.tokens == partial_blocks
+    object.__setattr__(the_plan, "_hopper", False)
+    monkeypatch.setattr(
+        "gpu.backward.fused.plan_backward", lambda layout, config: config, raising=True
+    )
+    config = the_plan.backward(torch.bfloat16, 64)
+    assert isinstance(config, BackwardConfig) and not config.wgmma
+
+
+def test_a_build_without_the_token_path_is_refused_for_partial_blocks():
+    blocks, partials = split_token_mask(torch.ones(1, 128, 128, dtype=torch.bool).tril(), 64)
+    the_plan = gpu.plan(blocks, 64, partials=partials, device="cpu")
+    with pytest.raises(ValueError, match=r"2 partial blocks, which HopperBackwardConfig masks "
+                       r"only with tokens=True .* got tokens=False"):  # fmt: skip
+        sm90.plan_hopper_backward(the_plan, HopperBackwardConfig("bf16", 64, dq="atomic"))
+    with pytest.raises(ValueError, match="HopperDqConfig masks only with tokens=True"):
+        plan_dq(the_plan, HopperDqConfig("bf16", 128))
 
 
 def test_group_splits_fill_the_gpu_with_the_fewest_partials():

@@ -20,6 +20,7 @@ from gpu.backward import sm90
 from gpu.bench.cases import FAMILIES, family_blocks
 from gpu.reference import dense_masked_attention
 from tests.gpu.oracle import relative_error
+from tests.gpu.repeats import repeated_gradients
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("backward_build")]
 
@@ -194,15 +195,12 @@ def test_deterministic_gradients_are_bitwise_equal(backward_build, split_groups,
                         deterministic=True)  # fmt: skip
     q, k, v = _leaves(2, 8, 2, 700, 740, 128, torch.bfloat16, seed=3)
     grad_out = torch.randn(q.shape, device="cuda", dtype=q.dtype)
-    runs = [torch.autograd.grad(block_sparse_attention(q, k, v, the_plan), (q, k, v), grad_out)
-            for _ in range(3)]  # fmt: skip
-    for again in runs[1:]:
-        for first, second in zip(runs[0], again, strict=True):
-            assert torch.equal(first, second)
+    first = repeated_gradients(lambda *x: block_sparse_attention(*x, the_plan), (q, k, v),
+                               grad_out)  # fmt: skip
     _check_grads(q, k, v, the_plan)
     # the call's flag overrides the plan's (here: the other way round)
     loose = gpu.plan(blocks, 64, causal=True, seq_q=700, seq_k=740, device="cuda")
     got = torch.autograd.grad(block_sparse_attention(q, k, v, loose, deterministic=True),
                               (q, k, v), grad_out)  # fmt: skip
-    for first, second in zip(runs[0], got, strict=True):
-        assert torch.equal(first, second)
+    for ours, again in zip(first, got, strict=True):
+        assert torch.equal(ours, again)

@@ -1,5 +1,6 @@
-"""The backward build a GPU test runs: every build a plan can choose (``BUILDS``), named through
-``BLOCKSPARSE_BACKWARD_BUILD``; the sm90 builds skip off Hopper."""
+"""The backward build a GPU test runs (``tests/gpu/backward``, the partial-block tests): every
+build a plan can choose (``BUILDS``), named through ``BLOCKSPARSE_BACKWARD_BUILD``; the sm90
+builds skip off Hopper."""
 
 from __future__ import annotations
 
