@@ -205,7 +205,7 @@ def test_backward_cases_run_every_backward_build(sanitize):
     token-level cases have partial tiles."""
     chosen = {
         choose_backward_build(hopper=not case.mma_sync, deterministic=False,
-                              build=case.backward_build, token_tiles=case.token_window > 0)
+                              build=case.backward_build)
         for case in sanitize.CASES if case.kind == "backward"
     }  # fmt: skip
     assert chosen == set(BUILDS)
