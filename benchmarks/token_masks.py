@@ -44,6 +44,7 @@ from designer import from_mask_mod
 from designer.patterns.token_canvas import token_natten
 from designer.patterns.token_prefix_lm import token_prefix_lm
 from designer.patterns.token_window import token_sliding_window
+from gpu.bench.flex import RECOMPILE_LIMIT
 from gpu.bench.metrics import attention_flops, errors, median, step_flops, tflops
 from gpu.bench.peers import installed
 from gpu.bench.report import environment
@@ -109,11 +110,16 @@ def contenders(family: str, head_dim: int) -> dict[str, Callable | str]:
     block_mask = create_block_mask(make_mask("cuda"), None, None, SEQ, SEQ, device="cuda",
                                    BLOCK_SIZE=128)  # fmt: skip
     compiled = torch.compile(flex_attention, dynamic=False)
-    calls["flex triton"] = lambda q, k, v: compiled(q, k, v, block_mask=block_mask)
+
+    def flex(q, k, v, options=None):
+        # past Dynamo's recompile limit Flex would run eagerly, materialising every score
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT,
+                                        fail_on_recompile_limit_hit=True):  # fmt: skip
+            return compiled(q, k, v, block_mask=block_mask, kernel_options=options)
+
+    calls["flex triton"] = flex
     if installed("flex_flash"):
-        options = {"BACKEND": "FLASH"}
-        calls["flex flash"] = lambda q, k, v: compiled(q, k, v, block_mask=block_mask,
-                                                       kernel_options=options)  # fmt: skip
+        calls["flex flash"] = lambda q, k, v: flex(q, k, v, {"BACKEND": "FLASH"})
     else:
         calls["flex flash"] = "not installed"
     return calls

@@ -80,8 +80,12 @@ def default_design(seq: int, block: int, window_tokens: int | None = None) -> De
     return Design(Layout(blocks, block), name=name, causal=True)
 
 
-def train(name: str, initial: dict, data: torch.Tensor, args, device, trains: bool) -> dict:
-    """One run from ``initial`` weights over ``data`` [steps, batch, seq]: losses and speed."""
+def train(
+    name: str, initial: dict, data: torch.Tensor, args, device, trains: bool, *,
+    ours: bool = False,
+) -> dict:  # fmt: skip
+    """One run from ``initial`` weights over ``data`` [steps, batch, seq]: losses and speed
+    (and, for ``ours`` on a GPU, attention's share of a step)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(**args.model, max_position_embeddings=data.shape[2],
@@ -116,7 +120,8 @@ def train(name: str, initial: dict, data: torch.Tensor, args, device, trains: bo
     seconds = time.perf_counter() - start if start is not None else None
     tokens = timed_steps * data.shape[1] * data.shape[2]
     on_gpu = device.type == "cuda"
-    share = attention_share(lambda: step(data[-1].to(device))) if on_gpu and trains else None
+    profiled = ours and on_gpu and trains
+    share = attention_share(lambda: step(data[-1].to(device))) if profiled else None
     return {
         "trained": trains,
         "losses": [float(x) for x in losses],
@@ -217,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     for key, name, trains in contenders:
         runs[key] = {
             "attn_implementation": name,
-            **train(name, initial, data, args, device, trains),
+            **train(name, initial, data, args, device, trains, ours=key == "ours"),
         }
         _print_run(key, runs[key])
     if flash_missing is not None:
