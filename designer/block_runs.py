@@ -116,8 +116,17 @@ class BlockRuns:
         starts, stops = starts.to(torch.int64).clamp(0, n), stops.to(torch.int64).clamp(0, n)
         keep = starts < stops
         base = rows[keep] * (n + 1)
-        none = torch.zeros(0, dtype=torch.int64)
-        return _sweep(shape, base + starts[keep], base + stops[keep], none, none, "or")
+        begin, end = base + starts[keep], base + stops[keep]
+        if len(begin) > 1 and bool((begin[1:] < begin[:-1]).any()):  # generators give them sorted
+            begin, order = torch.sort(begin)
+            end = end[order]
+        # in key order, an interval opens a new run when it starts past all earlier ones' reach
+        reach = torch.cummax(end, 0).values if len(end) else end
+        opens = torch.ones(len(begin), dtype=torch.bool)
+        opens[1:] = begin[1:] > reach[:-1]
+        first = torch.nonzero(opens).view(-1)
+        last = torch.cat([first[1:] - 1, torch.tensor([len(begin) - 1])])[: len(first)]
+        return _runs_of_keys(shape, begin[first], reach[last])
 
     @classmethod
     def from_cells(cls, shape: tuple[int, int, int], index: torch.Tensor) -> BlockRuns:
@@ -356,7 +365,6 @@ def _sweep(shape: tuple[int, int, int], a_starts: torch.Tensor, a_stops: torch.T
     turns false. Every operation here is false outside all intervals, and every row ends
     uncovered (keys stop at ``N < N + 1``), so no run crosses a row.
     """
-    h, m, n = shape
     keys = torch.cat([a_starts, a_stops, b_starts, b_stops])
     ones = [torch.ones(len(part), dtype=torch.int32) for part in (a_starts, b_starts)]
     zeros = [torch.zeros(len(part), dtype=torch.int32) for part in (a_starts, b_starts)]
@@ -369,8 +377,16 @@ def _sweep(shape: tuple[int, int, int], a_starts: torch.Tensor, a_stops: torch.T
     b_cover = torch.cumsum(b_step[order], 0)[last] > 0
     holds = _OPERATIONS[how](a_cover, b_cover)
     before = torch.cat([torch.zeros(1, dtype=torch.bool), holds[:-1]])
-    run_starts, run_stops = distinct[holds & ~before], distinct[~holds & before]
-    rows = run_starts // (n + 1)
+    return _runs_of_keys(shape, distinct[holds & ~before], distinct[~holds & before])
+
+
+def _runs_of_keys(
+    shape: tuple[int, int, int], starts: torch.Tensor, stops: torch.Tensor
+) -> BlockRuns:
+    """``BlockRuns`` of canonical runs given by sorted int64 keys ``row·(N + 1) + col``."""
+    h, m, n = shape
+    rows = starts // (n + 1)
     counts = torch.bincount(rows, minlength=h * m)
-    return BlockRuns(shape, _pointers(counts), (run_starts - rows * (n + 1)).to(torch.int32),
-                     (run_stops - rows * (n + 1)).to(torch.int32))  # fmt: skip
+    base = rows * (n + 1)
+    return BlockRuns(shape, _pointers(counts), (starts - base).to(torch.int32),
+                     (stops - base).to(torch.int32))  # fmt: skip
