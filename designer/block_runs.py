@@ -81,7 +81,8 @@ class BlockRuns:
             raise ValueError(f"runs must lie in key blocks [0, {n}]")
         if bool((stops <= starts).any()):
             raise ValueError("every run must be non-empty (start < stop)")
-        same_row = self.run_rows()[1:] == self.run_rows()[:-1]
+        rows = self.run_rows()
+        same_row = rows[1:] == rows[:-1]
         if bool((same_row & (starts[1:] <= stops[:-1])).any()):
             raise ValueError("runs of a row must be sorted, disjoint and not touching")
 
@@ -155,9 +156,17 @@ class BlockRuns:
         return self.nnz / (h * m * n)
 
     def run_rows(self) -> torch.Tensor:
-        """int64 ``[R]``: the block row ``h·M + m`` of each run."""
-        counts = self.row_ptr[1:] - self.row_ptr[:-1]
-        return torch.repeat_interleave(torch.arange(len(counts)), counts)
+        """int64 ``[R]``: the block row ``h·M + m`` of each run (made once): the number of rows
+        that end at or before it."""
+        rows = self.__dict__.get("_rows")
+        if rows is None:
+            ends = torch.zeros(self.n_runs + 1, dtype=torch.int64)
+            ends.index_add_(
+                0, self.row_ptr[1:], torch.ones(len(self.row_ptr) - 1, dtype=torch.int64)
+            )
+            rows = torch.cumsum(ends, 0)[: self.n_runs]
+            object.__setattr__(self, "_rows", rows)
+        return rows
 
     def row_counts(self) -> torch.Tensor:
         """int64 ``[H, M]``: active blocks in each query block row."""
@@ -234,6 +243,10 @@ class BlockRuns:
         """The listed heads, in that order (a head may repeat)."""
         h, m, n = self.shape
         heads = check_int_list("heads", heads, low=0, high=h - 1, min_len=1)
+        if h == 1:  # one head copied: whole arrays repeated
+            sizes = (self.row_ptr[1:] - self.row_ptr[:-1]).repeat(len(heads))
+            return BlockRuns((len(heads), m, n), _pointers(sizes), self.starts.repeat(len(heads)),
+                             self.stops.repeat(len(heads)))  # fmt: skip
         ptr = self.row_ptr.view(-1)
         first = ptr[torch.tensor(heads) * m]  # [K] first run of each head
         counts = ptr[(torch.tensor(heads) + 1) * m] - first
