@@ -193,6 +193,17 @@ class BlockRuns:
         at = torch.searchsorted(starts, keys, right=True) - 1
         return (at >= 0) & (keys < stops[at.clamp(min=0)])
 
+    def head_signatures(self) -> list[bytes]:
+        """Bytes per head, equal exactly when two heads' blocks are (the runs are canonical)."""
+        h, m, n = self.shape
+        sizes = (self.row_ptr[1:] - self.row_ptr[:-1]).view(h, m)
+        signatures = []
+        for head in range(h):
+            first, last = int(self.row_ptr[head * m]), int(self.row_ptr[(head + 1) * m])
+            parts = (sizes[head], self.starts[first:last], self.stops[first:last])
+            signatures.append(repr((m, n)).encode() + b"".join(p.numpy().tobytes() for p in parts))
+        return signatures
+
     def to_dense(self, max_cells: int = DENSE_CELLS) -> torch.Tensor:
         """The bool ``[H, M, N]`` grid, refused past ``max_cells`` cells."""
         h, m, n = self.shape
