@@ -457,7 +457,9 @@ class Layout:
                 f"{cells:,} cells, more than the limit of {MAX_TOKEN_MASK_CELLS:,}; ask for one "
                 f"head, or work with the blocks and partial blocks"
             )
-        mask = self.blocks[heads].repeat_interleave(b, 1).repeat_interleave(b, 2)
+        grid = self._grid if self.runs is None else self.runs.select_heads(heads).to_dense(cells)
+        grid = grid[heads] if self.runs is None else grid
+        mask = grid.repeat_interleave(b, 1).repeat_interleave(b, 2)
         if self.partials is not None:
             chosen = self.select_heads(heads).partials
             if chosen is not None:
