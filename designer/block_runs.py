@@ -193,6 +193,11 @@ class BlockRuns:
         at = torch.searchsorted(starts, keys, right=True) - 1
         return (at >= 0) & (keys < stops[at.clamp(min=0)])
 
+    def columns(self) -> torch.Tensor:
+        """int64 ``[nnz]``: the key block of every active block, in (head, row, col) order (a
+        CSR's ``col_idx``)."""
+        return _ranges(self.starts.to(torch.int64), (self.stops - self.starts).to(torch.int64))
+
     def head_signatures(self) -> list[bytes]:
         """Bytes per head, equal exactly when two heads' blocks are (the runs are canonical)."""
         h, m, n = self.shape
@@ -372,9 +377,8 @@ def _ranges(first: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
 
 def _cells(runs: BlockRuns) -> torch.Tensor:
     """int64 ``[K, 3]``: ``(head, q_block, k_block)`` of every active block, in order."""
-    lengths = (runs.stops - runs.starts).to(torch.int64)
-    rows = torch.repeat_interleave(runs.run_rows(), lengths)
-    cols = _ranges(runs.starts.to(torch.int64), lengths)
+    rows = torch.repeat_interleave(runs.run_rows(), (runs.stops - runs.starts).to(torch.int64))
+    cols = runs.columns()
     m = runs.shape[1]
     return torch.stack([rows // m, rows % m, cols], dim=1)
 
