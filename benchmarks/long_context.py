@@ -5,10 +5,12 @@ block 64) at 128K tokens (2,048^2 blocks) and 1M tokens (16,384^2 blocks). Each 
 REPEATS times (CPU and wall seconds, extra peak memory over the process before it); then the
 whole path is measured in one go, which is what the targets are about: 128K <= 2 s and
 <= 512 MB, 1M <= 5 s and <= 1 GB. The work runs on one torch thread, as the app's server does.
+With ``--switch``, the same steps (less the file) at sizes a dense grid holds, in both forms,
+to place the switch point between them (``designer.layout.DENSE_CELLS``).
 Segmentation on runs is not measured here (``designer.segment_runs`` is measured with it where
 present: the column is None without it).
 
-    python benchmarks/long_context.py [--out benchmarks/results/long-context-cpu.json]
+    python benchmarks/long_context.py [--switch] [--out benchmarks/results/long-context-cpu.json]
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 
+import designer.layout
 from designer.design import Design
 from designer.formats import load_design
 from designer.formats.pt_file import design_file_bytes
@@ -43,15 +46,19 @@ REPEATS = 3
 HEADS, BLOCK, WINDOW_TOKENS, SINK_BLOCKS = 32, 64, 4096, 1
 #: Query (= key) blocks, and the whole path's targets: seconds and extra peak MB.
 CASES = {"128K": (2048, 2.0, 512), "1M": (16384, 5.0, 1024)}
+#: Shapes a dense grid holds (the last at its cap), timed in both forms by ``--switch``.
+SWITCH_SHAPES = ((4, 256, 256), (16, 1024, 1024), (16, 2048, 2048))
 
 
-def steps(q_blocks: int) -> dict:
+def steps(q_blocks: int, heads: int = HEADS) -> dict:
     """The path's steps, each a function of what the steps before it made."""
     params = {"sink_blocks": SINK_BLOCKS, "window_blocks": WINDOW_TOKENS // BLOCK}
     made: dict = {}
 
     def build():
-        layout = make_pattern("attention_sinks", HEADS, q_blocks, q_blocks, BLOCK, params)
+        layout = make_pattern("attention_sinks", heads, q_blocks, q_blocks, BLOCK, params)
+        if designer.layout.DENSE_CELLS == 0:  # the runs form, at a size the grid holds
+            layout = designer.layout.Layout(layout.to_runs(), BLOCK)
         made["design"] = Design(layout, name="long context", causal=True)
 
     def save():
@@ -110,6 +117,32 @@ def run_case(name: str, q_blocks: int, target_s: float, target_mb: float) -> dic
     }
 
 
+def switch_point() -> dict:
+    """Build, lint and statistics of the same designs held densely and as runs."""
+    found = {}
+    for heads, q_blocks, _ in SWITCH_SHAPES:
+        row = found[f"{heads}x{q_blocks}^2"] = {}
+        for form, cells in (("dense", designer.layout.DENSE_CELLS), ("runs", 0)):
+            designer.layout.DENSE_CELLS, before = cells, designer.layout.DENSE_CELLS
+            try:
+                walls = []
+                for _ in range(REPEATS):
+                    path = steps(q_blocks, heads)
+                    path.pop("_made")
+                    chosen = [path[step] for step in ("build", "lint", "stats")]
+                    walls.append(measure(lambda c=chosen: [a() for a in c])[1])
+            finally:
+                designer.layout.DENSE_CELLS = before
+            row[form] = {
+                "wall_s": statistics.median(w["wall_s"] for w in walls),
+                "extra_peak_mb": max(w["extra_peak_mb"] for w in walls),
+            }
+        print(f"{heads} x {q_blocks}^2: build + lint + stats, dense "
+              f"{row['dense']['wall_s']:.3f} s +{row['dense']['extra_peak_mb']:.0f} MB, runs "
+              f"{row['runs']['wall_s']:.3f} s +{row['runs']['extra_peak_mb']:.0f} MB")  # fmt: skip
+    return found
+
+
 def meta() -> dict:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True, cwd=ROOT).stdout.strip()  # fmt: skip
@@ -130,10 +163,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the results as JSON here too")
     parser.add_argument("--cases", nargs="*", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--switch", action="store_true", help="time both forms at dense sizes")
     args = parser.parse_args()
     info = {**meta(), "load_before": os.getloadavg()}
-    results = {}
+    results: dict = {}
     with one_thread():
+        switch = switch_point() if args.switch else None
         for name in args.cases:
             results[name] = result = run_case(name, *CASES[name])
             whole = result["whole"]
@@ -148,7 +183,8 @@ def main() -> None:
     info["load_after"] = os.getloadavg()
     print(f"load average before {info['load_before']}, after {info['load_after']}")
     if args.out:
-        args.out.write_text(json.dumps({"meta": info, "cases": results}, indent=2) + "\n")
+        found = {"meta": info, "cases": results, "switch": switch}
+        args.out.write_text(json.dumps(found, indent=2) + "\n")
 
 
 if __name__ == "__main__":

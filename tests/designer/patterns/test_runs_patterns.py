@@ -59,6 +59,34 @@ def test_global_blocks_as_runs_are_the_dense_ones(shape, data, sides):
     same(global_tokens_runs(*shape, **params), global_tokens(*shape, **params))
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 12), st.integers(0, 14), st.data(), st.booleans(), st.booleans())
+def test_deepspeed_windows_as_runs_are_deepspeed_s(n_blocks, window, data, causal_flag, spans):
+    if window > n_blocks:
+        return
+    starts = data.draw(st.lists(st.integers(0, n_blocks - 1), min_size=1, max_size=3, unique=True))
+    ends = [start + data.draw(st.integers(1, 3)) for start in starts] if spans else []
+    attention = "unidirectional" if causal_flag else "bidirectional"
+    for name, params in (
+        ("deepspeed_longformer", {"different_layout_per_head": False,
+                                  "num_sliding_window_blocks": window,
+                                  "global_block_indices": starts,
+                                  "global_block_end_indices": [min(e, n_blocks) for e in ends],
+                                  "attention": attention}),
+        ("deepspeed_local_sliding_window", {"num_sliding_window_blocks": window,
+                                            "attention": attention}),
+    ):  # fmt: skip
+        spec = PATTERNS[name]
+        if (
+            name == "deepspeed_longformer"
+            and spans
+            and any(s >= min(e, n_blocks) for s, e in zip(starts, ends, strict=True))
+        ):
+            continue
+        dense = spec.build(2, n_blocks, n_blocks, 16, params)
+        same(spec.build_runs(2, n_blocks, n_blocks, params), dense)
+
+
 def test_long_contexts_are_made_as_runs():
     layout = make_pattern("attention_sinks", 32, 16384, 16384, 64,
                           {"sink_blocks": 1, "window_blocks": 64})  # fmt: skip
@@ -72,6 +100,7 @@ def test_long_contexts_are_made_as_runs():
 def test_dense_only_patterns_refuse_long_contexts_naming_the_others():
     assert set(RUNS_PATTERNS) == {
         "causal", "sliding_window", "dilated_window", "global_tokens", "attention_sinks",
+        "deepspeed_longformer", "deepspeed_local_sliding_window",
     }  # fmt: skip
     with pytest.raises(
         ValueError,
