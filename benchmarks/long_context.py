@@ -38,6 +38,7 @@ from designer.formats.pt_file import design_file_bytes
 from designer.layout_stats import layout_stats
 from designer.lints import lint_design
 from designer.patterns import make_pattern
+from designer.patterns.attention_sinks import attention_sinks_runs
 from designer.threads import one_thread
 from tools.whole_path import measure
 
@@ -56,9 +57,11 @@ def steps(q_blocks: int, heads: int = HEADS) -> dict:
     made: dict = {}
 
     def build():
-        layout = make_pattern("attention_sinks", heads, q_blocks, q_blocks, BLOCK, params)
         if designer.layout.DENSE_CELLS == 0:  # the runs form, at a size the grid holds
-            layout = designer.layout.Layout(layout.to_runs(), BLOCK)
+            runs = attention_sinks_runs(heads, q_blocks, q_blocks, **params)
+            layout = designer.layout.Layout(runs, BLOCK)
+        else:
+            layout = make_pattern("attention_sinks", heads, q_blocks, q_blocks, BLOCK, params)
         made["design"] = Design(layout, name="long context", causal=True)
 
     def save():
