@@ -165,11 +165,7 @@ def check_layout_shape(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> tuple[
     >>> check_layout_shape(2, 3, 4)
     (2, 3, 4)
     """
-    shape = (
-        check_int("n_heads", n_heads, low=1, high=MAX_HEADS),
-        check_int("n_q_blocks", n_q_blocks, low=1, high=MAX_BLOCKS),
-        check_int("n_k_blocks", n_k_blocks, low=1, high=MAX_BLOCKS),
-    )
+    shape = _shape(n_heads, n_q_blocks, n_k_blocks)
     cells = shape[0] * shape[1] * shape[2]
     if cells > MAX_LAYOUT_CELLS:
         raise ValueError(
@@ -185,17 +181,21 @@ def check_runs_shape(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> tuple[in
     >>> check_runs_shape(32, 16384, 16384)
     (32, 16384, 16384)
     """
-    shape = (
-        check_int("n_heads", n_heads, low=1, high=MAX_HEADS),
-        check_int("n_q_blocks", n_q_blocks, low=1, high=MAX_BLOCKS),
-        check_int("n_k_blocks", n_k_blocks, low=1, high=MAX_BLOCKS),
-    )
+    shape = _shape(n_heads, n_q_blocks, n_k_blocks)
     if shape[0] * shape[1] > MAX_RUN_ROWS:
         raise ValueError(
             f"n_heads * n_q_blocks must be <= {MAX_RUN_ROWS:,} for a layout held as runs, "
             f"got {shape[0] * shape[1]:,} {list(shape)}"
         )
     return shape
+
+
+def _shape(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> tuple[int, int, int]:
+    return (
+        check_int("n_heads", n_heads, low=1, high=MAX_HEADS),
+        check_int("n_q_blocks", n_q_blocks, low=1, high=MAX_BLOCKS),
+        check_int("n_k_blocks", n_k_blocks, low=1, high=MAX_BLOCKS),
+    )
 
 
 def check_run_counts(active: int, runs: int) -> None:
