@@ -47,9 +47,6 @@ ANALYSIS_CACHE_ENTRIES = 4
 #: 1.3-5.7 s to segment and 1.5-3.8 s to lint, at 1 % to 50 % density), with a margin.
 SEGMENT_NS_PER_CELL, SEGMENT_NS_PER_BLOCK = 25, 140
 LINT_NS_PER_CELL, LINT_NS_PER_BLOCK = 26, 80
-#: Lints and statistics of a layout held as runs, per run and per block row, and their peak
-#: bytes per run (measured by benchmarks/long_context.py, with a margin).
-RUNS_NS_PER_RUN, RUNS_NS_PER_ROW, RUNS_BYTES_PER_RUN = 400, 200, 160
 #: Token statistics of partial blocks, per byte of their bits (popcount and masks).
 PARTIAL_NS_PER_BYTE = 4
 #: Peak bytes: one head's segmentation scratch and tile rows, then the lints over the layout.
@@ -132,9 +129,6 @@ def analysis_cost(design: Design) -> tuple[float, int]:
     """Estimated ``(nanoseconds, peak bytes)`` of ``analyse(design)``, from counts alone."""
     layout = design.layout
     cells, active = layout.cells, layout.nnz
-    if layout.runs is not None:  # lints and statistics over the runs and their rows
-        runs, rows = layout.runs.n_runs, layout.n_heads * layout.n_q_blocks
-        return RUNS_NS_PER_RUN * runs + RUNS_NS_PER_ROW * rows, RUNS_BYTES_PER_RUN * runs
     head_cells, head_active = cells // layout.n_heads, active / layout.n_heads
     ns = (SEGMENT_NS_PER_CELL + LINT_NS_PER_CELL) * cells
     ns += (SEGMENT_NS_PER_BLOCK + LINT_NS_PER_BLOCK) * active
