@@ -128,7 +128,7 @@ def clear_caches() -> None:
 def analysis_cost(design: Design) -> tuple[float, int]:
     """Estimated ``(nanoseconds, peak bytes)`` of ``analyse(design)``, from counts alone."""
     layout = design.layout
-    cells, active = layout.blocks.numel(), layout.nnz
+    cells, active = layout.cells, layout.nnz
     head_cells, head_active = cells // layout.n_heads, active / layout.n_heads
     ns = (SEGMENT_NS_PER_CELL + LINT_NS_PER_CELL) * cells
     ns += (SEGMENT_NS_PER_BLOCK + LINT_NS_PER_BLOCK) * active
@@ -213,7 +213,11 @@ def design_digest(design: Design) -> str:
     digest = hashlib.blake2b(digest_size=16)
     settings = (layout.shape, layout.block_size, design.effective_start_width, design.causal)
     digest.update(repr(settings).encode())
-    digest.update(layout.to_numpy().tobytes())
+    if layout.runs is not None:  # held as runs: its canonical arrays name its blocks
+        for array in (layout.runs.row_ptr, layout.runs.starts, layout.runs.stops):
+            digest.update(array.numpy().tobytes())
+    else:
+        digest.update(layout.to_numpy().tobytes())
     _token_digest(layout, digest)
     return digest.hexdigest()
 
@@ -232,6 +236,12 @@ def analyse(
     [(2, 4)]
     """
     layout = design.layout
+    if layout.runs is not None:
+        raise ValueError(
+            f"analyse segments each head's dense grid, and this layout of {layout.cells:,} "
+            "cells is held as row runs: use designer.layout_stats.layout_stats and "
+            "designer.lints.lint_design, which work on runs, and segment it on its runs"
+        )
     blocks, names, width = layout.to_numpy(), head_keys(layout), design.effective_start_width
     if progress is None:
         heads = _heads_tiles(blocks, names, width)

@@ -26,11 +26,19 @@ def head_key(blocks: np.ndarray) -> str:
     return digest.hexdigest()
 
 
+def _digest(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=16).hexdigest()
+
+
 def head_keys(layout: Any) -> tuple[str, ...]:
     """``head_key`` of every head of a ``Layout``, computed once per layout object."""
     known = _LAYOUT_KEYS.peek(id(layout))
     if known is None or known[0]() is not layout:
-        known = (weakref.ref(layout), tuple(head_key(head) for head in layout.to_numpy()))
+        if layout.runs is not None:  # held as runs: each head's canonical runs, digested
+            keys = tuple(_digest(signature) for signature in layout.runs.head_signatures())
+        else:
+            keys = tuple(head_key(head) for head in layout.to_numpy())
+        known = (weakref.ref(layout), keys)
         _LAYOUT_KEYS.put(id(layout), known)
     return known[1]
 

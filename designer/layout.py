@@ -19,6 +19,10 @@ layout is run at other lengths (``Sq != Sk``, a partial last block), causal can 
 the bottom-right corner, as in FlashAttention >= 2.1 and KV-cache prefill: ``causal_offset``
 says how.
 
+A layout of at most ``MAX_LAYOUT_CELLS`` cells holds its dense grid (``blocks``); a larger one
+(long contexts: 32 heads x 1M tokens) holds its row runs (``runs``, ``designer.block_runs``),
+whose memory follows the runs, and has no ``blocks``. Every operation here works on either.
+
 Layouts are immutable values: every operation returns a new one, so an editor can keep an undo
 history by reference and the app can cache on them.
 """
@@ -32,16 +36,25 @@ import numpy as np
 import torch
 
 from designer import partials as tokens
+from designer.block_runs import BlockRuns
 from designer.partials import PartialBlocks, unpack_bits
 from designer.partials import lookup as tokens_lookup
 from designer.validate import (
+    MAX_LAYOUT_CELLS,
     as_block_tensor,
     check_int,
     check_int_list,
     check_layout_shape,
+    check_run_counts,
+    check_runs_shape,
     token_length,
 )
 
+#: Runs of at most this many cells are held as their dense grid: the largest grid accepted
+#: (``MAX_LAYOUT_CELLS``), so every layout that could be made before is made, drawn,
+#: segmented and planned as before (a 16 x 2048 x 2048 grid is 64 MiB and its lints take
+#: 1.5-3.8 s; its runs would take under 1 MiB); larger ones are held as runs.
+DENSE_CELLS = MAX_LAYOUT_CELLS
 #: Block sizes a layout may use (tokens per block side).
 MAX_BLOCK_SIZE = 4096
 #: Where causal attention is anchored: ``k_idx <= q_idx`` or ``k_idx <= q_idx + Sk - Sq``.
@@ -89,10 +102,13 @@ class TokenStats:
     token_density: float
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class Layout:
     """A validated ``[H, M, N]`` block layout, its block size, its partial blocks' token masks
     and its token lengths, in normal form (see the module docstring).
+
+    ``blocks`` is a 0/1 ``[H, M, N]`` tensor or array, or ``BlockRuns``: runs of at most
+    ``DENSE_CELLS`` cells are held as their dense grid, so a layout's form follows its shape.
 
     >>> layout = Layout(torch.ones(2, 4, 4, dtype=torch.int64), 64)
     >>> layout.shape, layout.seq_len_q, layout.density
@@ -101,21 +117,36 @@ class Layout:
     200
     """
 
-    blocks: torch.Tensor
     block_size: int
-    partials: PartialBlocks | None = None
-    seq_q: int | None = None
-    seq_k: int | None = None
+    partials: PartialBlocks | None
+    seq_q: int | None
+    seq_k: int | None
+    runs: BlockRuns | None
 
-    def __post_init__(self) -> None:
-        blocks = as_block_tensor("layout", self.blocks)
-        if 0 in blocks.shape:
-            raise ValueError(
-                f"layout must have at least one head and block, got {list(blocks.shape)}"
-            )
-        block = check_int("block_size", self.block_size, low=1, high=MAX_BLOCK_SIZE)
+    def __init__(self, blocks: Any, block_size: int, partials: PartialBlocks | None = None,
+                 seq_q: int | None = None, seq_k: int | None = None) -> None:  # fmt: skip
+        runs = None
+        if isinstance(blocks, BlockRuns):
+            h, m, n = check_runs_shape(*blocks.shape)
+            if h * m * n <= DENSE_CELLS:
+                blocks = blocks.to_dense()
+            else:
+                check_run_counts(blocks.nnz, blocks.n_runs)
+                runs, blocks = blocks, None
+        else:
+            blocks = as_block_tensor("layout", blocks)
+            if 0 in blocks.shape:
+                raise ValueError(
+                    f"layout must have at least one head and block, got {list(blocks.shape)}"
+                )
+        object.__setattr__(self, "_grid", blocks)
+        object.__setattr__(self, "runs", runs)
+        object.__setattr__(self, "partials", partials)
+        for name, value in (("seq_q", seq_q), ("seq_k", seq_k)):
+            object.__setattr__(self, name, value)
+        block = check_int("block_size", block_size, low=1, high=MAX_BLOCK_SIZE)
         object.__setattr__(self, "block_size", block)
-        _, m, n = blocks.shape
+        _, m, n = self.shape
         for name, count in (("seq_q", m), ("seq_k", n)):
             text = f"{name} (the layout's {count} blocks of {block} tokens)"
             length = token_length(text, getattr(self, name), count, block)
@@ -130,11 +161,34 @@ class Layout:
                 raise ValueError(
                     f"partials must have masks of the block size {block}, got {partials.block_size}"
                 )
-            blocks, partials = tokens.normalise(blocks, partials, self.seq_len_q, self.seq_len_k)
-        object.__setattr__(self, "blocks", blocks)
+            held = self._held
+            held, partials = tokens.normalise(held, partials, self.seq_len_q, self.seq_len_k)
+            object.__setattr__(self, "runs" if self.runs is not None else "_grid", held)
         object.__setattr__(self, "partials", partials)
 
-    def _with(self, blocks: torch.Tensor, partials: PartialBlocks | None = None,
+    @property
+    def blocks(self) -> torch.Tensor:
+        """The bool ``[H, M, N]`` grid (contiguous CPU); a layout held as runs has none."""
+        if self._grid is None:
+            h, m, n = self.shape
+            raise ValueError(
+                f"this layout of {h} x {m} x {n} blocks ({h * m * n:,} cells, more than the "
+                f"{MAX_LAYOUT_CELLS:,} a dense grid may have) is held as row runs and has no "
+                f"dense blocks: use layout.runs (designer.block_runs.BlockRuns: row_ptr, starts, "
+                f"stops), layout.to_runs(), or the layout's own counts and algebra"
+            )
+        return self._grid
+
+    @property
+    def _held(self) -> torch.Tensor | BlockRuns:
+        """What the layout holds: its dense grid, or its runs."""
+        return self._grid if self.runs is None else self.runs
+
+    def to_runs(self) -> BlockRuns:
+        """The layout's row runs (made from the grid when it holds one)."""
+        return self.runs if self.runs is not None else BlockRuns.from_dense(self._grid)
+
+    def _with(self, blocks: torch.Tensor | BlockRuns, partials: PartialBlocks | None = None,
               transpose: bool = False, normal: bool = False) -> Layout:  # fmt: skip
         """A layout of these lengths (swapped by ``transpose``) with new blocks and partials.
 
@@ -155,26 +209,35 @@ class Layout:
 
     @classmethod
     def zeros(cls, n_heads: int, n_q_blocks: int, n_k_blocks: int, block_size: int) -> Layout:
-        """An empty layout of the given shape."""
-        shape = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
+        """An empty layout of the given shape (held as runs past ``MAX_LAYOUT_CELLS`` cells)."""
+        shape = check_runs_shape(n_heads, n_q_blocks, n_k_blocks)
+        if shape[0] * shape[1] * shape[2] > DENSE_CELLS:
+            return cls(BlockRuns.empty(*shape), block_size)
+        shape = check_layout_shape(*shape)
         return cls(torch.zeros(shape, dtype=torch.bool), block_size)
 
     # ----------------------------------------------------------------- shape and sizes
     @property
     def shape(self) -> tuple[int, int, int]:
-        return tuple(self.blocks.shape)  # type: ignore[return-value]
+        return self.runs.shape if self.runs is not None else tuple(self._grid.shape)  # type: ignore[return-value]
 
     @property
     def n_heads(self) -> int:
-        return self.blocks.shape[0]
+        return self.shape[0]
 
     @property
     def n_q_blocks(self) -> int:
-        return self.blocks.shape[1]
+        return self.shape[1]
 
     @property
     def n_k_blocks(self) -> int:
-        return self.blocks.shape[2]
+        return self.shape[2]
+
+    @property
+    def cells(self) -> int:
+        """Blocks of the grid, active or not: ``H * M * N``."""
+        h, m, n = self.shape
+        return h * m * n
 
     @property
     def seq_len_q(self) -> int:
@@ -200,18 +263,26 @@ class Layout:
     @property
     def nnz(self) -> int:
         """Number of active blocks over all heads (numpy: no torch thread pool for a count)."""
-        return int(np.count_nonzero(self.blocks.numpy()))
+        if self.runs is not None:
+            return self.runs.nnz
+        return int(np.count_nonzero(self._grid.numpy()))
 
     @property
     def density(self) -> float:
         """Active blocks over all blocks (0.0 for an empty shape)."""
-        cells = self.blocks.numel()
+        cells = self.cells
         return self.nnz / cells if cells else 0.0
+
+    def row_counts(self) -> np.ndarray:
+        """int64 ``[H, M]``: active blocks in each query block row."""
+        if self.runs is not None:
+            return self.runs.row_counts().numpy()
+        return np.count_nonzero(self.to_numpy(), axis=2)
 
     def head_stats(self) -> list[HeadStats]:
         """Per-head density and per-row spread of active blocks (numpy counts: no int64 copy
         of the grid)."""
-        row_counts = np.count_nonzero(self.to_numpy(), axis=2)  # [H, M]
+        row_counts = self.row_counts()  # [H, M]
         cells = self.n_q_blocks * self.n_k_blocks
         stats = []
         for h, rows in enumerate(row_counts):
@@ -234,10 +305,16 @@ class Layout:
         h, m, n = self.shape
         b, nnz, partial = self.block_size, self.nnz, self.n_partial
         last_q, last_k = self.seq_len_q - (m - 1) * b, self.seq_len_k - (n - 1) * b
-        grid = self.to_numpy()
-        in_last_row = int(np.count_nonzero(grid[:, m - 1, :]))
-        in_last_col = int(np.count_nonzero(grid[:, :, n - 1]))
-        corner = int(np.count_nonzero(grid[:, m - 1, n - 1]))
+        if self.runs is not None:
+            in_last_row = int(self.runs.row_counts()[:, m - 1].sum())
+            in_last_col = int(self.runs.column_counts(n - 1).sum())
+            corners = torch.tensor([[head, m - 1, n - 1] for head in range(h)])
+            corner = int(self.runs.contains(corners).sum())
+        else:
+            grid = self.to_numpy()
+            in_last_row = int(np.count_nonzero(grid[:, m - 1, :]))
+            in_last_col = int(np.count_nonzero(grid[:, :, n - 1]))
+            corner = int(np.count_nonzero(grid[:, m - 1, n - 1]))
         # every active block computes b x b pairs, less what the cut last row and column drop
         computed = nnz * b * b - in_last_row * (b - last_q) * b - in_last_col * (b - last_k) * b
         computed += corner * (b - last_q) * (b - last_k)
@@ -263,19 +340,19 @@ class Layout:
         row = check_int("q_block", q_block, low=0, high=self.n_q_blocks - 1)
         col = check_int("k_block", k_block, low=0, high=self.n_k_blocks - 1)
         b = self.block_size
-        tokens = torch.zeros(b, b, dtype=torch.bool)
-        if self.blocks[head, row, col]:
-            tokens[: self.seq_len_q - row * b, : self.seq_len_k - col * b] = True
+        pairs = torch.zeros(b, b, dtype=torch.bool)
+        if bool(tokens.active_at(self._held, torch.tensor([[head, row, col]]))[0]):
+            pairs[: self.seq_len_q - row * b, : self.seq_len_k - col * b] = True
             if self.partials is not None:
                 key = torch.tensor([(head << 32) | (row << 16) | col])
                 found, bits = tokens_lookup(self.partials, key, b)
                 if bool(found[0]):
-                    tokens = unpack_bits(bits, b)[0]
-        return tokens
+                    pairs = unpack_bits(bits, b)[0]
+        return pairs
 
     def partial_grid(self) -> torch.Tensor:
         """Bool ``[H, M, N]``: the partial blocks (all False for a block-level layout)."""
-        grid = torch.zeros(self.shape, dtype=torch.bool)
+        grid = torch.zeros_like(self.blocks)
         if self.partials is not None:
             grid[tuple(self.partials.index.to(torch.int64).T)] = True
         return grid
@@ -307,20 +384,23 @@ class Layout:
 
     def complement(self) -> Layout:
         """Every token pair inside the lengths attended here is not, and vice versa."""
-        blocks, partials = ~self.blocks, self.partials
+        partials = self.partials
+        blocks = self.runs.complement() if self.runs is not None else ~self._grid
         if partials is not None:
-            blocks[tuple(partials.index.to(torch.int64).T)] = True
+            blocks = tokens.set_cells(blocks, partials.index, True)
             partials = PartialBlocks(partials.index, ~partials.bits)
         return self._with(blocks, partials)
 
     def causal_clip(self) -> Layout:
         """Drop blocks wholly above the diagonal (``col > row``): no query there may attend."""
-        return self._with(torch.tril(self.blocks), tokens.causal_rows(self.partials), normal=True)
+        held = self.runs.causal_clip() if self.runs is not None else torch.tril(self._grid)
+        return self._with(held, tokens.causal_rows(self.partials), normal=True)
 
     def transpose(self) -> Layout:
         """Swap query and key blocks (and tokens) in every head."""
         partials = tokens.transposed(self.partials)
-        return self._with(self.blocks.transpose(1, 2), partials, transpose=True, normal=True)
+        held = self.runs.transpose() if self.runs is not None else self._grid.transpose(1, 2)
+        return self._with(held, partials, transpose=True, normal=True)
 
     def with_heads(self, heads: list[int], source: Layout) -> Layout:
         """Replace ``heads`` with ``source``'s heads (one source head is broadcast to all)."""
@@ -331,8 +411,11 @@ class Layout:
                 f"source must have 1 head or one per assigned head ({len(heads)}), "
                 f"got {source.n_heads}"
             )
-        blocks = self.blocks.clone()
-        blocks[heads] = source.blocks.expand(len(heads), -1, -1)
+        if self.runs is not None:
+            blocks = self.runs.with_heads(heads, source.to_runs())
+        else:
+            blocks = self._grid.clone()
+            blocks[heads] = source.blocks.expand(len(heads), -1, -1)
         partials = self.partials
         if partials is not None or source.partials is not None:
             sources: list[int | None] = [None] * self.n_heads
@@ -345,7 +428,9 @@ class Layout:
         """A layout made of the listed heads, in that order."""
         heads = check_int_list("heads", heads, low=0, high=self.n_heads - 1, min_len=1)
         partials = tokens.head_map(self.partials, heads, None, self.block_size)
-        return self._with(self.blocks[heads], partials, normal=True)
+        if self.runs is not None:
+            return self._with(self.runs.select_heads(heads), partials, normal=True)
+        return self._with(self._grid[heads], partials, normal=True)
 
     def broadcast_heads(self, n_heads: int) -> Layout:
         """Copy a one-head layout to ``n_heads`` heads."""
@@ -353,7 +438,9 @@ class Layout:
         if self.n_heads != 1:
             raise ValueError(f"broadcast_heads needs a one-head layout, got {self.n_heads} heads")
         partials = tokens.repeated(self.partials, n_heads)
-        return self._with(self.blocks.expand(n_heads, -1, -1), partials, normal=True)
+        if self.runs is not None or self.cells * n_heads > DENSE_CELLS:
+            return self._with(self.to_runs().select_heads([0] * n_heads), partials, normal=True)
+        return self._with(self._grid.expand(n_heads, -1, -1), partials, normal=True)
 
     # ----------------------------------------------------------------- token level
     def token_mask(self, head: int | None = None) -> torch.Tensor:
@@ -370,7 +457,9 @@ class Layout:
                 f"{cells:,} cells, more than the limit of {MAX_TOKEN_MASK_CELLS:,}; ask for one "
                 f"head, or work with the blocks and partial blocks"
             )
-        mask = self.blocks[heads].repeat_interleave(b, 1).repeat_interleave(b, 2)
+        grid = self._grid if self.runs is None else self.runs.select_heads(heads).to_dense(cells)
+        grid = grid[heads] if self.runs is None else grid
+        mask = grid.repeat_interleave(b, 1).repeat_interleave(b, 2)
         if self.partials is not None:
             chosen = self.select_heads(heads).partials
             if chosen is not None:
@@ -387,15 +476,23 @@ class Layout:
             self.block_size == other.block_size
             and self.shape == other.shape
             and (self.seq_q, self.seq_k) == (other.seq_q, other.seq_k)
-            and bool(torch.equal(self.blocks, other.blocks))
+            and self._same_blocks(other)
             and self.partials == other.partials
         )
+
+    def _same_blocks(self, other: Layout) -> bool:
+        if (self.runs is None) != (other.runs is None):  # one shape, one form: never here
+            return self.to_runs() == other.to_runs()
+        if self.runs is not None:
+            return self.runs == other.runs
+        return bool(torch.equal(self._grid, other._grid))
 
     def __hash__(self) -> int:
         partials = b"" if self.partials is None else self.partials.bits.numpy().tobytes()
         keys = b"" if self.partials is None else self.partials.index.numpy().tobytes()
         lengths = () if self.whole_blocks else (self.seq_q, self.seq_k, keys, partials)
-        return hash((self.block_size, self.shape, self.blocks.numpy().tobytes(), *lengths))
+        held = hash(self.runs) if self.runs is not None else self._grid.numpy().tobytes()
+        return hash((self.block_size, self.shape, held, *lengths))
 
     def __repr__(self) -> str:
         h, m, n = self.shape
@@ -415,7 +512,7 @@ class Layout:
                 f"{what} needs layouts with the same number of heads (or one), "
                 f"got {self.n_heads} and {other.n_heads}"
             )
-        blocks, partials = tokens.combine(self.blocks, self.partials, other.blocks,
+        blocks, partials = tokens.combine(self._held, self.partials, other._held,
                                           other.partials, how, self.block_size)  # fmt: skip
         return self._with(blocks, partials)
 
@@ -426,10 +523,10 @@ class Layout:
             raise ValueError(
                 f"{what} needs the same block_size, got {self.block_size} and {other.block_size}"
             )
-        if other.blocks.shape[1:] != self.blocks.shape[1:]:
+        if other.shape[1:] != self.shape[1:]:
             raise ValueError(
                 f"{what} needs the same [q_blocks, k_blocks], got "
-                f"{list(self.blocks.shape[1:])} and {list(other.blocks.shape[1:])}"
+                f"{list(self.shape[1:])} and {list(other.shape[1:])}"
             )
         if (other.seq_len_q, other.seq_len_k) != (self.seq_len_q, self.seq_len_k):
             raise ValueError(

@@ -6,6 +6,7 @@ that makes no tiles, the layouts DeepSpeed's own segmentation gets wrong (phanto
 blocks, or no tiles at all), blocks so scattered that our fused kernel's tiles compute mostly
 inactive scores, and the scores partial blocks compute only to mask away.
 Each finding names the heads and a few example blocks, so a view can point at them.
+A layout held as row runs is checked on its runs (``lints_runs``), in time that follows them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ import torch
 from designer.cache import LruCache, head_keys
 from designer.design import Design
 from designer.layout import Layout
+from designer.lints_runs import above_diagonal, visited_squares
 from designer.segment_stats import DeepSpeedDefects, deepspeed_defects, deepspeed_start_width
+from designer.validate import MAX_LAYOUT_CELLS
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -83,7 +86,10 @@ def lint_design(design: Design) -> list[Lint]:
 
 
 def _empty_query_rows(layout: Layout) -> list[Lint]:
-    empty = np.argwhere(~layout.to_numpy().any(axis=2))  # (head, row) pairs
+    if layout.runs is not None:
+        empty = np.argwhere(layout.row_counts() == 0)  # (head, row) pairs
+    else:
+        empty = np.argwhere(~layout.to_numpy().any(axis=2))
     if not empty.size:
         return []
     heads = _unique_heads(empty)
@@ -106,17 +112,23 @@ def _empty_query_rows(layout: Layout) -> list[Lint]:
 
 
 def _causal_violations(layout: Layout) -> list[Lint]:
-    above = torch.triu(layout.blocks, diagonal=1)  # one pass in C; most causal designs pass
-    if not above.any():
-        return []
-    per_head = torch.tensor([torch.count_nonzero(head) for head in above])
+    if layout.runs is not None:
+        per_head, found = above_diagonal(layout.runs, MAX_EXAMPLES)
+        if not int(per_head.sum()):
+            return []
+        examples = [found]
+    else:
+        above = torch.triu(layout.blocks, diagonal=1)  # one pass in C; most causal designs pass
+        if not above.any():
+            return []
+        per_head = torch.tensor([torch.count_nonzero(head) for head in above])
+        examples = []
+        for head in torch.nonzero(per_head).flatten().tolist():  # first cells, (head, row, col)
+            cells = np.argwhere(above[head].numpy())[:MAX_EXAMPLES]
+            examples.append(np.column_stack([np.full(len(cells), head), cells]))
+            if sum(map(len, examples)) >= MAX_EXAMPLES:
+                break
     heads = tuple(torch.nonzero(per_head).flatten().tolist())
-    examples: list[np.ndarray] = []
-    for head in heads:  # the first few cells, in (head, row, col) order
-        cells = np.argwhere(above[head].numpy())[:MAX_EXAMPLES]
-        examples.append(np.column_stack([np.full(len(cells), head), cells]))
-        if sum(map(len, examples)) >= MAX_EXAMPLES:
-            break
     n_cells = int(per_head.sum())
     return [
         Lint(
@@ -170,9 +182,13 @@ def _identical_heads(layout: Layout) -> list[Lint]:
     if layout.n_heads < 2:
         return []
     groups: dict[bytes, list[int]] = {}
-    blocks = layout.to_numpy()
-    for h in range(layout.n_heads):
-        groups.setdefault(np.packbits(blocks[h]).tobytes(), []).append(h)
+    if layout.runs is not None:
+        signatures = layout.runs.head_signatures()
+    else:
+        blocks = layout.to_numpy()
+        signatures = [np.packbits(blocks[h]).tobytes() for h in range(layout.n_heads)]
+    for h, signature in enumerate(signatures):
+        groups.setdefault(signature, []).append(h)
     lints = []
     for heads in (tuple(group) for group in groups.values() if len(group) > 1):
         every = len(heads) == layout.n_heads
@@ -215,12 +231,16 @@ def _scattered_for_fused_tiles(layout: Layout) -> list[Lint]:
     per_side = FUSED_TILE // layout.block_size
     if per_side <= 1:
         return []
-    blocks = layout.blocks
-    n_heads, n_q, n_k = blocks.shape
-    padded = torch.nn.functional.pad(blocks, (0, -n_k % per_side, 0, -n_q % per_side))
-    squares = padded.view(n_heads, padded.shape[1] // per_side, per_side, -1, per_side)
-    visited = squares.any(dim=4).any(dim=2).sum(dim=(1, 2)) * per_side**2  # blocks, per head
-    active = torch.from_numpy(np.count_nonzero(layout.to_numpy(), axis=(1, 2)))  # no int64 copy
+    if layout.runs is not None:
+        visited = visited_squares(layout.runs, per_side) * per_side**2
+        active = layout.runs.head_counts()
+    else:
+        blocks = layout.blocks
+        n_heads, n_q, n_k = blocks.shape
+        padded = torch.nn.functional.pad(blocks, (0, -n_k % per_side, 0, -n_q % per_side))
+        squares = padded.view(n_heads, padded.shape[1] // per_side, per_side, -1, per_side)
+        visited = squares.any(dim=4).any(dim=2).sum(dim=(1, 2)) * per_side**2  # blocks, per head
+        active = torch.from_numpy(np.count_nonzero(layout.to_numpy(), axis=(1, 2)))  # no int64
     if not int(active.sum()):
         return []
     fill = float(active.sum()) / int(visited.sum())
@@ -276,6 +296,8 @@ def _deepspeed_defect_lints(layout: Layout, start_width: int, where: str) -> lis
     """Phantom and duplicate findings for DeepSpeed's segmentation at ``start_width``."""
     if start_width < 3:  # widths 2 and 1 are exact (SDD_SEGMENT.md)
         return []
+    if layout.runs is not None and layout.n_q_blocks * layout.n_k_blocks > MAX_LAYOUT_CELLS:
+        return [_deepspeed_unchecked(layout, start_width, where)]
     defects = _layout_defects(layout, start_width)
     at = f"DeepSpeed's segmentation at start width {start_width} ({where})"
     lints = []
@@ -315,6 +337,22 @@ def _deepspeed_defect_lints(layout: Layout, start_width: int, where: str) -> lis
     return lints
 
 
+def _deepspeed_unchecked(layout: Layout, start_width: int, where: str) -> Lint:
+    """A head too large to scan for DeepSpeed's defects, said so rather than passed."""
+    m, n = layout.n_q_blocks, layout.n_k_blocks
+    return Lint(
+        code="deepspeed-unchecked",
+        severity="info",
+        message=(
+            f"DeepSpeed's segmentation at start width {start_width} ({where}) was not checked "
+            f"for phantom or duplicate blocks: a head of {m:,} x {n:,} blocks is past the "
+            f"{MAX_LAYOUT_CELLS:,} cells its scan takes. Our kernels segment safely; with "
+            "DeepSpeed, use start width 2, where its segmentation is exact."
+        ),
+        heads=tuple(range(layout.n_heads)),
+    )
+
+
 def _layout_defects(layout: Layout, start_width: int) -> DeepSpeedDefects:
     """``deepspeed_defects`` of the layout, worked out head by head (heads scan independently)
     and cached by each head's content, so an edit re-scans only the heads it changed."""
@@ -323,6 +361,10 @@ def _layout_defects(layout: Layout, start_width: int) -> DeepSpeedDefects:
     missing = [h for key, h in first_of.items() if _DEFECTS.peek(key) is None]
 
     def scan(h: int) -> DeepSpeedDefects:
+        if layout.runs is not None:  # one head at a time, as its dense grid
+            return deepspeed_defects(
+                Layout(layout.runs.select_heads([h]).to_dense(), 1), start_width
+            )
         return deepspeed_defects(Layout(layout.blocks[h : h + 1], 1), start_width)
 
     # Heads in parallel while their scratch is small (a scan takes about 20 bytes a cell)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from designer.block_runs import BlockRuns
 from designer.units import bytes_text
 
 #: Most bytes of partial-block bits a layout may hold (65,536 blocks of 64 tokens: a
@@ -208,9 +209,30 @@ def valid_bits(index: torch.Tensor, block_size: int, seq_q: int, seq_k: int) -> 
     return col_bytes[which][:, None, :] * row_mask[:, :, None].to(torch.uint8)
 
 
+Blocks = torch.Tensor | BlockRuns
+
+
+def active_at(blocks: Blocks, index: torch.Tensor) -> torch.Tensor:
+    """Bool ``[P]``: whether the ``(head, q_block, k_block)`` rows of ``index`` are active in a
+    dense grid or in runs."""
+    if isinstance(blocks, BlockRuns):
+        return blocks.contains(index)
+    return blocks[tuple(index.to(torch.int64).T)]
+
+
+def set_cells(blocks: Blocks, index: torch.Tensor, value: bool) -> Blocks:
+    """``blocks`` with the cells of ``index`` made active (``value``) or inactive: a dense grid
+    in place, runs as new runs."""
+    if isinstance(blocks, BlockRuns):
+        cells = BlockRuns.from_cells(blocks.shape, index)
+        return blocks.union(cells) if value else blocks.difference(cells)
+    blocks[tuple(index.to(torch.int64).T)] = value
+    return blocks
+
+
 def normalise(
-    blocks: torch.Tensor, partials: PartialBlocks, seq_q: int, seq_k: int
-) -> tuple[torch.Tensor, PartialBlocks | None]:
+    blocks: Blocks, partials: PartialBlocks, seq_q: int, seq_k: int
+) -> tuple[Blocks, PartialBlocks | None]:
     """``(blocks, partials)`` in normal form: bits outside the lengths cleared, a partial block
     that allows every token it holds stored as full, one that allows none made inactive.
 
@@ -227,8 +249,7 @@ def normalise(
     if bool(outside.any()):
         first = index[outside][0].tolist()
         raise ValueError(f"partial block {tuple(first)} is outside the layout's {[h, m, n]} blocks")
-    where = tuple(index.to(torch.int64).T)
-    inactive = ~blocks[where]
+    inactive = ~active_at(blocks, index)
     if bool(inactive.any()):
         first = index[inactive][0].tolist()
         raise ValueError(f"partial block {tuple(first)} must be an active block of the layout")
@@ -237,8 +258,8 @@ def normalise(
     full = (bits == valid).flatten(1).all(dim=1)
     empty = (bits == 0).flatten(1).all(dim=1)
     if bool(empty.any()):
-        blocks = blocks.clone()
-        blocks[tuple(index[empty].to(torch.int64).T)] = False
+        dense = not isinstance(blocks, BlockRuns)
+        blocks = set_cells(blocks.clone() if dense else blocks, index[empty], False)
     keep = ~(full | empty)
     if not bool(keep.any()):
         return blocks, None
@@ -261,14 +282,14 @@ def lookup(partials: PartialBlocks | None, keys: torch.Tensor, block_size: int) 
 
 
 def cell_bits(
-    blocks: torch.Tensor, partials: PartialBlocks | None, keys: torch.Tensor, block_size: int
+    blocks: Blocks, partials: PartialBlocks | None, keys: torch.Tensor, block_size: int
 ) -> torch.Tensor:
     """uint8 ``[K, b, nb]`` token bits of the cells at ``keys``: a partial block's own bits, all
     ones for a full block, zeros for an empty one (``blocks`` may have one head for all)."""
     lookup_keys = keys if blocks.shape[0] > 1 else keys & ((1 << _HEAD) - 1)
     found, bits = lookup(partials, lookup_keys, block_size)
     index = index_of(lookup_keys).to(torch.int64)
-    full = blocks[tuple(index.T)] & ~found
+    full = active_at(blocks, index) & ~found
     bits[full] = 0xFF
     return bits
 
@@ -287,22 +308,33 @@ def grid_keys(partials: PartialBlocks | None, own_heads: int, n_heads: int) -> t
 
 _OPERATIONS = {"or": torch.bitwise_or, "and": torch.bitwise_and,
                "andnot": lambda a, b: a & ~b}  # fmt: skip
+_RUN_OPERATIONS = {"or": BlockRuns.union, "and": BlockRuns.intersection,
+                   "andnot": BlockRuns.difference}  # fmt: skip
+
+
+def _combined(a_blocks: Blocks, b_blocks: Blocks, how: str) -> Blocks:
+    """The block-level operation, on runs when either side is runs (the other made runs)."""
+    if isinstance(a_blocks, BlockRuns) or isinstance(b_blocks, BlockRuns):
+        a, b = (x if isinstance(x, BlockRuns) else BlockRuns.from_dense(x)
+                for x in (a_blocks, b_blocks))  # fmt: skip
+        return _RUN_OPERATIONS[how](a, b)
+    return _OPERATIONS[how](a_blocks, b_blocks)
 
 
 def combine(
-    a_blocks: torch.Tensor,
+    a_blocks: Blocks,
     a_partials: PartialBlocks | None,
-    b_blocks: torch.Tensor,
+    b_blocks: Blocks,
     b_partials: PartialBlocks | None,
     how: str,
     block_size: int,
-) -> tuple[torch.Tensor, PartialBlocks | None]:
+) -> tuple[Blocks, PartialBlocks | None]:
     """Token-level union (``"or"``), intersection (``"and"``) or difference (``"andnot"``) of
     two layouts' blocks and partial blocks (``b`` may have one head for all), before
     ``normalise``: a cell partial on either side gets the bytes of the operation, the others
     the block-level result."""
     op = _OPERATIONS[how]  # the same on block flags and on token bits
-    blocks = op(a_blocks, b_blocks)
+    blocks = _combined(a_blocks, b_blocks, how)
     n_heads = blocks.shape[0]
     keys = torch.unique(torch.cat([
         grid_keys(a_partials, a_blocks.shape[0], n_heads),
@@ -314,7 +346,7 @@ def combine(
     b_bits = cell_bits(b_blocks, b_partials, keys, block_size)
     bits = op(a_bits, b_bits)
     index = index_of(keys)
-    blocks[tuple(index.to(torch.int64).T)] = True
+    blocks = set_cells(blocks, index, True)
     check_partial_size(len(keys), block_size)
     return blocks, PartialBlocks(index, bits)
 

@@ -24,6 +24,16 @@ MAX_LAYOUT_CELLS = 1 << 26
 MAX_HEADS = 1024
 #: The most query or key blocks a layout may have.
 MAX_BLOCKS = 1 << 16
+#: Layouts past ``MAX_LAYOUT_CELLS`` are held as row runs (``designer.block_runs``), whose
+#: memory follows the runs and whose work (segmentation, lints, a kernel plan's tables) follows
+#: the active blocks. The most active blocks such a layout may have: 2**26, what the largest
+#: dense layout could hold, and twice the 34M of 32 heads x 1M tokens of a 4K-token window plus
+#: sinks (a plan's int32 column per block: 256 MiB at the limit).
+MAX_ACTIVE_BLOCKS = 1 << 26
+#: The most runs (8 bytes each: 128 MiB) and block rows (``H * M``, 8 bytes of ``row_ptr``
+#: each: 32 MiB) a layout held as runs may have; 32 heads x 16,384 rows is 524,288.
+MAX_RUNS = 1 << 24
+MAX_RUN_ROWS = 1 << 22
 #: Longest error message a loader raises: enough to say what is wrong, never the payload itself.
 MAX_MESSAGE_CHARS = 400
 
@@ -155,11 +165,7 @@ def check_layout_shape(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> tuple[
     >>> check_layout_shape(2, 3, 4)
     (2, 3, 4)
     """
-    shape = (
-        check_int("n_heads", n_heads, low=1, high=MAX_HEADS),
-        check_int("n_q_blocks", n_q_blocks, low=1, high=MAX_BLOCKS),
-        check_int("n_k_blocks", n_k_blocks, low=1, high=MAX_BLOCKS),
-    )
+    shape = _shape(n_heads, n_q_blocks, n_k_blocks)
     cells = shape[0] * shape[1] * shape[2]
     if cells > MAX_LAYOUT_CELLS:
         raise ValueError(
@@ -167,6 +173,45 @@ def check_layout_shape(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> tuple[
             f"got {cells:,} {list(shape)}"
         )
     return shape
+
+
+def check_runs_shape(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> tuple[int, int, int]:
+    """Check the shape of a layout held as runs (any number of cells) before anything is built.
+
+    >>> check_runs_shape(32, 16384, 16384)
+    (32, 16384, 16384)
+    """
+    shape = _shape(n_heads, n_q_blocks, n_k_blocks)
+    if shape[0] * shape[1] > MAX_RUN_ROWS:
+        raise ValueError(
+            f"n_heads * n_q_blocks must be <= {MAX_RUN_ROWS:,} for a layout held as runs, "
+            f"got {shape[0] * shape[1]:,} {list(shape)}"
+        )
+    return shape
+
+
+def _shape(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> tuple[int, int, int]:
+    return (
+        check_int("n_heads", n_heads, low=1, high=MAX_HEADS),
+        check_int("n_q_blocks", n_q_blocks, low=1, high=MAX_BLOCKS),
+        check_int("n_k_blocks", n_k_blocks, low=1, high=MAX_BLOCKS),
+    )
+
+
+def check_run_counts(active: int, runs: int) -> None:
+    """Refuse a layout held as runs with more than ``MAX_ACTIVE_BLOCKS`` active blocks or
+    ``MAX_RUNS`` runs, saying how many it has."""
+    if active > MAX_ACTIVE_BLOCKS:
+        raise ValueError(
+            f"a layout of more than {MAX_LAYOUT_CELLS:,} cells may have at most "
+            f"{MAX_ACTIVE_BLOCKS:,} active blocks, got {active:,}; use larger blocks or a "
+            f"sparser pattern"
+        )
+    if runs > MAX_RUNS:
+        raise ValueError(
+            f"a layout of more than {MAX_LAYOUT_CELLS:,} cells may have at most {MAX_RUNS:,} "
+            f"runs of blocks, got {runs:,}; use larger blocks or a less scattered pattern"
+        )
 
 
 def per_head(name: str, value: Any, n_heads: int, check: Callable[[str, Any], T]) -> list[T]:

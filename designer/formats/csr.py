@@ -9,6 +9,8 @@ Convention (int64):
   ``col_idx[row_ptr[h, m] : row_ptr[h, m + 1]]``, ascending. ``row_ptr[h, M] == row_ptr[h + 1, 0]``
   and ``row_ptr[H - 1, M] == nnz``.
 
+A layout held as row runs (past a dense grid's size) converts both ways without its grid.
+
 ``from_csr`` needs the number of key blocks (empty trailing columns leave no trace) and the block
 size, and accepts only this canonical form.
 
@@ -24,8 +26,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from designer.block_runs import BlockRuns
 from designer.layout import Layout
-from designer.validate import MAX_LAYOUT_CELLS, check_int
+from designer.validate import MAX_LAYOUT_CELLS, check_int, check_runs_shape
 
 #: Most blocks ``from_csr`` reads: its checks take about 40 bytes a block (320 MiB here).
 MAX_CSR_BLOCKS = 1 << 23
@@ -42,12 +45,16 @@ def to_csr(
     if dtype not in (torch.int64, torch.int32):
         raise ValueError(f"dtype must be torch.int64 or torch.int32, got {dtype}")
     h, m, n = layout.shape
-    blocks = layout.to_numpy()
-    counts = np.count_nonzero(blocks, axis=2).reshape(-1)  # [H * M]
+    counts = layout.row_counts().reshape(-1)  # [H * M]
     offsets = np.zeros(h * m + 1, dtype=np.int64)
     np.cumsum(counts, out=offsets[1:])
     rows = np.arange(h)[:, None] * m + np.arange(m + 1)[None, :]
-    col_idx = np.empty(int(offsets[-1]), dtype=np.int64 if dtype == torch.int64 else np.int32)
+    index_type = np.int64 if dtype == torch.int64 else np.int32
+    if layout.runs is not None:
+        col_idx = layout.runs.columns().numpy().astype(index_type)
+        return torch.from_numpy(offsets[rows].astype(index_type)), torch.from_numpy(col_idx)
+    blocks = layout.to_numpy()
+    col_idx = np.empty(int(offsets[-1]), dtype=index_type)
     for head in range(h):
         start, stop = offsets[head * m], offsets[(head + 1) * m]
         col_idx[start:stop] = np.flatnonzero(blocks[head]) % n
@@ -82,11 +89,9 @@ def from_csr(row_ptr: Any, col_idx: Any, n_k_blocks: int, block_size: int) -> La
     h, m = row_ptr.shape[0], row_ptr.shape[1] - 1
     if h < 1 or m < 1:
         raise ValueError(f"row_ptr must have shape [H >= 1, M + 1 >= 2], got {list(row_ptr.shape)}")
-    if h * m * n_k_blocks > MAX_LAYOUT_CELLS:
-        raise ValueError(
-            f"row_ptr and n_k_blocks describe {h * m * n_k_blocks:,} cells, more than the limit "
-            f"of {MAX_LAYOUT_CELLS:,}"
-        )
+    as_runs = h * m * n_k_blocks > MAX_LAYOUT_CELLS  # held as runs: its shape's limits
+    if as_runs:
+        check_runs_shape(h, m, n_k_blocks)
     if int(row_ptr[0, 0]) != 0:
         raise ValueError(f"row_ptr[0, 0] must be 0, got {int(row_ptr[0, 0])}")
     if h > 1 and not torch.equal(row_ptr[1:, 0], row_ptr[:-1, -1]):
@@ -121,6 +126,9 @@ def from_csr(row_ptr: Any, col_idx: Any, n_k_blocks: int, block_size: int) -> La
             f"{int(col_idx[i])} at col_idx[{i - 1}:{i + 1}] (head {int(row_of[i]) // m}, "
             f"row {int(row_of[i]) % m})"
         )
+    if as_runs:
+        shape = (h, m, n_k_blocks)
+        return Layout(BlockRuns.from_intervals(shape, row_of, col_idx, col_idx + 1), block_size)
     blocks = torch.zeros(h, m, n_k_blocks, dtype=torch.bool)
     blocks[row_of // m, row_of % m, col_idx] = True
     return Layout(blocks, block_size)

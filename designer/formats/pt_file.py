@@ -10,6 +10,8 @@ Layout of the file (version 3)::
                      "head_dim": int},
      "recipe": uint8 [n] tensor of the UTF-8 JSON text of Recipe.to_dict() | None}
 
+Version 4 is version 3 with a layout held as row runs (past a dense grid's size) stored by its
+runs (``packing.pack_runs``); designs of dense layouts are still written as version 3.
 Version 3 adds ``model_shape`` (version 2 reads with the default shape) and, for token-exact
 layouts (partial blocks, or lengths that are not whole blocks) only,
 ``"partials": {"index": int32 [P, 3], "bits": uint8 [P, block, ceil(block / 8)]} | None``
@@ -37,7 +39,14 @@ import torch
 
 from designer.design import Design
 from designer.formats.json_recipe import MAX_JSON_CHARS, json_values, parse_json
-from designer.formats.packing import pack_blocks, pack_partials, read_partials, unpack_blocks
+from designer.formats.packing import (
+    pack_blocks,
+    pack_partials,
+    pack_runs,
+    read_partials,
+    unpack_blocks,
+    unpack_runs,
+)
 from designer.formats.settings import (
     SETTING_KEYS,
     SHAPE_KEY,
@@ -56,9 +65,11 @@ from designer.validate import MAX_LAYOUT_CELLS, check_int, check_keys, error_con
 
 FORMAT = "blocksparse-design"
 VERSION = 3
-#: Versions read: 1 (int64 layout), 2 (bit-packed layout) and 3 (with the model shape, and with
-#: partial blocks for token-exact layouts).
-READ_VERSIONS = (1, 2, 3)
+#: The version of a design whose layout is held as runs.
+RUNS_VERSION = 4
+#: Versions read: 1 (int64 layout), 2 (bit-packed layout), 3 (with the model shape, and with
+#: partial blocks for token-exact layouts) and 4 (3 with the layout as runs).
+READ_VERSIONS = (1, 2, 3, 4)
 #: Largest file read: a bit-packed layout of the largest size (8 MiB), room for a recipe as
 #: large as the largest JSON recipe and for the most partial blocks a layout may hold (their
 #: bits and index). The upload limit in ``.streamlit/config.toml`` is this.
@@ -115,10 +126,11 @@ def design_content(design: Design) -> dict[str, Any]:
         with error_context("design", as_value_error=True):
             check_rebuilds(design.recipe, layout)
         recipe = _recipe_tensor(design.recipe)
+    as_runs = layout.runs is not None
     content = {
         "format": FORMAT,
-        "version": VERSION,
-        "layout": pack_blocks(layout),
+        "version": RUNS_VERSION if as_runs else VERSION,
+        "layout": pack_runs(layout) if as_runs else pack_blocks(layout),
         "block_size": layout.block_size,
         "seq_len_q": layout.seq_len_q,
         "seq_len_k": layout.seq_len_k,
@@ -173,6 +185,8 @@ def design_from_content(content: Mapping[str, Any], *, rebuild_recipe: bool = Tr
     tokens = "partials" in content
     if version == 1:
         blocks = file_tensor("layout", content["layout"])
+    elif version == RUNS_VERSION:
+        blocks = unpack_runs(content["layout"])
     else:
         blocks = unpack_blocks(content["layout"])
     layout = Layout(blocks, content["block_size"])  # checks the shape before copying anything
@@ -193,7 +207,7 @@ def design_from_content(content: Mapping[str, Any], *, rebuild_recipe: bool = Tr
     if tokens:
         with error_context("partials"):
             partials = read_partials(content["partials"])
-            layout = Layout(layout.blocks, layout.block_size, partials, *lengths)
+            layout = Layout(blocks, layout.block_size, partials, *lengths)
     recipe = None
     if content["recipe"] is not None:
         recipe = _read_recipe(content["recipe"], version, build=rebuild_recipe)

@@ -1,8 +1,11 @@
 """Parameter checks, parameter specs and index grids shared by the pattern modules.
 
-Every generator returns a ``[n_heads, n_q_blocks, n_k_blocks]`` bool tensor. Query block ``row``
-and key block ``col`` are compared as plain indices: the grid is aligned at its top-left corner,
-so ``col <= row`` is causal for any ``n_q_blocks != n_k_blocks``, as in ``Layout.causal_clip``.
+Every generator returns a ``[n_heads, n_q_blocks, n_k_blocks]`` bool tensor; those of families
+made of a few key-block intervals per query row also have a ``*_runs`` twin that gives the same
+blocks as ``BlockRuns`` at any size (``row_runs`` builds a head's from its intervals).
+Query block ``row`` and key block ``col`` are compared as plain indices: the grid is aligned at
+its top-left corner, so ``col <= row`` is causal for any ``n_q_blocks != n_k_blocks``, as in
+``Layout.causal_clip``.
 """
 
 from __future__ import annotations
@@ -13,7 +16,8 @@ from typing import Any
 
 import torch
 
-from designer.patterns.specs import ParamSpec, PatternSpec, calls
+from designer.block_runs import BlockRuns
+from designer.patterns.specs import ParamSpec, PatternSpec, RunsBuilder, calls
 from designer.validate import MAX_BLOCKS, check_int
 
 #: Seeds are non-negative 63-bit integers (what a JSON recipe and numpy both hold exactly).
@@ -43,6 +47,31 @@ def stack_heads(
     return torch.stack([made[value] for value in values]).contiguous()
 
 
+def row_runs(
+    n_q_blocks: int, n_k_blocks: int, intervals: list[tuple[torch.Tensor, torch.Tensor]]
+) -> BlockRuns:
+    """One head's runs from int64 ``[M]`` ``(starts, stops)`` pairs: row ``m`` attends key
+    blocks ``starts[m] <= col < stops[m]`` of each pair (clipped, empty ones dropped). Pairs
+    listed by increasing start need no sort."""
+    rows = torch.arange(n_q_blocks).repeat_interleave(len(intervals))
+    starts = torch.stack([start for start, _ in intervals], dim=1).view(-1)
+    stops = torch.stack([stop for _, stop in intervals], dim=1).view(-1)
+    return BlockRuns.from_intervals((1, n_q_blocks, n_k_blocks), rows, starts, stops)
+
+
+def stack_head_runs(
+    values: Sequence[Hashable], make_head: Callable[[Hashable], BlockRuns]
+) -> BlockRuns:
+    """``stack_heads`` for runs: each distinct head's runs made once, the heads stacked."""
+    made: dict[Hashable, BlockRuns] = {}
+    for value in values:
+        if value not in made:
+            made[value] = make_head(value)
+    if len(made) == 1:
+        return made[values[0]].select_heads([0] * len(values))
+    return BlockRuns.stack([made[value] for value in values])
+
+
 def blocks_param(name: str, default: int, low: int, help: str, per_head: bool = True) -> ParamSpec:
     """A number of blocks in ``[low, MAX_BLOCKS]``, one value or (``per_head``) one per head."""
     return ParamSpec(name, "int", default, low=low, high=MAX_BLOCKS, per_head=per_head, help=help)
@@ -66,9 +95,11 @@ def generator_spec(
     generator: Callable[..., torch.Tensor],
     *,
     order: int,
+    runs: Callable[..., BlockRuns] | None = None,
 ) -> PatternSpec:
     """The registry's entry for a block-level generator: ``generator(H, M, N, **params)``, any
-    shape, random when it takes a seed."""
+    shape, random when it takes a seed; ``runs(H, M, N, **params)``, where given, makes the same
+    blocks as row runs."""
     return PatternSpec(
         name,
         label,
@@ -79,4 +110,9 @@ def generator_spec(
         square_only=False,
         build=calls(generator),
         order=order,
+        build_runs=None if runs is None else _runs_call(runs),
     )
+
+
+def _runs_call(runs: Callable[..., BlockRuns]) -> RunsBuilder:
+    return lambda n_heads, n_q, n_k, params: runs(n_heads, n_q, n_k, **params)

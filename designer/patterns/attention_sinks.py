@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import torch
 
+from designer.block_runs import BlockRuns
 from designer.patterns._common import (
     block_grid,
     blocks_check,
     blocks_param,
     generator_spec,
+    row_runs,
+    stack_head_runs,
     stack_heads,
 )
-from designer.validate import check_layout_shape, per_head
+from designer.validate import check_layout_shape, check_runs_shape, per_head
 
 
 def attention_sinks(
@@ -51,6 +54,34 @@ def attention_sinks(
     return stack_heads(list(zip(sinks, windows, strict=True)), head)
 
 
+def attention_sinks_runs(
+    n_heads: int,
+    n_q_blocks: int,
+    n_k_blocks: int,
+    *,
+    sink_blocks: int | list[int],
+    window_blocks: int | list[int],
+) -> BlockRuns:
+    """``attention_sinks`` as row runs: row ``m`` attends ``[0, min(sink_blocks, m + 1))`` and
+    ``[m - window_blocks + 1, m + 1)``, one or two runs per row.
+
+    >>> attention_sinks_runs(1, 5, 5, sink_blocks=1, window_blocks=2).nnz
+    12
+    """
+    n_heads, n_q_blocks, n_k_blocks = check_runs_shape(n_heads, n_q_blocks, n_k_blocks)
+    sinks = per_head("sink_blocks", sink_blocks, n_heads, blocks_check(0))
+    windows = per_head("window_blocks", window_blocks, n_heads, blocks_check(1))
+    rows = torch.arange(n_q_blocks)
+
+    def head(sink_and_window: tuple[int, int]) -> BlockRuns:
+        sink, window = sink_and_window
+        sink_stops = torch.clamp(rows + 1, max=sink)
+        intervals = [(torch.zeros_like(rows), sink_stops), (rows - window + 1, rows + 1)]
+        return row_runs(n_q_blocks, n_k_blocks, intervals)
+
+    return stack_head_runs(list(zip(sinks, windows, strict=True)), head)
+
+
 SPECS = (
     generator_spec(
         "attention_sinks",
@@ -62,5 +93,6 @@ SPECS = (
         ),
         attention_sinks,
         order=50,
+        runs=attention_sinks_runs,
     ),
 )

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_grid, generator_spec
-from designer.validate import check_layout_shape
+from designer.block_runs import BlockRuns
+from designer.patterns._common import block_grid, generator_spec, row_runs
+from designer.validate import check_layout_shape, check_runs_shape
 
 
 def causal(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> torch.Tensor:
@@ -27,6 +28,18 @@ def causal(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> torch.Tensor:
     return (cols <= rows).expand(n_heads, -1, -1).contiguous()
 
 
+def causal_runs(n_heads: int, n_q_blocks: int, n_k_blocks: int) -> BlockRuns:
+    """``causal`` as row runs: row ``m`` attends ``[0, m + 1)``.
+
+    >>> causal_runs(2, 4, 4).nnz
+    20
+    """
+    n_heads, n_q_blocks, n_k_blocks = check_runs_shape(n_heads, n_q_blocks, n_k_blocks)
+    rows = torch.arange(n_q_blocks)
+    head = row_runs(n_q_blocks, n_k_blocks, [(torch.zeros_like(rows), rows + 1)])
+    return head.select_heads([0] * n_heads)
+
+
 SPECS = (
     generator_spec(
         "causal",
@@ -35,5 +48,6 @@ SPECS = (
         (),
         causal,
         order=10,
+        runs=causal_runs,
     ),
 )

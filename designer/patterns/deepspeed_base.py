@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from designer.patterns._common import MAX_SEED
-from designer.patterns.specs import Builder, ParamSpec, PatternSpec
+from designer.patterns.specs import Builder, ParamSpec, PatternSpec, RunsBuilder
 from designer.validate import MAX_BLOCKS, check_bool, check_int, check_int_list
 
 ATTENTIONS = ("unidirectional", "bidirectional")
@@ -171,11 +171,8 @@ def builds(config_class: type[SparsityConfig]) -> Builder:
     def build(
         n_heads: int, n_q_blocks: int, _n_k_blocks: int, block_size: int, params: dict[str, Any]
     ) -> torch.Tensor:
-        kwargs = dict(params)
+        kwargs = config_kwargs(params, n_q_blocks)
         seed = kwargs.pop("seed", None)
-        if kwargs.get("global_block_end_indices") == []:  # the registry's "no end indices"
-            kwargs["global_block_end_indices"] = None
-        _check_globals(kwargs, n_q_blocks)
         # With one layout for all heads, DeepSpeed builds head 0 (all the draws) and copies it:
         # build that one head and broadcast it as bool, not H int64 copies.
         shared = not kwargs.get("different_layout_per_head", False)
@@ -192,6 +189,15 @@ def builds(config_class: type[SparsityConfig]) -> Builder:
         return layout.expand(n_heads, -1, -1) if shared else layout
 
     return build
+
+
+def config_kwargs(params: dict[str, Any], n_blocks: int) -> dict[str, Any]:
+    """A config's keyword arguments from the registry's parameters, global indices checked."""
+    kwargs = dict(params)
+    if kwargs.get("global_block_end_indices") == []:  # the registry's "no end indices"
+        kwargs["global_block_end_indices"] = None
+    _check_globals(kwargs, n_blocks)
+    return kwargs
 
 
 def _check_globals(kwargs: dict[str, Any], n_blocks: int) -> None:
@@ -219,8 +225,10 @@ def deepspeed_spec(
     config_class: type[SparsityConfig],
     *,
     order: int,
+    runs: RunsBuilder | None = None,
 ) -> PatternSpec:
-    """The registry's entry for a DeepSpeed config: square layouts, random when it takes a seed."""
+    """The registry's entry for a DeepSpeed config: square layouts, random when it takes a seed;
+    ``runs`` makes the same layout as row runs, at any size."""
     return PatternSpec(
         name,
         label,
@@ -231,6 +239,7 @@ def deepspeed_spec(
         square_only=True,
         build=builds(config_class),
         order=order,
+        build_runs=runs,
     )
 
 

@@ -4,14 +4,20 @@ and ``LocalSlidingWindowSparsityConfig``.
 All three use DeepSpeed's window: row ``r`` sees ``[max(0, r - W // 2), min(r + W // 2 + 1, nb))``
 (an even ``W`` acts as ``W + 1``), or, for LocalSlidingWindow's unidirectional default,
 ``[max(0, r - W // 2), r + 1)``.
+
+BSLongformer and LocalSlidingWindow have no random draws, so they are also made as row runs
+(``longformer_runs``, ``local_window_runs``) at sizes past a dense grid's: the same blocks.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
+from designer.block_runs import BlockRuns
+from designer.patterns._common import row_runs
 from designer.patterns.deepspeed_base import (
     DIFFERENT,
     GLOBAL_ENDS,
@@ -23,13 +29,14 @@ from designer.patterns.deepspeed_base import (
     check_attention,
     check_fits,
     check_global_spans,
+    config_kwargs,
     count_param,
     deepspeed_spec,
     global_spans,
     set_random_rows,
     set_window,
 )
-from designer.validate import check_int, check_int_list
+from designer.validate import check_int, check_int_list, check_runs_shape
 
 
 class BigBirdSparsityConfig(SparsityConfig):
@@ -204,6 +211,46 @@ class LocalSlidingWindowSparsityConfig(SparsityConfig):
         return self.check_and_propagate_first_head_layout(layout)
 
 
+def _window_runs(n_blocks: int, window_blocks: int, causal: bool) -> list:
+    """DeepSpeed's window as ``row_runs`` intervals: ``[r - W // 2, r + 1)`` or to
+    ``r + W // 2 + 1``, after its size check."""
+    check_fits("sliding window blocks", window_blocks, n_blocks)
+    rows, reach = torch.arange(n_blocks), window_blocks // 2
+    return [(rows - reach, rows + 1 if causal else rows + reach + 1)]
+
+
+def longformer_runs(n_heads: int, n_blocks: int, _n_k: int, params: dict[str, Any]) -> BlockRuns:
+    """``BSLongformerSparsityConfig``'s layout as row runs (one layout for every head: it has no
+    random draws): the window, each global span's rows whole and its columns in every row, then
+    causal when unidirectional."""
+    n_heads, n_blocks, _ = check_runs_shape(n_heads, n_blocks, n_blocks)
+    kwargs = config_kwargs(params, n_blocks)
+    kwargs.pop("different_layout_per_head")
+    config = BSLongformerSparsityConfig(num_heads=1, **kwargs)  # DeepSpeed's checks
+    intervals = _window_runs(n_blocks, config.num_sliding_window_blocks, causal=False)
+    rows = torch.arange(n_blocks)
+    whole = torch.zeros(n_blocks, dtype=torch.bool)
+    for start, end in global_spans(config.global_block_indices, config.global_block_end_indices):
+        if start < n_blocks:
+            whole[start:end] = True
+            intervals.append((torch.full_like(rows, start), torch.full_like(rows, end)))
+    intervals.append((torch.zeros_like(rows), whole * n_blocks))
+    head = row_runs(n_blocks, n_blocks, intervals)
+    if config.attention == "unidirectional":
+        head = head.causal_clip()
+    return head.select_heads([0] * n_heads)
+
+
+def local_window_runs(n_heads: int, n_blocks: int, _n_k: int, params: dict[str, Any]) -> BlockRuns:
+    """``LocalSlidingWindowSparsityConfig``'s layout as row runs: one run per row."""
+    n_heads, n_blocks, _ = check_runs_shape(n_heads, n_blocks, n_blocks)
+    config = LocalSlidingWindowSparsityConfig(num_heads=1, **params)
+    causal = config.attention != "bidirectional"
+    head = row_runs(n_blocks, n_blocks, _window_runs(n_blocks, config.num_sliding_window_blocks,
+                                                     causal))  # fmt: skip
+    return head.select_heads([0] * n_heads)
+
+
 SPECS = (
     deepspeed_spec(
         "deepspeed_bigbird",
@@ -227,6 +274,7 @@ SPECS = (
         (DIFFERENT, WINDOW, GLOBAL_STARTS, GLOBAL_ENDS, attention_param("bidirectional")),
         BSLongformerSparsityConfig,
         order=240,
+        runs=longformer_runs,
     ),
     deepspeed_spec(
         "deepspeed_local_sliding_window",
@@ -235,5 +283,6 @@ SPECS = (
         (WINDOW, attention_param("unidirectional")),
         LocalSlidingWindowSparsityConfig,
         order=250,
+        runs=local_window_runs,
     ),
 )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from designer.patterns._common import block_indices_param, generator_spec
+from designer.block_runs import BlockRuns
+from designer.patterns._common import block_indices_param, generator_spec, row_runs
 from designer.patterns.specs import ParamSpec
-from designer.validate import check_bool, check_int_list, check_layout_shape
+from designer.validate import check_bool, check_int_list, check_layout_shape, check_runs_shape
 
 
 def global_tokens(
@@ -34,6 +35,45 @@ def global_tokens(
     12
     """
     n_heads, n_q_blocks, n_k_blocks = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
+    rows, columns, indices = _checked(n_q_blocks, n_k_blocks, global_blocks, rows, columns)
+    blocks = torch.zeros(n_q_blocks, n_k_blocks, dtype=torch.bool)
+    if rows:
+        blocks[indices, :] = True
+    if columns:
+        blocks[:, indices] = True
+    return blocks.expand(n_heads, -1, -1).contiguous()
+
+
+def global_tokens_runs(
+    n_heads: int,
+    n_q_blocks: int,
+    n_k_blocks: int,
+    *,
+    global_blocks: list[int],
+    rows: bool = True,
+    columns: bool = True,
+) -> BlockRuns:
+    """``global_tokens`` as row runs: a global row is one run ``[0, N)``, a global column a
+    one-block run in every row.
+
+    >>> global_tokens_runs(1, 4, 4, global_blocks=[0, 2]).nnz
+    12
+    """
+    n_heads, n_q_blocks, n_k_blocks = check_runs_shape(n_heads, n_q_blocks, n_k_blocks)
+    rows, columns, indices = _checked(n_q_blocks, n_k_blocks, global_blocks, rows, columns)
+    none = torch.zeros(n_q_blocks, dtype=torch.int64)
+    intervals = []
+    if rows:
+        is_global = torch.zeros(n_q_blocks, dtype=torch.bool)
+        is_global[indices] = True
+        intervals.append((none, is_global * n_k_blocks))
+    if columns:
+        intervals += [(none + col, none + col + 1) for col in sorted(set(indices))]
+    return row_runs(n_q_blocks, n_k_blocks, intervals).select_heads([0] * n_heads)
+
+
+def _checked(n_q_blocks: int, n_k_blocks: int, global_blocks: list[int], rows: bool,
+             columns: bool) -> tuple[bool, bool, list[int]]:  # fmt: skip
     rows = check_bool("rows", rows)
     columns = check_bool("columns", columns)
     if not (rows or columns):
@@ -42,12 +82,7 @@ def global_tokens(
     indices = check_int_list(
         "global_blocks", global_blocks, low=0, high=min(used_sides) - 1, min_len=1
     )
-    blocks = torch.zeros(n_q_blocks, n_k_blocks, dtype=torch.bool)
-    if rows:
-        blocks[indices, :] = True
-    if columns:
-        blocks[:, indices] = True
-    return blocks.expand(n_heads, -1, -1).contiguous()
+    return rows, columns, indices
 
 
 SPECS = (
@@ -62,5 +97,6 @@ SPECS = (
         ),
         global_tokens,
         order=40,
+        runs=global_tokens_runs,
     ),
 )

@@ -24,7 +24,14 @@ from designer.layout import MAX_BLOCK_SIZE, Layout
 from designer.mask_mod import TileBounds, layout_of_bounds, tile_bounds
 from designer.patterns.specs import ParamSpec, PatternSpec
 from designer.threads import one_thread
-from designer.validate import check_choice, check_int, check_layout_shape, token_length
+from designer.validate import (
+    MAX_LAYOUT_CELLS,
+    check_choice,
+    check_int,
+    check_layout_shape,
+    check_runs_shape,
+    token_length,
+)
 
 __all__ = ["PATTERNS", "ParamSpec", "PatternSpec", "make_pattern"]
 
@@ -58,6 +65,8 @@ def collect_specs(package: str, folder: Path) -> dict[str, PatternSpec]:
 
 
 PATTERNS: dict[str, PatternSpec] = collect_specs(__package__, Path(__file__).parent)
+#: The patterns that can be made past a dense grid's size, as row runs.
+RUNS_PATTERNS = tuple(name for name, spec in PATTERNS.items() if spec.build_runs is not None)
 
 
 #: Pass-1 bounds of token patterns kept (``token_bounds``): a recipe estimates its cost from
@@ -100,12 +109,23 @@ def make_pattern(
 
     ``seq_q`` and ``seq_k`` are the token lengths when the last block row or column is cut
     short (default: whole blocks); token patterns are made at them, block patterns ignore them.
+    Past ``MAX_LAYOUT_CELLS`` cells the layout is made as row runs, by the patterns of
+    ``RUNS_PATTERNS``; the others refuse there, naming those.
     Raises ``ValueError`` for an unknown name (listing the known ones), unknown parameter names,
     values out of range, or a non-square shape for a DeepSpeed pattern; ``TypeError`` for values
     of the wrong type. Python's global ``random`` state is left as it was.
     """
     spec = PATTERNS[check_choice("pattern", name, tuple(PATTERNS))]
-    n_heads, n_q_blocks, n_k_blocks = check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
+    n_heads, n_q_blocks, n_k_blocks = check_runs_shape(n_heads, n_q_blocks, n_k_blocks)
+    as_runs = n_heads * n_q_blocks * n_k_blocks > MAX_LAYOUT_CELLS
+    if as_runs and spec.build_runs is None:
+        raise ValueError(
+            f"{spec.label} ({name!r}) is made on a dense grid, at most {MAX_LAYOUT_CELLS:,} "
+            f"cells, got {n_heads * n_q_blocks * n_k_blocks:,} {[n_heads, n_q_blocks, n_k_blocks]}"
+            f"; past that, use a pattern made as row runs: {', '.join(RUNS_PATTERNS)}"
+        )
+    if not as_runs:
+        check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
     block_size = check_int("block_size", block_size, low=1, high=MAX_BLOCK_SIZE)
     if not isinstance(params, Mapping):
         raise TypeError(f"params must be a mapping of names to values, got {type(params).__name__}")
@@ -124,6 +144,9 @@ def make_pattern(
         param.name: param.check(params.get(param.name, param.default), n_heads)
         for param in spec.params
     }
+    if as_runs:
+        with one_thread():
+            return Layout(spec.build_runs(n_heads, n_q_blocks, n_k_blocks, values), block_size)
     if spec.rule is None:
         return Layout(spec.build(n_heads, n_q_blocks, n_k_blocks, block_size, values), block_size)
     seq_q = token_length("seq_q", seq_q, n_q_blocks, block_size)

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import torch
 
+from designer.block_runs import BlockRuns
 from designer.patterns._common import (
     block_grid,
     blocks_check,
     blocks_param,
     causal_param,
     generator_spec,
+    row_runs,
+    stack_head_runs,
     stack_heads,
 )
-from designer.validate import check_bool, check_layout_shape, per_head
+from designer.validate import check_bool, check_layout_shape, check_runs_shape, per_head
 
 
 def sliding_window(
@@ -52,6 +55,32 @@ def sliding_window(
     return stack_heads(windows, head)
 
 
+def sliding_window_runs(
+    n_heads: int,
+    n_q_blocks: int,
+    n_k_blocks: int,
+    *,
+    window_blocks: int | list[int],
+    causal: bool = True,
+) -> BlockRuns:
+    """``sliding_window`` as row runs: row ``m`` attends ``[m - w + 1, m + 1)`` (causal) or
+    ``[m - w + 1, m + w)``, one run per row.
+
+    >>> sliding_window_runs(1, 4, 4, window_blocks=2).nnz
+    7
+    """
+    n_heads, n_q_blocks, n_k_blocks = check_runs_shape(n_heads, n_q_blocks, n_k_blocks)
+    windows = per_head("window_blocks", window_blocks, n_heads, blocks_check(1))
+    causal = check_bool("causal", causal)
+    rows = torch.arange(n_q_blocks)
+
+    def head(window: int) -> BlockRuns:
+        stops = rows + 1 if causal else rows + window
+        return row_runs(n_q_blocks, n_k_blocks, [(rows - window + 1, stops)])
+
+    return stack_head_runs(windows, head)
+
+
 SPECS = (
     generator_spec(
         "sliding_window",
@@ -63,5 +92,6 @@ SPECS = (
         ),
         sliding_window,
         order=20,
+        runs=sliding_window_runs,
     ),
 )

@@ -30,6 +30,9 @@ FAMILIES = ("generator", "deepspeed", "token")
 #: Makes a pattern: ``(n_heads, n_q_blocks, n_k_blocks, block_size, params) -> [H, M, N]``, with
 #: ``params`` every parameter of the spec, already checked.
 Builder = Callable[[int, int, int, int, dict[str, Any]], torch.Tensor]
+#: Makes a pattern as row runs, at any size: ``(n_heads, n_q_blocks, n_k_blocks, params) ->
+#: BlockRuns`` (the same blocks ``build`` gives where both can be made).
+RunsBuilder = Callable[[int, int, int, dict[str, Any]], Any]
 #: Makes a token pattern's rule: ``(params, seq_q, seq_k) -> mask_mod(b, h, q_idx, kv_idx)``.
 RuleMaker = Callable[[dict[str, Any], int, int], Callable[..., torch.Tensor]]
 
@@ -98,7 +101,8 @@ class PatternSpec:
     generators from 10, DeepSpeed's configs from 200, token patterns from 300, in steps of 10
     to leave room). A block pattern has a ``build``; a ``token`` pattern has a ``rule`` instead,
     a ``mask_mod`` over token indices that ``designer.from_mask_mod`` turns into full, partial
-    and empty blocks.
+    and empty blocks. A pattern with ``build_runs`` can also be made as row runs, at sizes past
+    a dense grid's (long contexts).
     """
 
     name: str
@@ -111,6 +115,7 @@ class PatternSpec:
     build: Builder | None = field(default=None, kw_only=True, compare=False, repr=False)
     order: int = field(kw_only=True)
     rule: RuleMaker | None = field(default=None, kw_only=True, compare=False, repr=False)
+    build_runs: RunsBuilder | None = field(default=None, kw_only=True, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check_choice(f"family of pattern {self.name!r}", self.family, FAMILIES)

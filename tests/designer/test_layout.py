@@ -44,13 +44,23 @@ def test_empty_shape_is_refused():
     [
         ((0, 2, 2), r"n_heads must be in \[1, 1024\], got 0"),
         ((1, 2, 1 << 17), r"n_k_blocks must be in \[1, 65536\], got 131072"),
-        ((64, 2048, 2048), r"n_heads \* n_q_blocks \* n_k_blocks must be <= 67,108,864"),
+        ((1024, 8192, 2), r"n_heads \* n_q_blocks must be <= 4,194,304 for a layout held as runs"),
     ],
 )
 def test_zeros_checks_the_shape_before_allocating(shape, message):
     assert Layout.zeros(2, 3, 4, 16).shape == (2, 3, 4)
     with pytest.raises(ValueError, match=message):
         Layout.zeros(*shape, 16)
+
+
+def test_zeros_past_the_dense_cap_is_held_as_runs():
+    layout = Layout.zeros(64, 2048, 2048, 16)
+    assert layout.runs is not None and layout.nnz == 0 and layout.shape == (64, 2048, 2048)
+    with pytest.raises(
+        ValueError, match=r"held as row runs and has no dense blocks: use layout\.runs"
+    ):
+        _ = layout.blocks
+    assert Layout.zeros(16, 2048, 2048, 16).runs is None  # at the cap: dense, as before
 
 
 def test_layout_does_not_share_memory_with_input():

@@ -6,6 +6,8 @@ import torch
 from designer.design import Design
 from designer.formats import recipe_to_json, save_design
 from designer.formats.exports import exports
+from designer.formats.pt_file import design_file_bytes
+from designer.patterns import make_pattern
 from designer.recipe import Recipe, RecipeStep
 from tests.factories import random_layout
 from ui.files_ui import MAX_UPLOAD_MIB, read_upload
@@ -106,3 +108,11 @@ def test_a_bare_tensor_with_a_bad_block_size_is_refused(rng):
     data = tensor_file(random_layout(rng, 1, 2, 2).to_int64())
     with pytest.raises(ValueError, match=r"bare_block_size must be in \[1, 4096\], got 0"):
         read_upload("layout.pt", data, 0)
+
+
+def test_a_design_held_as_runs_is_refused_saying_where_to_use_it():
+    layout = make_pattern("sliding_window", 32, 2048, 2048, 64, {"window_blocks": 64})
+    data = design_file_bytes(Design(layout, name="long"))
+    with pytest.raises(ValueError, match=r"past the 67,108,864 cells the app draws and edits; "
+                       r"use it from Python \(designer\.formats\.load_design"):  # fmt: skip
+        read_upload("long.pt", data, 64)

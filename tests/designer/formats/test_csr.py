@@ -5,6 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from designer.formats import from_csr, to_csr
+from designer.patterns import make_pattern
 from tests.factories import random_layout
 
 
@@ -106,9 +107,9 @@ def test_good_csr_reads():
 
 
 def test_sizes_and_arguments_are_checked(rng):
-    with pytest.raises(ValueError, match=r"describe 68,719,476,736 cells, more than the limit"):
+    with pytest.raises(ValueError, match=r"n_heads \* n_q_blocks must be <= 4,194,304"):
         from_csr(
-            torch.zeros(1024, 1025, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), 65536, 16
+            torch.zeros(1024, 8193, dtype=torch.int64), torch.zeros(0, dtype=torch.int64), 65536, 16
         )
     with pytest.raises(ValueError, match=r"n_k_blocks must be in \[1, 65536\], got 0"):
         from_csr(torch.tensor(GOOD_PTR), torch.tensor(GOOD_COL), 0, 16)
@@ -116,3 +117,18 @@ def test_sizes_and_arguments_are_checked(rng):
         from_csr(torch.tensor(GOOD_PTR), torch.tensor(GOOD_COL), 3, 0)
     with pytest.raises(TypeError, match="layout must be a Layout, got Tensor"):
         to_csr(random_layout(rng).blocks)
+
+
+def test_layouts_held_as_runs_convert_both_ways_without_a_grid():
+    layout = make_pattern("attention_sinks", 32, 2048, 2048, 64,
+                          {"sink_blocks": 1, "window_blocks": 8})  # fmt: skip
+    row_ptr, col_idx = to_csr(layout, dtype=torch.int32)
+    assert col_idx.dtype == torch.int32 and len(col_idx) == layout.nnz
+    head = layout.select_heads([5])  # one head is small enough to hold densely
+    assert head.runs is None
+    head_ptr, head_cols = to_csr(head)
+    first, last = int(row_ptr[5, 0]), int(row_ptr[5, -1])
+    assert torch.equal(col_idx[first:last].long(), head_cols)
+    assert torch.equal(row_ptr[5].long() - first, head_ptr[0])
+    back = from_csr(row_ptr, col_idx, 2048, 64)
+    assert back.runs is not None and back == layout

@@ -248,8 +248,8 @@ V1 = {"version": 1}
     [
         ({"format": "other"}, "design file: design file format must be 'blocksparse-design'"),
         (
-            {"version": 4},
-            "design file version 4 is not supported; this designer reads version 1, 2 and 3",
+            {"version": 5},
+            "design file version 5 is not supported; this designer reads version 1, 2, 3 and 4",
         ),
         ({"version": "1"}, "design file version must be an integer, got str"),
         ({"extra": 1}, r"design file has unknown keys \['extra'\]"),
