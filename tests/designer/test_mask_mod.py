@@ -25,7 +25,7 @@ def brute_force(mask_mod, heads, seq_q, seq_k):
 
 def rules(rng: np.random.Generator, heads: int, seq: int):
     """Mask_mods of the shapes attention-gym's families take, with random parameters."""
-    window = int(rng.integers(1, seq))
+    window = int(rng.integers(1, max(seq, 2)))  # a one-token sequence too
     lengths = torch.from_numpy(rng.integers(1, 9, seq)).cumsum(0)
     doc = torch.searchsorted(lengths, torch.arange(seq), right=True)
     per_head = torch.from_numpy(rng.integers(0, seq, heads))
