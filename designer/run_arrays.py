@@ -94,3 +94,36 @@ def _integer_vector(name: str, value: Any, dtype: type) -> np.ndarray:
     if value.size and (value.min() < info.min or value.max() > info.max):
         raise ValueError(f"{name} must fit in {np.dtype(dtype).name}")
     return np.ascontiguousarray(value, dtype=dtype)
+
+
+def dense_blocks(runs: RunArrays, max_cells: int) -> torch.Tensor:
+    """The bool ``[H, M, N]`` grid of ``runs``, for the few uses that need every cell (a dense
+    reference); refuses grids above ``max_cells`` cells."""
+    n_heads, n_rows, n_cols = runs.shape
+    cells = n_heads * n_rows * n_cols
+    if cells > max_cells:
+        raise ValueError(
+            f"a dense copy of this {list(runs.shape)} layout would hold {cells:,} cells; at most "
+            f"{max_cells:,} are allowed"
+        )
+    offsets = run_offsets(runs)
+    lengths = np.diff(offsets)
+    row_of_run = np.repeat(np.arange(n_heads * n_rows, dtype=np.int64), np.diff(runs.row_ptr))
+    first = row_of_run * n_cols + runs.starts
+    flat = np.repeat(first - offsets[:-1], lengths) + np.arange(offsets[-1], dtype=np.int64)
+    grid = np.zeros(cells, dtype=bool)
+    grid[flat] = True
+    return torch.from_numpy(grid.reshape(runs.shape))
+
+
+def repeat_heads(runs: RunArrays, n_heads: int) -> RunArrays:
+    """A one-head ``runs`` repeated as ``n_heads`` equal heads."""
+    if runs.shape[0] != 1:
+        raise ValueError(f"only a one-head layout repeats over heads, got {runs.shape[0]} heads")
+    row_ptr = runs.row_ptr[1:] + (np.arange(n_heads, dtype=np.int64) * runs.row_ptr[-1])[:, None]
+    return RunArrays(
+        (n_heads, *runs.shape[1:]),
+        np.concatenate(([0], row_ptr.reshape(-1))),
+        np.tile(runs.starts, n_heads),
+        np.tile(runs.stops, n_heads),
+    )
