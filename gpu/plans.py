@@ -99,6 +99,7 @@ class BlockSparsePlan:
         set_(self, "_fused", {})
         set_(self, "_sdd", {})
         set_(self, "_luts", {})
+        set_(self, "_work", {})  # tile_work counted from runs
         set_(self, "_backward", {})
         set_(self, "_backward_luts", {})
         set_(self, "plan_id", next(_IDS))
@@ -239,8 +240,20 @@ class BlockSparsePlan:
 
     def tile_work(self, block_m: int, block_n: int) -> tuple[int, int]:
         """Active key tiles and work items of the forward's table for these tiles (what a
-        build's cost is counted in; the table is built on first use)."""
-        return self.forward_lut(block_m, block_n).work
+        build's cost is counted in; the table is built on first use, except for a layout
+        given by runs, whose work is counted from its runs without the table)."""
+        if self.runs is None or (block_m, block_n) in self._luts:
+            return self.forward_lut(block_m, block_n).work
+        from gpu.forward.run_lut import tile_work_of_runs
+
+        found = self._work.get((block_m, block_n))  # no lock: fused() asks under the lock
+        if found is None:
+            found = self._work[block_m, block_n] = tile_work_of_runs(
+                self.runs, self.block_size, block_m=block_m, block_n=block_n,
+                causal=self.causal, causal_offset=self.causal_offset, seq_q=self.seq_q,
+                seq_k=self.seq_k,
+            )  # fmt: skip
+        return found
 
     def backward_lut(self, block_m: int, block_n: int) -> Any:
         """The backward's transposed table (``gpu.backward.lut.BackwardLut``) for these tiles,

@@ -34,6 +34,28 @@ from gpu.forward.lut import (
 )
 
 
+def tile_work_of_runs(
+    runs: RunArrays,
+    block_size: int,
+    *,
+    block_m: int,
+    block_n: int,
+    causal: bool,
+    causal_offset: int = 0,
+    seq_q: int | None = None,
+    seq_k: int | None = None,
+) -> tuple[int, int]:
+    """``FusedLut.work`` of ``build_fused_lut_runs`` (active tiles, work items) without
+    building the table: each query tile's key tiles are counted as the union of its runs'
+    tile intervals, in time that follows the runs, not the blocks."""
+    geometry, n_q_tiles = _geometry(runs, block_size, block_m, block_n, causal, causal_offset,
+                                    seq_q, seq_k)  # fmt: skip
+    widest = int(np.diff(runs.row_ptr).max(initial=0)) * int(geometry[3])
+    n_tiles = tile_count(runs.row_ptr, runs.starts, runs.stops, runs.shape[0], runs.shape[1],
+                         geometry, max(widest, 1))  # fmt: skip
+    return n_tiles, runs.shape[0] * n_q_tiles
+
+
 def tile_entries_of_runs(
     runs: RunArrays,
     block_size: int,
@@ -48,21 +70,32 @@ def tile_entries_of_runs(
     """``(counts, entries, n_q_tiles, n_k_tiles)``: the active tiles per (head, q_tile), head
     major, and their int32 entries ``(k_tile, flags, mask bits 0-31, 32-63)`` in (head, q_tile,
     k_tile) order: ``gpu.forward.lut.tile_masks`` and ``grouped_entries`` without the grid."""
+    geometry, n_q_tiles = _geometry(runs, block_size, block_m, block_n, causal, causal_offset,
+                                    seq_q, seq_k)  # fmt: skip
+    sub_rows, sub_cols = int(geometry[1]), int(geometry[2])
+    cells_per_block = (block_size // sub_rows) * (block_size // sub_cols)
+    capacity = int((runs.stops.astype(np.int64) - runs.starts).sum()) * cells_per_block
+    counts, entries = tile_entries(runs.row_ptr, runs.starts, runs.stops, runs.shape[0],
+                                   runs.shape[1], geometry, capacity)  # fmt: skip
+    return counts, entries, n_q_tiles, int(geometry[10])
+
+
+def _geometry(
+    runs: RunArrays, block_size: int, block_m: int, block_n: int, causal: bool,
+    causal_offset: int, seq_q: int | None, seq_k: int | None,
+) -> tuple[np.ndarray, int]:  # fmt: skip
+    """The compiled walks' int64 settings (see ``tile_entries``) and the query tiles."""
     sub_rows, sub_cols, rows_per_tile, cols_per_tile = tile_cells(block_size, block_m, block_n)
-    n_heads, n_q_blocks, n_k_blocks = runs.shape
+    _, n_q_blocks, n_k_blocks = runs.shape
     seq_q = n_q_blocks * block_size if seq_q is None else seq_q
     seq_k = n_k_blocks * block_size if seq_k is None else seq_k
     n_q_tiles, n_k_tiles = -(-seq_q // block_m), -(-seq_k // block_n)
-    cells_per_block = (block_size // sub_rows) * (block_size // sub_cols)
-    capacity = int((runs.stops.astype(np.int64) - runs.starts).sum()) * cells_per_block
     geometry = np.array(
         [block_size, sub_rows, sub_cols, rows_per_tile, cols_per_tile, causal, causal_offset,
          seq_q, seq_k, n_q_tiles, n_k_tiles],
         dtype=np.int64,
     )  # fmt: skip
-    counts, entries = tile_entries(runs.row_ptr, runs.starts, runs.stops, n_heads, n_q_blocks,
-                                   geometry, capacity)  # fmt: skip
-    return counts, entries, n_q_tiles, n_k_tiles
+    return geometry, n_q_tiles
 
 
 def build_fused_lut_runs(
@@ -150,6 +183,51 @@ def tile_entries(
                 n_entries += 1
             counts[h * n_q_tiles + q_tile] = n_touched
     return counts, entries[:n_entries]
+
+
+@njit(cache=True, nogil=True)
+def tile_count(
+    row_ptr, starts, stops, n_heads, n_rows, geometry, widest
+):  # pragma: no cover (numba)
+    """The active tiles of ``tile_entries``, counted per query tile as the union of the key
+    tile intervals of its cell rows' runs (clipped to ``seq_k`` and the causal limit);
+    ``widest`` bounds a query tile's intervals."""
+    block_size, sub_rows, sub_cols, rows_per_tile, cols_per_tile = geometry[:5]
+    causal, offset, seq_q, seq_k, n_q_tiles = geometry[5:10]
+    q_cells, k_cells = block_size // sub_rows, block_size // sub_cols
+    key_cells = -(-seq_k // sub_cols)  # cell columns starting before seq_k
+    firsts = np.empty(widest, dtype=np.int64)
+    lasts = np.empty(widest, dtype=np.int64)
+    total = 0
+    for h in range(n_heads):
+        for q_tile in range(n_q_tiles):
+            n_spans = 0
+            for cell_row in range(rows_per_tile):
+                q_first = (q_tile * rows_per_tile + cell_row) * sub_rows
+                m = (q_tile * rows_per_tile + cell_row) // q_cells
+                if q_first >= seq_q or m >= n_rows:
+                    break
+                stop_cell = key_cells
+                if causal:  # cells with k_first <= q_last + offset
+                    stop_cell = min(stop_cell, (min(q_first + sub_rows, seq_q) - 1 + offset)
+                                    // sub_cols + 1)  # fmt: skip
+                r = h * n_rows + m
+                for run in range(row_ptr[r], row_ptr[r + 1]):
+                    first, stop = starts[run] * k_cells, min(stops[run] * k_cells, stop_cell)
+                    if first >= stop:
+                        break
+                    at = n_spans  # insertion by first tile: the lists are short
+                    while at > 0 and firsts[at - 1] > first // cols_per_tile:
+                        firsts[at], lasts[at] = firsts[at - 1], lasts[at - 1]
+                        at -= 1
+                    firsts[at], lasts[at] = first // cols_per_tile, (stop - 1) // cols_per_tile
+                    n_spans += 1
+            covered_to = -1  # the last tile counted
+            for i in range(n_spans):
+                if lasts[i] > covered_to:
+                    total += lasts[i] - max(firsts[i], covered_to + 1) + 1
+                    covered_to = lasts[i]
+    return total
 
 
 @njit(cache=True, nogil=True)

@@ -46,6 +46,9 @@ def test_a_runs_plan_equals_the_dense_plan(causal_alignment):
     assert from_runs.density == pytest.approx(dense.density, rel=1e-6)  # dense: float32
     assert torch.equal(from_runs.blocks, dense.blocks)
     for tiles in ((128, 64), (64, 128), (64, 64)):
+        assert from_runs.tile_work(*tiles) == dense.tile_work(*tiles)  # counted from the runs
+        assert from_runs.tiles() == {}
+    for tiles in ((128, 64), (64, 128), (64, 64)):
         assert same_fields(from_runs.forward_lut(*tiles), dense.forward_lut(*tiles))
         assert same_fields(from_runs.backward_lut(*tiles), dense.backward_lut(*tiles))
         assert from_runs.tile_work(*tiles) == dense.tile_work(*tiles)

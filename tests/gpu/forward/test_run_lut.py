@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from gpu.backward.lut import build_backward_lut, build_backward_lut_runs
 from gpu.forward.lut import build_fused_lut
-from gpu.forward.run_lut import build_fused_lut_runs
+from gpu.forward.run_lut import build_fused_lut_runs, tile_work_of_runs
 from tests.designer.run_layouts import dense_layouts, dense_to_runs
 from tests.gpu.tables import TILES, partial_layouts
 
@@ -27,6 +27,8 @@ def assert_same_tables(blocks: np.ndarray, block_size: int, **options) -> None:
     ):
         want = dense_build(dense, block_size, **options)
         found = runs_build(runs, block_size, **options)
+        if dense_build is build_fused_lut:
+            assert tile_work_of_runs(runs, block_size, **options) == want.work
         for field in dataclasses.fields(want):
             a, b = getattr(found, field.name), getattr(want, field.name)
             if isinstance(b, torch.Tensor):
