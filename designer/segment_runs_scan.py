@@ -139,8 +139,10 @@ def _scan_pass(
                     at = below[at] if at >= 0 else -1
                     group_cols[j] = recent_cols[slot]
                     slot = slot + 1 if slot + 1 < w else 0
-                heads = (row_ptr, starts, stops, run_rank, block_row, block_col)
-                if safe and not _all_remaining(heads, remaining, group_rows, group_at, group_cols):
+                if safe and not _all_remaining(
+                    row_ptr, starts, stops, run_rank, block_row, block_col, remaining,
+                    group_rows, group_at, group_cols,
+                ):  # fmt: skip
                     best[k] = w - 1
                     continue
                 for t in range(w):
@@ -148,7 +150,8 @@ def _scan_pass(
                     for c in group_cols:
                         if r < 0 or c < 0:
                             continue
-                        found = _group_rank(heads, r, group_at[t], c, n)
+                        found = _group_rank(row_ptr, starts, stops, run_rank, block_row,
+                                            block_col, r, group_at[t], c, n)  # fmt: skip
                         if found >= 0:
                             remaining[found] = 0
                             best[found] = 0
@@ -160,7 +163,7 @@ def _scan_pass(
     return count, widest
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _visit_at(
     row_ptr, starts, stops, run_rank, block_row, below, prev, row, col
 ):  # pragma: no cover (numba)
@@ -176,7 +179,7 @@ def _visit_at(
     return _rank_of(row_ptr, starts, stops, run_rank, row, col)
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _rank_of(row_ptr, starts, stops, run_rank, row, col):  # pragma: no cover (numba)
     """The rank of block ``(row, col)`` in its head, or -1 if it is not active."""
     lo, hi = row_ptr[row], row_ptr[row + 1]
@@ -192,33 +195,46 @@ def _rank_of(row_ptr, starts, stops, run_rank, row, col):  # pragma: no cover (n
     return run_rank[i] + col - starts[i]
 
 
-@njit(cache=True, nogil=True)
-def _group_rank(heads, row, corner, col, n):  # pragma: no cover (numba)
+@njit(cache=True, nogil=True, inline="always")
+def _group_rank(
+    row_ptr, starts, stops, run_rank, block_row, block_col, row, corner, col, n
+):  # pragma: no cover (numba)
     """The rank of block ``(row, col)`` (-1: not active), knowing that block ``(row, n)`` has
     rank ``corner``: inside one run the rank steps with the column, so only a block in another
     run needs a search."""
-    row_ptr, starts, stops, run_rank, block_row, block_col = heads
     at = corner - (n - col)
     if at >= 0 and block_row[at] == row and block_col[at] == col:
         return at
     return _rank_of(row_ptr, starts, stops, run_rank, row, col)
 
 
-@njit(cache=True, nogil=True)
-def _all_remaining(heads, remaining, group_rows, group_at, group_cols):  # pragma: no cover (numba)
+@njit(cache=True, nogil=True, inline="always")
+def _all_remaining(
+    row_ptr,
+    starts,
+    stops,
+    run_rank,
+    block_row,
+    block_col,
+    remaining,
+    group_rows,
+    group_at,
+    group_cols,
+):  # pragma: no cover (numba)
     """Whether every cell of the group is active and not yet extracted."""
     n = group_cols[group_cols.size - 1]
     for t in range(group_rows.size):
         for c in group_cols:
             if group_rows[t] < 0 or c < 0:
                 return False
-            found = _group_rank(heads, group_rows[t], group_at[t], c, n)
+            found = _group_rank(row_ptr, starts, stops, run_rank, block_row, block_col,
+                                group_rows[t], group_at[t], c, n)  # fmt: skip
             if found < 0 or remaining[found] == 0:
                 return False
     return True
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _tree_raise(tree, size, col, row):  # pragma: no cover (numba)
     """Set column ``col``'s newest row to ``row`` (rows only grow within a pass)."""
     at = size + col
@@ -229,7 +245,7 @@ def _tree_raise(tree, size, col, row):  # pragma: no cover (numba)
         at //= 2
 
 
-@njit(cache=True, nogil=True)
+@njit(cache=True, nogil=True, inline="always")
 def _tree_max(tree, size, first, stop):  # pragma: no cover (numba)
     """The newest row over columns ``first <= c < stop`` (-1 if none was visited)."""
     found = -1
