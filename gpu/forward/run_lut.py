@@ -149,25 +149,24 @@ def tile_entries(
                 q_last = min(q_first + sub_rows, seq_q) - 1
                 before = n_touched
                 r = h * n_rows + m
+                limit = _cell_limit(q_first, q_last, geometry)
                 for run in range(row_ptr[r], row_ptr[r + 1]):
-                    first_cell, stop_cell = starts[run] * k_cells, stops[run] * k_cells
-                    if first_cell * sub_cols >= seq_k or (
-                        causal and first_cell * sub_cols > q_last + offset
-                    ):
+                    first, stop = starts[run] * k_cells, min(stops[run] * k_cells, limit)
+                    if first >= stop:
                         break  # this run and the later ones lie past seq_k or the limit
-                    for j in range(first_cell, stop_cell):
-                        k_first = j * sub_cols
-                        if k_first >= seq_k or (causal and k_first > q_last + offset):
-                            break
-                        k_tile = j // cols_per_tile
+                    for k_tile in range(first // cols_per_tile, (stop - 1) // cols_per_tile + 1):
+                        lo = max(first, k_tile * cols_per_tile)  # the run's cells in the tile
+                        hi = min(stop, (k_tile + 1) * cols_per_tile)
                         if words[k_tile] == 0:
                             touched[n_touched] = k_tile
                             n_touched += 1
-                        bit = cell_row * cols_per_tile + j % cols_per_tile
-                        words[k_tile] |= np.uint64(1) << np.uint64(bit)
-                        if causal and min(k_first + sub_cols, seq_k) - 1 > q_first + offset:
+                        shift = cell_row * cols_per_tile + lo - k_tile * cols_per_tile
+                        ones = (np.uint64(1) << np.uint64(hi - lo)) - np.uint64(1)
+                        words[k_tile] |= ones << np.uint64(shift)
+                        k_last = min(hi * sub_cols, seq_k) - 1  # the last cell's last key
+                        if causal and k_last > q_first + offset:
                             flags[k_tile] |= FLAG_DIAGONAL
-                        if j == straddling:
+                        if lo <= straddling < hi:
                             flags[k_tile] |= FLAG_KEY_BOUND
                 if 0 < before < n_touched:
                     _merge(touched, before, n_touched, merged)
@@ -193,9 +192,8 @@ def tile_count(
     tile intervals of its cell rows' runs (clipped to ``seq_k`` and the causal limit);
     ``widest`` bounds a query tile's intervals."""
     block_size, sub_rows, sub_cols, rows_per_tile, cols_per_tile = geometry[:5]
-    causal, offset, seq_q, seq_k, n_q_tiles = geometry[5:10]
+    seq_q, n_q_tiles = geometry[7], geometry[9]
     q_cells, k_cells = block_size // sub_rows, block_size // sub_cols
-    key_cells = -(-seq_k // sub_cols)  # cell columns starting before seq_k
     firsts = np.empty(widest, dtype=np.int64)
     lasts = np.empty(widest, dtype=np.int64)
     total = 0
@@ -207,13 +205,10 @@ def tile_count(
                 m = (q_tile * rows_per_tile + cell_row) // q_cells
                 if q_first >= seq_q or m >= n_rows:
                     break
-                stop_cell = key_cells
-                if causal:  # cells with k_first <= q_last + offset
-                    stop_cell = min(stop_cell, (min(q_first + sub_rows, seq_q) - 1 + offset)
-                                    // sub_cols + 1)  # fmt: skip
+                limit = _cell_limit(q_first, min(q_first + sub_rows, seq_q) - 1, geometry)
                 r = h * n_rows + m
                 for run in range(row_ptr[r], row_ptr[r + 1]):
-                    first, stop = starts[run] * k_cells, min(stops[run] * k_cells, stop_cell)
+                    first, stop = starts[run] * k_cells, min(stops[run] * k_cells, limit)
                     if first >= stop:
                         break
                     at = n_spans  # insertion by first tile: the lists are short
@@ -256,6 +251,17 @@ def transpose_entries(counts, entries, n_heads, n_q_tiles, n_k_tiles):  # pragma
             fill[key] += 1
             at += 1
     return per_key, key_starts, out
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _cell_limit(q_first, q_last, geometry):  # pragma: no cover (numba)
+    """The first cell column a cell row from query ``q_first`` to ``q_last`` drops: cells
+    start before ``seq_k`` and, when causal, at or before ``q_last + causal_offset``."""
+    sub_cols, causal, offset, seq_k = geometry[2], geometry[5], geometry[6], geometry[8]
+    limit = -(-seq_k // sub_cols)
+    if causal:
+        limit = min(limit, (q_last + offset) // sub_cols + 1)
+    return limit
 
 
 @njit(cache=True, nogil=True)
