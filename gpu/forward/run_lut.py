@@ -126,9 +126,10 @@ def tile_entries(
 ):  # pragma: no cover (numba)
     """Walk every (head, q_tile): OR the cells of its block rows' runs into their key tiles'
     mask words and flags, then write the tiles in key order (see ``tile_entries_of_runs``)."""
-    block_size, sub_rows, sub_cols, rows_per_tile, cols_per_tile = geometry[:5]
-    causal, offset, seq_q, seq_k, n_q_tiles, n_k_tiles = geometry[5:]
-    q_cells, k_cells = block_size // sub_rows, block_size // sub_cols  # cells per block side
+    block_size, _, sub_cols, rows_per_tile, cols_per_tile = geometry[:5]
+    causal, offset = geometry[5], geometry[6]
+    seq_k, n_q_tiles, n_k_tiles = geometry[8:]
+    k_cells = block_size // sub_cols  # cells per block side
     full = np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(64 - rows_per_tile * cols_per_tile)
     straddling = seq_k // sub_cols if seq_k % sub_cols else -1  # the cell column across seq_k
     counts = np.zeros(n_heads * n_q_tiles, dtype=np.int64)
@@ -142,14 +143,11 @@ def tile_entries(
         for q_tile in range(n_q_tiles):
             n_touched = 0
             for cell_row in range(rows_per_tile):
-                q_first = (q_tile * rows_per_tile + cell_row) * sub_rows
-                m = (q_tile * rows_per_tile + cell_row) // q_cells
-                if q_first >= seq_q or m >= n_rows:
+                m, q_first, _, limit = _cell_row(q_tile, cell_row, n_rows, geometry)
+                if m < 0:
                     break
-                q_last = min(q_first + sub_rows, seq_q) - 1
                 before = n_touched
                 r = h * n_rows + m
-                limit = _cell_limit(q_first, q_last, geometry)
                 for run in range(row_ptr[r], row_ptr[r + 1]):
                     first, stop = starts[run] * k_cells, min(stops[run] * k_cells, limit)
                     if first >= stop:
@@ -191,9 +189,8 @@ def tile_count(
     """The active tiles of ``tile_entries``, counted per query tile as the union of the key
     tile intervals of its cell rows' runs (clipped to ``seq_k`` and the causal limit);
     ``widest`` bounds a query tile's intervals."""
-    block_size, sub_rows, sub_cols, rows_per_tile, cols_per_tile = geometry[:5]
-    seq_q, n_q_tiles = geometry[7], geometry[9]
-    q_cells, k_cells = block_size // sub_rows, block_size // sub_cols
+    block_size, _, sub_cols, rows_per_tile, cols_per_tile = geometry[:5]
+    n_q_tiles, k_cells = geometry[9], block_size // sub_cols
     firsts = np.empty(widest, dtype=np.int64)
     lasts = np.empty(widest, dtype=np.int64)
     total = 0
@@ -201,11 +198,9 @@ def tile_count(
         for q_tile in range(n_q_tiles):
             n_spans = 0
             for cell_row in range(rows_per_tile):
-                q_first = (q_tile * rows_per_tile + cell_row) * sub_rows
-                m = (q_tile * rows_per_tile + cell_row) // q_cells
-                if q_first >= seq_q or m >= n_rows:
+                m, _, _, limit = _cell_row(q_tile, cell_row, n_rows, geometry)
+                if m < 0:
                     break
-                limit = _cell_limit(q_first, min(q_first + sub_rows, seq_q) - 1, geometry)
                 r = h * n_rows + m
                 for run in range(row_ptr[r], row_ptr[r + 1]):
                     first, stop = starts[run] * k_cells, min(stops[run] * k_cells, limit)
@@ -254,14 +249,21 @@ def transpose_entries(counts, entries, n_heads, n_q_tiles, n_k_tiles):  # pragma
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _cell_limit(q_first, q_last, geometry):  # pragma: no cover (numba)
-    """The first cell column a cell row from query ``q_first`` to ``q_last`` drops: cells
-    start before ``seq_k`` and, when causal, at or before ``q_last + causal_offset``."""
-    sub_cols, causal, offset, seq_k = geometry[2], geometry[5], geometry[6], geometry[8]
+def _cell_row(q_tile, cell_row, n_rows, geometry):  # pragma: no cover (numba)
+    """Cell row ``cell_row`` of query tile ``q_tile``: its block row (-1: past ``seq_q``), its
+    first and last query, and the first cell column it drops (cells start before ``seq_k``
+    and, when causal, at or before ``q_last + causal_offset``)."""
+    block_size, sub_rows, sub_cols, rows_per_tile = geometry[:4]
+    causal, offset, seq_q, seq_k = geometry[5:9]
+    q_first = (q_tile * rows_per_tile + cell_row) * sub_rows
+    m = (q_tile * rows_per_tile + cell_row) // (block_size // sub_rows)
+    if q_first >= seq_q or m >= n_rows:
+        return -1, q_first, q_first, 0
+    q_last = min(q_first + sub_rows, seq_q) - 1
     limit = -(-seq_k // sub_cols)
     if causal:
         limit = min(limit, (q_last + offset) // sub_cols + 1)
-    return limit
+    return m, q_first, q_last, limit
 
 
 @njit(cache=True, nogil=True)
