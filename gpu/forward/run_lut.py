@@ -126,9 +126,10 @@ def tile_entries(
 ):  # pragma: no cover (numba)
     """Walk every (head, q_tile): OR the cells of its block rows' runs into their key tiles'
     mask words and flags, then write the tiles in key order (see ``tile_entries_of_runs``)."""
-    block_size, _, sub_cols, rows_per_tile, cols_per_tile = geometry[:5]
-    causal, offset = geometry[5], geometry[6]
-    seq_k, n_q_tiles, n_k_tiles = geometry[8:]
+    block_size, sub_rows, sub_cols, rows_per_tile, cols_per_tile = geometry[:5]
+    causal, offset, seq_q, seq_k, n_q_tiles, n_k_tiles = geometry[5:]
+    settings = (block_size, sub_rows, sub_cols, rows_per_tile, cols_per_tile, causal, offset,
+                seq_q, seq_k)  # fmt: skip
     k_cells = block_size // sub_cols  # cells per block side
     full = np.uint64(0xFFFFFFFFFFFFFFFF) >> np.uint64(64 - rows_per_tile * cols_per_tile)
     straddling = seq_k // sub_cols if seq_k % sub_cols else -1  # the cell column across seq_k
@@ -143,7 +144,7 @@ def tile_entries(
         for q_tile in range(n_q_tiles):
             n_touched = 0
             for cell_row in range(rows_per_tile):
-                m, q_first, _, limit = _cell_row(q_tile, cell_row, n_rows, geometry)
+                m, q_first, _, limit = _cell_row(q_tile, cell_row, n_rows, settings)
                 if m < 0:
                     break
                 before = n_touched
@@ -189,8 +190,11 @@ def tile_count(
     """The active tiles of ``tile_entries``, counted per query tile as the union of the key
     tile intervals of its cell rows' runs (clipped to ``seq_k`` and the causal limit);
     ``widest`` bounds a query tile's intervals."""
-    block_size, _, sub_cols, rows_per_tile, cols_per_tile = geometry[:5]
-    n_q_tiles, k_cells = geometry[9], block_size // sub_cols
+    block_size, sub_rows, sub_cols, rows_per_tile, cols_per_tile = geometry[:5]
+    causal, offset, seq_q, seq_k, n_q_tiles = geometry[5:10]
+    settings = (block_size, sub_rows, sub_cols, rows_per_tile, cols_per_tile, causal, offset,
+                seq_q, seq_k)  # fmt: skip
+    k_cells = block_size // sub_cols
     firsts = np.empty(widest, dtype=np.int64)
     lasts = np.empty(widest, dtype=np.int64)
     total = 0
@@ -198,7 +202,7 @@ def tile_count(
         for q_tile in range(n_q_tiles):
             n_spans = 0
             for cell_row in range(rows_per_tile):
-                m, _, _, limit = _cell_row(q_tile, cell_row, n_rows, geometry)
+                m, _, _, limit = _cell_row(q_tile, cell_row, n_rows, settings)
                 if m < 0:
                     break
                 r = h * n_rows + m
@@ -249,12 +253,12 @@ def transpose_entries(counts, entries, n_heads, n_q_tiles, n_k_tiles):  # pragma
 
 
 @njit(cache=True, nogil=True, inline="always")
-def _cell_row(q_tile, cell_row, n_rows, geometry):  # pragma: no cover (numba)
+def _cell_row(q_tile, cell_row, n_rows, settings):  # pragma: no cover (numba)
     """Cell row ``cell_row`` of query tile ``q_tile``: its block row (-1: past ``seq_q``), its
     first and last query, and the first cell column it drops (cells start before ``seq_k``
-    and, when causal, at or before ``q_last + causal_offset``)."""
-    block_size, sub_rows, sub_cols, rows_per_tile = geometry[:4]
-    causal, offset, seq_q, seq_k = geometry[5:9]
+    and, when causal, at or before ``q_last + causal_offset``). ``settings`` is the geometry
+    as a tuple of ints (an array would cost reference counts per call)."""
+    block_size, sub_rows, sub_cols, rows_per_tile, _, causal, offset, seq_q, seq_k = settings
     q_first = (q_tile * rows_per_tile + cell_row) * sub_rows
     m = (q_tile * rows_per_tile + cell_row) // (block_size // sub_rows)
     if q_first >= seq_q or m >= n_rows:
