@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -75,18 +76,33 @@ def sdd_segment(layout: Any, start_width: int, *, mode: str = "safe") -> Segment
     start_width = check_int("start_width", start_width, low=0)
     safe = check_choice("mode", mode, MODES) == "safe"
     n_heads, n_rows, n_cols = present.shape
-    widths = _widths(start_width, min(n_rows, n_cols))
+    widths = width_chain(start_width, min(n_rows, n_cols))
     if not widths.size or not present.any():
         return []
     per_head = present.reshape(n_heads, -1).sum(axis=1, dtype=np.int64)
+
+    def scan(capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        return _segment_heads(present, widths, safe, capacity)[:2]
+
+    return segments_from_scan(per_head, widths, safe, scan)
+
+
+def segments_from_scan(
+    per_head: np.ndarray,
+    widths: np.ndarray,
+    safe: bool,
+    scan: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+) -> Segments:
+    """``sdd_segment``'s result from a scan: ``scan(capacity)`` gives the ``(rows, counts)``
+    of ``_segment_heads`` for heads holding ``per_head`` active blocks. DeepSpeed mode may emit
+    more rows than blocks: it gets room for some and is scanned again if a head needs more."""
     first_idx = np.concatenate(([0], np.cumsum(per_head)[:-1]))
-    # Safe mode emits each block once; DeepSpeed mode may emit more, and is rerun if it did.
     spare = 0 if safe else np.ceil(per_head * _DEEPSPEED_SPARE_ROWS).astype(np.int64)
     capacity = per_head + spare
-    rows, counts, _ = _segment_heads(present, widths, safe, capacity)
+    rows, counts = scan(capacity)
     if (counts.sum(axis=1) > capacity).any():
         capacity = counts.sum(axis=1)
-        rows, counts, _ = _segment_heads(present, widths, safe, capacity)
+        rows, counts = scan(capacity)
     row_offsets = np.concatenate(([0], np.cumsum(capacity)))
     segments = []
     for p, width in enumerate(widths.tolist()):
@@ -102,7 +118,7 @@ def scan_head(blocks: np.ndarray, start_width: int) -> list[tuple[int, np.ndarra
     (row, col))]``, the same groups in the same order, without the int64 ``(head, row, col,
     orig_idx)`` copy (a quarter of the memory: for views that only draw the tiles)."""
     present = _present_blocks(np.asarray(blocks)[None])
-    widths = _widths(check_int("start_width", start_width, low=0), min(present.shape[1:]))
+    widths = width_chain(check_int("start_width", start_width, low=0), min(present.shape[1:]))
     if not widths.size or not present.any():
         return []
     capacity = np.array([np.count_nonzero(present)], dtype=np.int64)
@@ -125,7 +141,7 @@ def deepspeed_repeats(layout: Any, start_width: int) -> np.ndarray:
     """
     present = _present_blocks(layout)
     start_width = check_int("start_width", start_width, low=0)
-    widths = _widths(start_width, min(present.shape[1:]))
+    widths = width_chain(start_width, min(present.shape[1:]))
     if not widths.size or not present.any():
         return np.zeros(present.shape, dtype=np.int32)
     no_rows = np.zeros(present.shape[0], dtype=np.int64)
@@ -157,7 +173,7 @@ def _integer_array(layout: Any) -> np.ndarray | None:
     return None
 
 
-def _widths(start_width: int, max_width: int) -> np.ndarray:
+def width_chain(start_width: int, max_width: int) -> np.ndarray:
     """The halving chain from ``start_width``, without the widths above ``max_width``."""
     widths = []
     while start_width > 0:
@@ -187,15 +203,22 @@ def _segment_heads(
     def run(heads: np.ndarray) -> None:
         segment_heads(present, heads, widths, safe, row_offsets, rows, counts, repeats)
 
-    if present.size < _THREADED_MIN_CELLS:
+    on_scan_threads(n_heads, run, threaded=present.size >= _THREADED_MIN_CELLS)
+    return rows, counts, repeats
+
+
+def on_scan_threads(n_heads: int, run: Callable[[np.ndarray], None], *, threaded: bool) -> None:
+    """Call ``run(heads)`` on every head: shared out round-robin between the usable CPUs, each
+    share on a scan thread (``SCAN_NICENESS``) while the calling thread waits, or all on the
+    calling thread when not ``threaded`` (threads cost more than a small layout's scan)."""
+    if not threaded:
         run(np.arange(n_heads))
-        return rows, counts, repeats
+        return
     workers = min(n_heads, _usable_cpus())
     with ThreadPoolExecutor(workers, initializer=_lower_priority) as pool:
         shares = [pool.submit(run, np.arange(first, n_heads, workers)) for first in range(workers)]
         for share in shares:
             share.result()
-    return rows, counts, repeats
 
 
 def _lower_priority() -> None:

@@ -45,7 +45,7 @@ def reference_forward(
     """``(out, lse)`` by dense masked torch: fp64 for fp64 inputs, else fp32 then q's dtype."""
     compute = _compute_dtype(q)
     out, lse = dense_masked_attention(
-        q, k, v, plan._blocks, plan.block_size, causal=plan.causal,
+        q, k, v, plan.dense_blocks(), plan.block_size, causal=plan.causal,
         causal_alignment=plan.causal_alignment, scale=scale, compute_dtype=compute,
         return_lse=True, partials=plan.partials,
     )  # fmt: skip
@@ -96,7 +96,7 @@ def attention_backward_op(
         backward = plan.backward(q.dtype, q.shape[3], deterministic=deterministic)
         return backward.launch(q, k, v, out, lse, grad_out, grad_lse, scale=scale)
     grads = dense_masked_attention_backward(
-        q, k, v, grad_out, plan._blocks, plan.block_size, causal=plan.causal,
+        q, k, v, grad_out, plan.dense_blocks(), plan.block_size, causal=plan.causal,
         causal_alignment=plan.causal_alignment, scale=scale, compute_dtype=_compute_dtype(q),
         grad_lse=grad_lse, partials=plan.partials,
     )  # fmt: skip

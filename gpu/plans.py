@@ -31,6 +31,7 @@ Sq > Sk its first rows keep no key: zeros, logsumexp -inf).
 from __future__ import annotations
 
 import itertools
+import math
 import os
 import threading
 import weakref
@@ -39,7 +40,15 @@ from typing import Any
 import torch
 
 from designer.layout import CAUSAL_ALIGNMENTS, Layout, causal_offset
-from designer.validate import as_block_tensor, check_bool, check_choice, check_int, token_length
+from designer.run_arrays import RunArrays, check_runs, dense_blocks, repeat_heads, run_offsets
+from designer.validate import (
+    MAX_LAYOUT_CELLS,
+    as_block_tensor,
+    check_bool,
+    check_choice,
+    check_int,
+    token_length,
+)
 from gpu.partials import Partials, check_partials
 from gpu.runtime import is_cupy, is_hopper
 from gpu.support import BLOCK_SIZES, HEAD_DIMS
@@ -56,6 +65,7 @@ class BlockSparsePlan:
     ``n_heads`` (1 serves any number of query heads), ``n_q_blocks``, ``n_k_blocks``, ``device``,
     ``density``, ``deterministic`` (the backward's default: bitwise-repeatable gradients),
     ``plan_id`` (how the torch op finds the plan), ``blocks`` (a copy of the CPU bool layout),
+    ``runs`` (the layout's checked row runs when it came as runs, else None),
     ``n_partials`` and ``partials`` (copies of the partial blocks' ``(index, bits)``, or None;
     see ``gpu.partials``).
     """
@@ -66,7 +76,9 @@ class BlockSparsePlan:
     ):  # fmt: skip
         set_ = object.__setattr__
         set_(self, "deterministic", deterministic)
-        set_(self, "_blocks", blocks)
+        runs = blocks if isinstance(blocks, RunArrays) else None
+        set_(self, "runs", runs)  # a layout given by its row runs is never made dense here
+        set_(self, "_blocks", None if runs is not None else blocks)
         set_(self, "_partials", partials)  # a checked gpu.partials.Partials, or None
         set_(self, "n_partials", 0 if partials is None else partials.count)
         set_(self, "block_size", block_size)
@@ -75,15 +87,19 @@ class BlockSparsePlan:
         set_(self, "seq_q", seq_q)
         set_(self, "seq_k", seq_k)
         set_(self, "device", device)
-        set_(self, "density", float(blocks.float().mean()))
-        set_(self, "n_heads", blocks.shape[0])  # plain ints: compiled code reads them
-        set_(self, "n_q_blocks", blocks.shape[1])
-        set_(self, "n_k_blocks", blocks.shape[2])
+        if runs is not None:
+            set_(self, "density", int(run_offsets(runs)[-1]) / math.prod(runs.shape))
+        else:
+            set_(self, "density", float(blocks.float().mean()))
+        set_(self, "n_heads", int(blocks.shape[0]))  # plain ints: compiled code reads them
+        set_(self, "n_q_blocks", int(blocks.shape[1]))
+        set_(self, "n_k_blocks", int(blocks.shape[2]))
         set_(self, "causal_offset", causal_offset(causal_alignment, seq_q, seq_k))
         set_(self, "_lock", threading.Lock())
         set_(self, "_fused", {})
         set_(self, "_sdd", {})
         set_(self, "_luts", {})
+        set_(self, "_work", {})  # tile_work counted from runs
         set_(self, "_backward", {})
         set_(self, "_backward_luts", {})
         set_(self, "plan_id", next(_IDS))
@@ -106,8 +122,14 @@ class BlockSparsePlan:
     # ----------------------------------------------------------------- description
     @property
     def blocks(self) -> torch.Tensor:
-        """A copy of the ``[H or 1, M, N]`` CPU bool layout."""
-        return self._blocks.clone()
+        """A copy of the ``[H or 1, M, N]`` CPU bool layout (of at most ``MAX_LAYOUT_CELLS``
+        cells when the layout came as runs)."""
+        return self.dense_blocks().clone()
+
+    def dense_blocks(self) -> torch.Tensor:
+        """The CPU bool layout itself (not a copy; made from the runs, within
+        ``MAX_LAYOUT_CELLS``, when the layout came as runs): for the dense reference."""
+        return self._blocks if self.runs is None else dense_blocks(self.runs, MAX_LAYOUT_CELLS)
 
     @property
     def partials(self) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -156,8 +178,13 @@ class BlockSparsePlan:
         from gpu.sdd.pipeline import plan_sdd
 
         def make() -> Any:
+            if self.runs is not None:
+                one = self.runs.shape[0] == 1 and n_heads != 1
+                layout = repeat_heads(self.runs, n_heads) if one else self.runs
+            else:
+                layout = self._blocks.expand(n_heads, -1, -1).contiguous()
             return plan_sdd(
-                self._blocks.expand(n_heads, -1, -1).contiguous(), self.block_size,
+                layout, self.block_size,
                 causal=self.causal, head_dim=head_dim, dtype=dtype, device=self.device,
                 start_width=start_width,
             )  # fmt: skip
@@ -207,28 +234,46 @@ class BlockSparsePlan:
         """The forward's table (``gpu.forward.lut.FusedLut``) for these tiles, on the plan's
         device: built and uploaded on first use, then kept."""
         from gpu.forward.lut import build_fused_lut
+        from gpu.forward.run_lut import build_fused_lut_runs
 
-        return self._table(self._luts, build_fused_lut, block_m, block_n)
+        build = build_fused_lut if self.runs is None else build_fused_lut_runs
+        return self._table(self._luts, build, block_m, block_n)
 
     def tile_work(self, block_m: int, block_n: int) -> tuple[int, int]:
         """Active key tiles and work items of the forward's table for these tiles (what a
-        build's cost is counted in; the table is built on first use)."""
-        return self.forward_lut(block_m, block_n).work
+        build's cost is counted in; the table is built on first use, except for a layout
+        given by runs, whose work is counted from its runs without the table)."""
+        if self.runs is None or (block_m, block_n) in self._luts:
+            return self.forward_lut(block_m, block_n).work
+        from gpu.forward.run_lut import tile_work_of_runs
+
+        found = self._work.get((block_m, block_n))  # no lock: fused() asks under the lock
+        if found is None:
+            found = self._work[block_m, block_n] = tile_work_of_runs(
+                self.runs, self.block_size, block_m=block_m, block_n=block_n,
+                causal=self.causal, causal_offset=self.causal_offset, seq_q=self.seq_q,
+                seq_k=self.seq_k,
+            )  # fmt: skip
+        return found
 
     def backward_lut(self, block_m: int, block_n: int) -> Any:
         """The backward's transposed table (``gpu.backward.lut.BackwardLut``) for these tiles,
         on the plan's device: built and uploaded on first use, then kept."""
-        from gpu.backward.lut import build_backward_lut
+        from gpu.backward.lut import build_backward_lut, build_backward_lut_runs
 
-        return self._table(self._backward_luts, build_backward_lut, block_m, block_n)
+        build = build_backward_lut if self.runs is None else build_backward_lut_runs
+        return self._table(self._backward_luts, build, block_m, block_n)
 
     def _table(self, cache: dict, build: Any, block_m: int, block_n: int) -> Any:
         found = cache.get((block_m, block_n))
         if found is None:
+            layout, partials = self._blocks, {"partials": self._partials}
+            if self.runs is not None:  # runs carry no partial blocks (``plan`` checked)
+                layout, partials = self.runs, {}
             found = cache[block_m, block_n] = build(
-                self._blocks, self.block_size, block_m=block_m, block_n=block_n,
-                causal=self.causal, causal_offset=self.causal_offset, seq_q=self.seq_q,
-                seq_k=self.seq_k, partials=self._partials,
+                layout, self.block_size, block_m=block_m, block_n=block_n, causal=self.causal,
+                causal_offset=self.causal_offset, seq_q=self.seq_q, seq_k=self.seq_k,
+                **partials,
             ).to(self.device)  # fmt: skip
         return found
 
@@ -249,7 +294,10 @@ def plan(
 
     Args:
         layout: a ``designer.Layout`` or a ``[H or 1, M, N]`` 0/1 torch tensor, numpy or CuPy
-            array (one head serves every query head).
+            array (one head serves every query head), or a layout object whose ``runs``
+            attribute holds its row runs (``shape``, ``row_ptr``, ``starts``, ``stops``; see
+            ``designer.run_arrays``): its tables are then built from the runs, never from a
+            dense grid (partial blocks are not taken with runs yet).
         block_size: tokens per block side; taken from a ``Layout`` (must agree if given).
         causal: also mask keys past each query inside blocks, aligned by ``causal_alignment``
             (``"top_left"``: ``k <= q``; ``"bottom_right"``: ``k <= q + Sk - Sq``).
@@ -269,10 +317,15 @@ def plan(
     >>> plan(torch.ones(2, 16, 16, dtype=torch.bool), 64, seq_q=1000, device="cpu").seq_q
     1000
     """
-    blocks, block_size = layout_blocks(layout, block_size)
+    runs, block_size = layout_runs(layout, block_size)
+    if runs is None:
+        blocks, block_size = layout_blocks(layout, block_size)
     seq_q, seq_k = (_layout_value(name, value, layout) for name, value in
                     (("seq_q", seq_q), ("seq_k", seq_k)))  # fmt: skip
-    checked = _layout_partials(partials, layout, blocks, block_size)
+    if runs is None:
+        checked = _layout_partials(partials, layout, blocks, block_size)
+    else:
+        blocks, checked = runs, _no_partials(partials, layout)
     causal = check_bool("causal", causal)
     causal_alignment = check_choice("causal_alignment", causal_alignment, CAUSAL_ALIGNMENTS)
     _, n_q_blocks, n_k_blocks = blocks.shape
@@ -315,6 +368,41 @@ def _layout_partials(
     ):
         raise ValueError("partials must equal the layout's partials (or be left out)")
     return own
+
+
+def layout_runs(layout: Any, block_size: int | None) -> tuple[RunArrays | None, int | None]:
+    """The checked row runs and the block size of a layout object with a ``runs`` attribute
+    (its own ``block_size``, if it has one, must equal ``block_size`` if given), else
+    ``(None, block_size)``."""
+    runs = getattr(layout, "runs", None)
+    if runs is None or isinstance(layout, torch.Tensor):
+        return None, block_size
+    own = getattr(layout, "block_size", None)
+    if own is not None:
+        if block_size is not None and block_size != own:
+            raise ValueError(
+                f"block_size ({block_size}) must equal the layout's block_size ({own})"
+            )
+        block_size = own
+    if block_size is None:
+        raise TypeError("block_size is required unless the layout has its own block_size")
+    runs = check_runs(runs)
+    if 0 in runs.shape:
+        raise ValueError(f"layout must have at least one head and block, got {list(runs.shape)}")
+    return runs, check_int("block_size", block_size, low=1)
+
+
+def _no_partials(given: Any, layout: Any) -> None:
+    """Refuse partial blocks beside row runs: their tables are not built from runs yet."""
+    for found in (given, getattr(layout, "partials", None)):
+        if found is None:
+            continue
+        index = found.index if hasattr(found, "bits") else found[0]
+        if len(index):
+            raise ValueError(
+                "partials are not supported for a layout held by row runs yet; plan its "
+                "dense blocks, or leave the partial blocks out"
+            )
 
 
 def layout_blocks(

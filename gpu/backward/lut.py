@@ -15,7 +15,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 import torch
 
+from designer.run_arrays import RunArrays
 from gpu.forward.lut import cell_sizes, entries_on, grouped_entries, masked_tiles
+from gpu.forward.run_lut import tile_entries_of_runs, transpose_entries
 from gpu.partials import Partials
 
 
@@ -74,7 +76,47 @@ def build_backward_lut(
     counts, starts, entries = grouped_entries(
         *(grid.transpose(0, 2, 1) for grid in (words, flags, token_ids))
     )
-    sub_rows, sub_cols = cell_sizes(block_size, block_m, block_n)
+    return backward_lut(counts, starts, entries, token_words, n_heads, n_q_tiles, n_k_tiles,
+                        cell_sizes(block_size, block_m, block_n))  # fmt: skip
+
+
+def build_backward_lut_runs(
+    runs: RunArrays,
+    block_size: int,
+    *,
+    block_m: int,
+    block_n: int,
+    causal: bool,
+    causal_offset: int = 0,
+    seq_q: int | None = None,
+    seq_k: int | None = None,
+) -> BackwardLut:
+    """``build_backward_lut`` of the layout that ``runs`` holds (no partials), from the
+    forward's tiles (``gpu.forward.run_lut``) regrouped per key tile: no ``[H, M, N]`` grid."""
+    counts, entries, n_q_tiles, n_k_tiles = tile_entries_of_runs(
+        runs, block_size, block_m=block_m, block_n=block_n, causal=causal,
+        causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
+    )  # fmt: skip
+    n_heads = runs.shape[0]
+    counts, starts, entries = transpose_entries(counts, entries, n_heads, n_q_tiles, n_k_tiles)
+    no_words = torch.zeros(0, block_n, -(-block_m // 32), dtype=torch.int32)
+    return backward_lut(counts, starts, torch.from_numpy(entries), no_words, n_heads, n_q_tiles,
+                        n_k_tiles, cell_sizes(block_size, block_m, block_n))  # fmt: skip
+
+
+def backward_lut(
+    counts: np.ndarray,
+    starts: np.ndarray,
+    entries: torch.Tensor,
+    token_words: torch.Tensor,
+    n_heads: int,
+    n_q_tiles: int,
+    n_k_tiles: int,
+    cells: tuple[int, int],
+) -> BackwardLut:
+    """The table of the entries grouped per (head, k_tile), each group's ``counts`` and
+    ``starts`` (head-major), with the key tiles by descending work; ``cells`` is
+    ``cell_sizes(...)``."""
     work = counts.reshape(n_heads, n_k_tiles).sum(0)
     return BackwardLut(
         lists=torch.from_numpy(np.stack([starts, counts], axis=1).astype(np.int32)),
@@ -83,7 +125,7 @@ def build_backward_lut(
         order=torch.from_numpy(np.argsort(-work, kind="stable").astype(np.int32)),
         n_q_tiles=n_q_tiles,
         n_k_tiles=n_k_tiles,
-        sub_rows=sub_rows,
-        sub_cols=sub_cols,
+        sub_rows=cells[0],
+        sub_cols=cells[1],
         n_tiles=int(counts.sum()),
     )

@@ -104,6 +104,21 @@ def cell_sizes(block_size: int, block_m: int, block_n: int) -> tuple[int, int]:
     return min(block_size, block_m), min(block_size, block_n)
 
 
+def tile_cells(block_size: int, block_m: int, block_n: int) -> tuple[int, int, int, int]:
+    """The checked cell geometry of ``block_m x block_n`` tiles: tokens per cell along queries
+    and keys, and cells per tile along each."""
+    block_m = check_choice("block_m", block_m, TILE_SIZES)
+    block_n = check_choice("block_n", block_n, TILE_SIZES)
+    sub_rows, sub_cols = cell_sizes(block_size, block_m, block_n)
+    rows_per_tile, cols_per_tile = block_m // sub_rows, block_n // sub_cols
+    if rows_per_tile * cols_per_tile > MAX_MASK_BITS:
+        raise ValueError(
+            f"block_m x block_n = {block_m} x {block_n} holds {rows_per_tile * cols_per_tile} "
+            f"cells of block_size {block_size}; the mask word allows at most {MAX_MASK_BITS}"
+        )
+    return sub_rows, sub_cols, rows_per_tile, cols_per_tile
+
+
 def tile_masks(
     blocks: torch.Tensor,
     block_size: int,
@@ -122,15 +137,7 @@ def tile_masks(
     tiles); see the module docstring for the bit order. ``seq_q`` / ``seq_k``
     default to whole blocks (``M · block_size``, ``N · block_size``).
     """
-    block_m = check_choice("block_m", block_m, TILE_SIZES)
-    block_n = check_choice("block_n", block_n, TILE_SIZES)
-    sub_rows, sub_cols = cell_sizes(block_size, block_m, block_n)
-    rows_per_tile, cols_per_tile = block_m // sub_rows, block_n // sub_cols
-    if rows_per_tile * cols_per_tile > MAX_MASK_BITS:
-        raise ValueError(
-            f"block_m x block_n = {block_m} x {block_n} holds {rows_per_tile * cols_per_tile} "
-            f"cells of block_size {block_size}; the mask word allows at most {MAX_MASK_BITS}"
-        )
+    sub_rows, sub_cols, rows_per_tile, cols_per_tile = tile_cells(block_size, block_m, block_n)
     n_heads, n_q_blocks, n_k_blocks = blocks.shape
     seq_q = n_q_blocks * block_size if seq_q is None else seq_q
     seq_k = n_k_blocks * block_size if seq_k is None else seq_k
@@ -228,18 +235,33 @@ def build_fused_lut(
     )  # fmt: skip
     _, n_q_tiles, n_k_tiles = words.shape
     counts, starts, entries = grouped_entries(words, flags, token_ids)  # per (head, q_tile)
+    return fused_lut(counts, starts, entries, token_words, n_q_tiles, n_k_tiles,
+                     cell_sizes(block_size, block_m, block_n))  # fmt: skip
+
+
+def fused_lut(
+    counts: np.ndarray,
+    starts: np.ndarray,
+    entries: torch.Tensor,
+    token_words: torch.Tensor,
+    n_q_tiles: int,
+    n_k_tiles: int,
+    cells: tuple[int, int],
+) -> FusedLut:
+    """The table of the entries grouped per (head, q_tile), each group's ``counts`` and
+    ``starts`` (head-major), with the work items heaviest first; ``cells`` is
+    ``cell_sizes(...)``."""
     order = np.argsort(-counts, kind="stable")
     heads, q_tiles = np.divmod(np.arange(counts.size), n_q_tiles)
     items = np.stack([heads, q_tiles, starts, counts], axis=1)[order]
-    sub_rows, sub_cols = cell_sizes(block_size, block_m, block_n)
     return FusedLut(
         items=torch.from_numpy(items.astype(np.int32)),
         entries=entries,
         token_words=token_words,
         n_q_tiles=n_q_tiles,
         n_k_tiles=n_k_tiles,
-        sub_rows=sub_rows,
-        sub_cols=sub_cols,
+        sub_rows=cells[0],
+        sub_cols=cells[1],
         n_tiles=int(counts.sum()),
     )
 

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from designer.design import default_start_width
+from designer.run_arrays import RunArrays, run_offsets
 from designer.segment import sdd_segment
+from designer.segment_runs import sdd_segment_runs
 from designer.validate import check_int
 
 #: Square pieces one SDD CTA computes, largest first (each is a multiple of 16 for mma.sync).
@@ -52,8 +55,11 @@ class SddTables:
     nnz: int
 
 
-def build_tables(blocks: torch.Tensor, block_size: int, start_width: int | None) -> SddTables:
-    """Segment ``blocks`` (bool ``[H, M, N]``) and build every table the pipeline needs.
+def build_tables(
+    blocks: torch.Tensor | RunArrays, block_size: int, start_width: int | None
+) -> SddTables:
+    """Segment ``blocks`` (bool ``[H, M, N]``, or the checked row runs of one) and build every
+    table the pipeline needs.
 
     ``start_width`` None means 128-token tiles (``default_start_width``).
 
@@ -64,11 +70,12 @@ def build_tables(blocks: torch.Tensor, block_size: int, start_width: int | None)
     if start_width is None:
         start_width = default_start_width(block_size)
     start_width = check_int("start_width", start_width, low=1)  # 0 would compute no block
+    runs = isinstance(blocks, RunArrays)
     widths = [
         WidthTable(width, piece_size(width, block_size), group_table(width, rows))
-        for width, rows in sdd_segment(blocks, start_width)
+        for width, rows in (sdd_segment_runs if runs else sdd_segment)(blocks, start_width)
     ]
-    row_ptr, col_idx = csr_rows(blocks)
+    row_ptr, col_idx = csr_of_runs(blocks) if runs else csr_rows(blocks)
     return SddTables(widths, row_ptr, col_idx, heaviest_first(row_ptr), int(col_idx.numel()))
 
 
@@ -122,6 +129,15 @@ def csr_rows(blocks: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     row_ptr[1:] = torch.cumsum(counts, 0)
     col_idx = blocks.nonzero()[:, 2]
     return row_ptr.to(torch.int32), col_idx.to(torch.int32).contiguous()
+
+
+def csr_of_runs(runs: RunArrays) -> tuple[torch.Tensor, torch.Tensor]:
+    """``csr_rows`` of the layout that ``runs`` holds, from its runs alone."""
+    offsets = run_offsets(runs)
+    row_ptr = torch.from_numpy(offsets[runs.row_ptr].astype(np.int32))
+    lengths = np.diff(offsets)
+    col_idx = np.repeat(runs.starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+    return row_ptr, torch.from_numpy(col_idx.astype(np.int32))
 
 
 def heaviest_first(row_ptr: torch.Tensor) -> torch.Tensor:

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from designer.run_arrays import RunArrays
 from gpu.runtime import allow_shared_memory, compile_kernel, launch_context, source_beside
 from gpu.sdd.lut import SddTables, build_tables
 from gpu.support import BLOCK_SIZES, DTYPES, HEAD_DIMS, dtype_name
@@ -94,7 +95,7 @@ class SddPlan:
 
 
 def plan_sdd(
-    blocks: torch.Tensor,
+    blocks: torch.Tensor | RunArrays,
     block_size: int,
     *,
     causal: bool,
@@ -103,7 +104,8 @@ def plan_sdd(
     device: torch.device,
     start_width: int | None,
 ) -> SddPlan:
-    """Segment ``blocks`` (CPU bool ``[H, M, N]``), upload the tables and compile the kernels."""
+    """Segment ``blocks`` (CPU bool ``[H, M, N]``, or its checked row runs), upload the tables
+    and compile the kernels."""
     config = KernelConfig(dtype_name(dtype), block_size, head_dim)
     tables: SddTables = build_tables(blocks, block_size, start_width)
     pieces = sorted({table.piece for table in tables.widths})

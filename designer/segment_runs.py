@@ -1,0 +1,79 @@
+"""``sdd_segment`` of a layout held by its row runs, without its ``[H, M, N]`` grid.
+
+``sdd_segment_runs(runs, start_width, mode=...)`` returns exactly what
+``designer.segment.sdd_segment`` returns for the same layout (same widths, rows, row order and
+``orig_idx``, both modes), in time and memory that grow with the active blocks: the scan
+(``designer.segment_runs_scan``) keeps its state per active block and per key column, so a
+32-head design of 16,384² blocks segments as fast as its blocks allow. The runs are the arrays
+``designer.run_arrays`` describes.
+
+>>> runs = RunArrays((1, 3, 3), np.array([0, 1, 2, 3]), np.zeros(3, np.int32),
+...                  np.full(3, 3, np.int32))
+>>> [(w, rows.shape) for w, rows in sdd_segment_runs(runs, 2)]
+[(2, torch.Size([4, 4])), (1, torch.Size([5, 4]))]
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from designer.run_arrays import RunArrays, check_runs, run_offsets
+from designer.segment import (
+    MODES,
+    Segments,
+    on_scan_threads,
+    segments_from_scan,
+    width_chain,
+)
+from designer.segment_runs_scan import segment_run_heads
+from designer.validate import check_choice, check_int
+
+#: Below this many active blocks a layout is segmented on the calling thread.
+_THREADED_MIN_BLOCKS = 1 << 14
+#: Ranks in a head are int32.
+_MAX_HEAD_BLOCKS = (1 << 31) - 1
+
+__all__ = ["RunArrays", "sdd_segment_runs"]
+
+
+def sdd_segment_runs(runs: Any, start_width: int, *, mode: str = "safe") -> Segments:
+    """``designer.segment.sdd_segment`` of the layout that ``runs`` holds.
+
+    Args:
+        runs: an object with ``shape``, ``row_ptr``, ``starts`` and ``stops`` (see
+            ``designer.run_arrays``), e.g. a ``RunArrays``; checked, never modified.
+        start_width, mode: as for ``sdd_segment``.
+
+    Returns:
+        ``sdd_segment``'s ``[(width, int64 rows [k·width², 4] of (head, row, col, orig_idx))]``.
+    """
+    runs = check_runs(runs)
+    start_width = check_int("start_width", start_width, low=0)
+    safe = check_choice("mode", mode, MODES) == "safe"
+    n_heads, n_rows, n_cols = runs.shape
+    widths = width_chain(start_width, min(n_rows, n_cols))
+    if not widths.size or not runs.starts.size:
+        return []
+    per_head = np.diff(run_offsets(runs)[runs.row_ptr[:: max(n_rows, 1)]])
+    if per_head.max() > _MAX_HEAD_BLOCKS:
+        raise ValueError(
+            f"a head may hold at most {_MAX_HEAD_BLOCKS:,} active blocks to be segmented, got "
+            f"{int(per_head.max()):,}"
+        )
+    threaded = int(per_head.sum()) >= _THREADED_MIN_BLOCKS
+
+    def scan(capacity: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = np.empty((int(capacity.sum()), 3), dtype=np.int32)
+        counts = np.zeros((n_heads, widths.size), dtype=np.int64)
+        row_offsets = np.concatenate(([0], np.cumsum(capacity)))
+
+        def run(heads: np.ndarray) -> None:
+            segment_run_heads(runs.row_ptr, runs.starts, runs.stops, n_rows, n_cols, heads,
+                              widths, safe, row_offsets, rows, counts)  # fmt: skip
+
+        on_scan_threads(n_heads, run, threaded=threaded)
+        return rows, counts
+
+    return segments_from_scan(per_head, widths, safe, scan)

@@ -1,0 +1,121 @@
+"""``sdd_segment_runs`` equals ``sdd_segment`` of the same layout, and checks its runs."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from designer.run_arrays import RunArrays, check_runs, row_counts, run_offsets
+from designer.segment import sdd_segment
+from designer.segment_runs import sdd_segment_runs
+from tests.designer.run_layouts import dense_layouts, dense_to_runs
+
+
+def assert_same(dense: np.ndarray, start_width: int, mode: str) -> None:
+    expected = sdd_segment(dense, start_width, mode=mode)
+    found = sdd_segment_runs(dense_to_runs(dense), start_width, mode=mode)
+    assert [width for width, _ in found] == [width for width, _ in expected]
+    for (_, rows), (_, want) in zip(found, expected, strict=True):
+        assert rows.dtype == torch.int64
+        assert torch.equal(rows, want)
+
+
+@settings(max_examples=250, deadline=None)
+@given(dense_layouts(), st.integers(0, 30), st.sampled_from(["safe", "deepspeed"]))
+def test_equals_the_dense_segmentation(dense, start_width, mode):
+    assert_same(dense, start_width, mode)
+
+
+@pytest.mark.parametrize("mode", ["safe", "deepspeed"])
+@pytest.mark.parametrize("start_width", [1, 2, 3, 8, 1000])
+def test_structured_layouts(mode, start_width):
+    rows, cols = np.arange(40)[:, None], np.arange(40)[None, :]
+    sinks = (cols <= rows) & ((cols < 1) | (rows - cols < 6))  # the gap rule across a long gap
+    ladder = np.zeros((40, 40), dtype=bool)  # column 0 visited far more often than column 1
+    ladder[:, 0] = True
+    ladder[[0, 39], 1] = True
+    phantoms = np.array([[0, 1, 1, 1], [1, 1, 1, 1], [1, 0, 1, 1]], dtype=bool)
+    wide = np.zeros((6, 50), dtype=bool)
+    wide[:, ::3] = True
+    for dense in (sinks, ladder, np.pad(phantoms, ((0, 2), (0, 5))), wide, np.ones((9, 7), bool)):
+        assert_same(dense[None], start_width, mode)
+
+
+def test_huge_empty_grid_costs_its_blocks(rng):
+    """A few blocks in a 2 x 2**20 x 2**20 grid (2**41 cells) segment at once, as they would
+    alone."""
+    small = rng.random((2, 12, 12)) < 0.7
+    runs = dense_to_runs(small)
+    n_rows = 1 << 20
+    row_ptr = np.concatenate(
+        [runs.row_ptr[:13], np.full(n_rows - 12, runs.row_ptr[12]),
+         runs.row_ptr[13:], np.full(n_rows - 12, runs.row_ptr[-1])]
+    )  # fmt: skip
+    huge = RunArrays((2, n_rows, n_rows), row_ptr, runs.starts, runs.stops)
+    start = time.perf_counter()
+    for mode in ("safe", "deepspeed"):
+        found = sdd_segment_runs(huge, 6, mode=mode)
+        expected = sdd_segment(small, 6, mode=mode)
+        assert [w for w, _ in found] == [w for w, _ in expected]
+        assert all(torch.equal(a, b) for (_, a), (_, b) in zip(found, expected, strict=True))
+    assert time.perf_counter() - start < 5
+
+
+def test_nothing_to_segment():
+    runs = dense_to_runs(np.zeros((2, 3, 4), dtype=bool))
+    assert sdd_segment_runs(runs, 4) == []
+    assert sdd_segment_runs(dense_to_runs(np.ones((1, 3, 3), dtype=bool)), 0) == []
+    no_runs = np.zeros(0, dtype=np.int32)
+    assert sdd_segment_runs(RunArrays((0, 0, 0), np.zeros(1, np.int64), no_runs, no_runs), 2) == []
+
+
+def test_arguments_are_checked():
+    runs = dense_to_runs(np.ones((1, 2, 2), dtype=bool))
+    with pytest.raises(TypeError, match="start_width must be an integer"):
+        sdd_segment_runs(runs, 2.0)
+    with pytest.raises(ValueError, match="mode must be"):
+        sdd_segment_runs(runs, 2, mode="fast")
+    with pytest.raises(TypeError, match="lacks row_ptr, starts, stops"):
+        sdd_segment_runs(torch.ones(1, 2, 2), 2)
+
+
+# ------------------------------------------------------------------ the runs' checks
+def runs_of(shape, *arrays):
+    return RunArrays(shape, *(np.array(a) if a else np.zeros(0, np.int64) for a in arrays))
+
+
+@pytest.mark.parametrize(
+    ("runs", "error", "match"),
+    [
+        (runs_of((1, 2), [0, 0], [], []), ValueError, r"shape must be \(H, M, N\)"),
+        (runs_of((1, -1, 2), [0], [], []), ValueError, r"shape\[1\] must be >= 0"),
+        (runs_of((1, 2, 2), [0, 0], [], []), ValueError, "H·M \\+ 1 = 3 entries, got 2"),
+        (runs_of((1, 1, 2), [1, 0], [0], [1]), ValueError, "start at 0 and never decrease"),
+        (runs_of((1, 1, 2), [0, 2], [0], [1]), ValueError, "row_ptr\\[-1\\] = 2 entries"),
+        (runs_of((1, 1, 2), [0, 1], [0], [3]), ValueError, "0 <= start < stop <= N = 2"),
+        (runs_of((1, 1, 2), [0, 1], [1], [1]), ValueError, "0 <= start < stop"),
+        (runs_of((1, 1, 4), [0, 2], [0, 1], [1, 2]), ValueError, "disjoint and not touching"),
+        (runs_of((1, 1, 4), [0, 2], [2, 0], [3, 1]), ValueError, "sorted"),
+        (runs_of((1, 1, 4), [0, 1], [0.0], [1]), TypeError, "starts must be a 1-D integer"),
+        (runs_of((1, 1, 4), [0, 1], [0], [2**40]), ValueError, "stops must fit in int32"),
+    ],
+)
+def test_bad_runs_are_refused(runs, error, match):
+    with pytest.raises(error, match=match):
+        check_runs(runs)
+
+
+def test_runs_of_separate_rows_may_touch():
+    runs = check_runs(runs_of((1, 2, 4), [0, 1, 2], [0, 2], [2, 4]))  # row ends, next starts
+    assert runs.row_ptr.dtype == np.int64 and runs.starts.dtype == np.int32
+    assert run_offsets(runs).tolist() == [0, 2, 4]
+    assert row_counts(runs).tolist() == [2, 2]
+    torch_runs = RunArrays(runs.shape, *(torch.from_numpy(a) for a in runs[1:]))
+    assert all(
+        np.array_equal(a, b) for a, b in zip(check_runs(torch_runs)[1:], runs[1:], strict=True)
+    )
