@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -40,6 +39,9 @@ from pathlib import Path
 from streamlit.testing.v1 import AppTest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from canvas_cost import load_average, run_meta
 
 from designer import changes
 from designer.design import Design
@@ -233,11 +235,7 @@ def main() -> None:
         saves = [autosave(store, at) for _ in range(3)]
         report("16 x 256^2: of which the autosave", GOALS_S["16x256"], saves)
     if args.out:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True, cwd=Path(APP).parent).stdout.strip()  # fmt: skip
-        meta = {"date": time.strftime("%Y-%m-%d"), "machine": platform.platform(),
-                "cpus": os.cpu_count(), "python": platform.python_version(),
-                "commit": commit, "repeats": args.repeats}  # fmt: skip
+        meta = {**run_meta(), "repeats": args.repeats, "load_average_after": load_average()}
         args.out.write_text(json.dumps({"meta": meta, "results": RESULTS}, indent=2) + "\n")
 
 
