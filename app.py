@@ -11,7 +11,7 @@ import torch
 
 from designer.storage import DesignStore
 from ui import keys
-from ui.common import start_run, warm_gpu_import
+from ui.common import start_run, warm_up_server
 from ui.compare_ui import compare_ui
 from ui.editor_ui import editor_ui
 from ui.files_ui import files_ui
@@ -62,12 +62,12 @@ def main() -> None:
             files_ui(store)
     if gpu.open:
         # Imported when the tab opens: the gpu package brings torch's compiler stack (2 s of a
-        # cold first page) that no other tab needs; warm_gpu_import loads it after a first page.
+        # cold first page) that no other tab needs; warm_up_server loads it after a first page.
         from ui.bench.panel import gpu_panel_ui
 
         with gpu:
             gpu_panel_ui(store)
-    warm_gpu_import()
+    warm_up_server()
 
 
 main()
