@@ -17,6 +17,7 @@ from ui.editor_ui import editor_ui
 from ui.files_ui import files_ui
 from ui.model_ui import model_ui
 from ui.overview_ui import overview_ui
+from ui.page_keys import page_keys_ui
 from ui.recipe_ui import recipe_ui
 from ui.setup_ui import setup_ui
 from ui.stats_ui import analysis_ui, header_ui
@@ -67,6 +68,7 @@ def main() -> None:
 
         with gpu:
             gpu_panel_ui(store)
+    page_keys_ui(store, canvas_open=paint.open)
     warm_up_server()
 
 
