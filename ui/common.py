@@ -135,7 +135,10 @@ def warm_up_server() -> threading.Thread:
     370,000 that torch, numba, plotly and the gpu package make cost it 0.3 to 1.9 s of every
     click on a shared 2-core machine. They live as long as the server, so they are frozen
     (``gc.freeze``): every later collection walks only the objects made since, in milliseconds,
-    and garbage made since is still collected.
+    and garbage made since is still collected. What else is alive at that moment (the first
+    page's session) is frozen with them: if it later ends as garbage in a cycle it stays, once
+    per server and small, since a session's undo history lives in the registry's boxes, which
+    the registry empties itself (``ui.sessions``).
     """
 
     def load() -> None:
