@@ -197,6 +197,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="samples per action")
     parser.add_argument("--out", type=Path, help="write the results as JSON here too")
     args = parser.parse_args()
+    meta = {**run_meta(), "repeats": args.repeats}
     with tempfile.TemporaryDirectory() as data_dir:
         os.environ[DATA_DIR_ENV] = data_dir
         report("first page, cold (a new process)", GOALS_S["cold"],
@@ -235,7 +236,7 @@ def main() -> None:
         saves = [autosave(store, at) for _ in range(3)]
         report("16 x 256^2: of which the autosave", GOALS_S["16x256"], saves)
     if args.out:
-        meta = {**run_meta(), "repeats": args.repeats, "load_average_after": load_average()}
+        meta["load_average_after"] = load_average()
         args.out.write_text(json.dumps({"meta": meta, "results": RESULTS}, indent=2) + "\n")
 
 
