@@ -11,12 +11,13 @@ import torch
 
 from designer.storage import DesignStore
 from ui import keys
-from ui.common import start_run, warm_gpu_import
+from ui.common import start_run, warm_up_server
 from ui.compare_ui import compare_ui
 from ui.editor_ui import editor_ui
 from ui.files_ui import files_ui
 from ui.model_ui import model_ui
 from ui.overview_ui import overview_ui
+from ui.page_keys import page_keys_ui
 from ui.recipe_ui import recipe_ui
 from ui.setup_ui import setup_ui
 from ui.stats_ui import analysis_ui, header_ui
@@ -62,12 +63,13 @@ def main() -> None:
             files_ui(store)
     if gpu.open:
         # Imported when the tab opens: the gpu package brings torch's compiler stack (2 s of a
-        # cold first page) that no other tab needs; warm_gpu_import loads it after a first page.
+        # cold first page) that no other tab needs; warm_up_server loads it after a first page.
         from ui.bench.panel import gpu_panel_ui
 
         with gpu:
             gpu_panel_ui(store)
-    warm_gpu_import()
+    page_keys_ui(store, canvas_open=paint.open)
+    warm_up_server()
 
 
 main()

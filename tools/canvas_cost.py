@@ -161,17 +161,28 @@ def main() -> None:
         args.json.write_text(json.dumps({"meta": meta, "cases": results}, indent=2) + "\n")
 
 
+def load_average() -> list[float]:
+    """The machine's 1, 5 and 15 minute load averages (timings on a busy machine are slower)."""
+    return [round(load, 2) for load in os.getloadavg()]
+
+
 def run_meta() -> dict:
-    """What a result was measured on: the date, the CPUs and the versions that matter."""
+    """What a result was measured on: the date, the machine, its load, the CPUs, the versions
+    that matter and the commit measured ("-dirty": with changes not committed)."""
     import streamlit
     import torch
 
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
+                            text=True, cwd=ROOT).stdout.strip()  # fmt: skip
     return {
         "date": time.strftime("%Y-%m-%d"),
+        "machine": platform.platform(),
         "cpus": os.cpu_count(),
+        "load_average": load_average(),
         "python": platform.python_version(),
         "torch": torch.__version__,
         "streamlit": streamlit.__version__,
+        "commit": commit,
     }
 
 

@@ -14,7 +14,8 @@ of ``assets/examples/size_cap_window_globals.json``, restored from an autosave),
   parameter change until the rerun is done (targets ≤ 300 ms at 16 × 256², ≤ 1 s at 4 × 4096²).
 
 Times are in-page (``performance.now`` against the event's time stamp), medians of
-``--clicks`` clicks. Prints a table and writes ``--out`` JSON.
+``--clicks`` clicks. Prints a table and writes ``--out`` JSON (with the machine, its load
+averages before and after, the versions and the commit).
 
     python tools/paint_latency.py [--sizes 16x256 4x4096] [--clicks 7] [--out results.json]
 """
@@ -35,6 +36,9 @@ from playwright.sync_api import sync_playwright
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from canvas_cost import load_average, run_meta  # noqa: E402
 
 from designer.formats import load_design  # noqa: E402
 from designer.storage import DesignStore, load_default_design  # noqa: E402
@@ -255,6 +259,7 @@ def main() -> None:
     parser.add_argument("--clicks", type=int, default=7)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
+    meta = {**run_meta(), "clicks": args.clicks}
     rows = []
     for size in args.sizes:
         with tempfile.TemporaryDirectory() as tmp:
@@ -268,7 +273,8 @@ def main() -> None:
                 open_paint(page, url, zoom=0 if size == "16x256" else 12)
                 pick(page, "brush")
                 pick(page, "1")
-                rows.append({**measure(page, size, args.clicks), **timings})
+                rows.append({**measure(page, size, args.clicks), **timings,
+                             "load_average": load_average()})  # fmt: skip
                 browser.close()
         row = rows[-1]
         print(
@@ -287,7 +293,8 @@ def main() -> None:
             flush=True,
         )
     if args.out:
-        args.out.write_text(json.dumps(rows, indent=2) + "\n")
+        meta["load_average_after"] = load_average()
+        args.out.write_text(json.dumps({"meta": meta, "results": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

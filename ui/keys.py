@@ -29,6 +29,10 @@ NOTICES = "notices"
 #: (the canvas keeps every later stroke, drawn on top, until it sees it done).
 PAINT_CANVAS = "paint_canvas"
 PAINT_DONE = "paint_done"
+#: The page's undo and redo keys on the other tabs (``ui.page_keys``), and ``(client, seq)`` as
+#: ``PAINT_DONE``: the page last heard from and its last step done.
+PAGE_KEYS = "page_keys"
+PAGE_KEYS_DONE = "page_keys_done"
 #: The session's lock: every change of the design holds it (see ``state.session_lock``).
 SESSION_LOCK = "session_lock"
 
@@ -140,6 +144,7 @@ COPY_PLACE = "copy"
 FILES_PLACE = "files"
 LIBRARY_PLACE = "library"
 AUTOSAVE_PLACE = "autosave"
+UNDO_PLACE = "undo"
 LINTS_PLACE = "lints"
 EDITS_PLACE = "edits"
 

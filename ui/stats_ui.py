@@ -44,7 +44,8 @@ def header_ui(store: DesignStore) -> None:
     kept = (
         f"{len(history.past)} step{'s' if len(history.past) != 1 else ''} to undo; up to "
         f"{history.limit} are kept for a design this size. They survive a reload of this page, "
-        "not a restart of the server."
+        "not a restart of the server. Keys on every tab (not in a text box): Ctrl+Z undo, "
+        "Ctrl+Shift+Z or Ctrl+Y redo."
     )
     with buttons.container(horizontal=True, horizontal_alignment="right"):
         st.button(
@@ -114,6 +115,7 @@ def header_ui(store: DesignStore) -> None:
         f"block-sparse scores, {bytes_text(costs.score_bytes)}",
     )
     show_message(keys.AUTOSAVE_PLACE)
+    show_message(keys.UNDO_PLACE)
     if analysis is None:
         analysis_offer(key)
     else:

@@ -158,3 +158,51 @@ def test_page_wide_keys_pick_tools_undo_and_change_heads_without_painting(server
     settle(page)
     assert not store.restore(session).layout.blocks[0, row, col], "Ctrl+Z undid the stroke"
     assert_clean(page, log_path)
+
+
+def window_blocks(store, session: str) -> int:
+    design = store.restore(session) or load_default_design()
+    return design.recipe.steps[0].params["num_sliding_window_blocks"]
+
+
+def test_undo_and_redo_keys_work_on_every_tab_but_not_in_a_text_box(server, page):
+    _, store, log_path = server
+    session = page.url.split("session=")[1].split("&")[0]
+    first = window_blocks(store, session)
+    box = page.get_by_role("spinbutton", name="num_sliding_window_blocks").first
+    for value in (first + 1, first + 2):
+        box.fill(str(value))
+        box.press("Enter")
+        settle(page)
+    assert window_blocks(store, session) == first + 2
+    steps_done = page.locator(".st-key-page_keys [data-done]")
+
+    page.get_by_role("heading").first.click()  # the focus is nowhere in particular
+    page.keyboard.press("Control+z")
+    settle(page)
+    assert window_blocks(store, session) == first + 1, "Ctrl+Z undid the last change"
+    assert box.input_value() == str(first + 1), "the widget follows the undo"
+    page.keyboard.press("Control+Shift+z")
+    settle(page)
+    assert window_blocks(store, session) == first + 2, "Ctrl+Shift+Z redid it"
+
+    open_tab(page, "Files")  # another tab without the canvas
+    page.keyboard.press("Control+z")
+    page.keyboard.press("Control+z")  # two presses before the page answers: both are done
+    settle(page)
+    assert window_blocks(store, session) == first, "both undos were done, once each"
+    page.keyboard.press("Control+y")
+    settle(page)
+    assert window_blocks(store, session) == first + 1, "Ctrl+Y redid one step"
+    assert steps_done.get_attribute("data-done") == "5"
+
+    name = page.get_by_role("textbox", name="Design name")
+    name.click()
+    name.press("End")
+    name.press_sequentially("xy")
+    name.press("Control+z")  # the browser's own undo of the typing, not the design's
+    assert not name.input_value().endswith("xy"), "the text box undid its own typing"
+    page.wait_for_timeout(500)
+    assert steps_done.get_attribute("data-done") == "5", "no step was sent from the text box"
+    assert window_blocks(store, session) == first + 1
+    assert_clean(page, log_path)

@@ -23,15 +23,19 @@ import streamlit as st
 from streamlit.components.v2.bidi_component import serialization
 
 _HERE = Path(__file__).parent
-#: The canvas's JavaScript, joined in this order into the one module Streamlit loads: the pure
-#: helpers, the outbox of strokes, the editor (state, strokes, the default export), its toolbar
-#: and drawing, its input.
+#: What the page's key handlers share (the canvas's and ``ui.page_keys``'): typing or not, undo
+#: and redo keys, the page's sender id.
+KEYS_JS = _HERE / "keys.js"
+#: The canvas's JavaScript, joined in this order into the one module Streamlit loads: the keys'
+#: shared helpers, the pure helpers, the outbox of strokes, the editor (state, strokes,
+#: the default export), its toolbar and drawing, its input.
 JS_FILES = (
-    "paint_cells.js",
-    "paint_outbox.js",
-    "paint_canvas.js",
-    "paint_view.js",
-    "paint_input.js",
+    KEYS_JS,
+    _HERE / "paint_cells.js",
+    _HERE / "paint_outbox.js",
+    _HERE / "paint_canvas.js",
+    _HERE / "paint_view.js",
+    _HERE / "paint_input.js",
 )
 #: The trigger the canvas fires with the strokes Python has not applied yet, and the one it
 #: fires with the head to show next (the [ and ] keys).
@@ -68,7 +72,7 @@ serialization.handle_deserialize = guard_component_json(serialization.handle_des
 
 _component = st.components.v2.component(
     "blocksparse_designer.paint_canvas",
-    js="\n".join((_HERE / name).read_text(encoding="utf-8") for name in JS_FILES),
+    js="\n".join(path.read_text(encoding="utf-8") for path in JS_FILES),
     css=(_HERE / "paint_canvas.css").read_text(encoding="utf-8"),
 )
 

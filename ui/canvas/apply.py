@@ -48,8 +48,24 @@ AUTOSAVE_NS = 30_000_000
 STEP_NS = 100_000
 
 
-def apply_trigger(session: state.State, value: Any, store: DesignStore) -> None:
-    """Do the new strokes of the trigger ``value`` (see the module docstring)."""
+def apply_trigger(
+    session: state.State,
+    value: Any,
+    store: DesignStore,
+    *,
+    done_key: str = keys.PAINT_DONE,
+    place: str = keys.EDITOR_PLACE,
+) -> None:
+    """Do the new strokes of the trigger ``value`` (see the module docstring).
+
+    ``done_key`` holds ``(client, seq)``, the sender last heard from and its last stroke done
+    (the page keys' undo and redo steps are numbered apart from the canvas's strokes); messages
+    go to ``place``.
+    """
+
+    def say(text: str | None) -> None:
+        state.say(session, place, None if text is None else capped(text))
+
     with state.session_lock(session):
         try:
             layout = state.design(session).layout
@@ -58,16 +74,15 @@ def apply_trigger(session: state.State, value: Any, store: DesignStore) -> None:
         try:
             trigger = read_trigger(value, *layout.shape)
         except (ValueError, TypeError) as error:
-            say(session, f"The canvas sent strokes that could not be read, so none was applied: "
-                         f"{error}")  # fmt: skip
+            say(f"The canvas sent strokes that could not be read, so none was applied: {error}")
             return
-        client, done = session.get(keys.PAINT_DONE) or (None, 0)
+        client, done = session.get(done_key) or (None, 0)
         if trigger.client != client:  # a new canvas (a new page, or a restarted server)
             done = trigger.strokes[0][0] - 1
         todo = [(seq, stroke) for seq, stroke in trigger.strokes if seq > done]
         if todo and todo[0][0] != done + 1:
-            say(session, f"The canvas skipped strokes {done + 1} to {todo[0][0] - 1}, so none "
-                         "of the strokes after them was applied.")  # fmt: skip
+            say(f"The canvas skipped strokes {done + 1} to {todo[0][0] - 1}, so none of the "
+                "strokes after them was applied.")  # fmt: skip
             return
         batch = Batch(state.sized_history(state.history(session), state.design(session)))
         for seq, stroke in todo:
@@ -75,7 +90,7 @@ def apply_trigger(session: state.State, value: Any, store: DesignStore) -> None:
                 break
             done = seq
         state.set_history(session, batch.history)
-        session[keys.PAINT_DONE] = (trigger.client, done)
+        session[done_key] = (trigger.client, done)
         if batch.changed:
             state.autosave(session, store)
         if batch.stepped:
@@ -83,14 +98,9 @@ def apply_trigger(session: state.State, value: Any, store: DesignStore) -> None:
         refused = batch.refused
         if refused:
             many = f"{len(refused)} strokes were" if len(refused) > 1 else "A stroke was"
-            say(session, f"{many} not applied: {refused[0]}")
+            say(f"{many} not applied: {refused[0]}")
         elif todo:
-            say(session, None)
-
-
-def say(session: state.State, text: str | None) -> None:
-    """The editor's message (canvas messages never carry a whole payload)."""
-    state.say(session, keys.EDITOR_PLACE, None if text is None else capped(text))
+            say(None)
 
 
 class Batch:

@@ -54,6 +54,23 @@ function rgba(hex) {
   return packRGBA([(v >> 16) & 255, (v >> 8) & 255, v & 255]);
 }
 
+// The pixel of a block: empty unless shown; Python's tile colour (`code`) if Python has it
+// active, the colour of a block whose tile is on the way if only painted here; lighter when
+// Python sent it partial (a stroke makes blocks whole).
+function blockPixel(shown, base, partial, code, palette, empty) {
+  if (!shown) return empty;
+  const colour = base ? palette[code] : palette[0];
+  return partial && base ? lighter(colour) : colour;
+}
+
+// Whether two heads' data draw the same picture (cells, tiles and their colours).
+function samePicture(a, b) {
+  if (!a || !b) return false;
+  const keys = ["rows", "cols", "cells", "partial", "codes", "codes_scale", "empty"];
+  const same = (x, y) => x.length === y.length && x.every((v, k) => v === y[k]);
+  return keys.every((k) => a[k] === b[k]) && same(a.colours, b.colours) && same(a.dark, b.dark);
+}
+
 // A packed pixel halfway to white: how a partial block shows its colour.
 function lighter(pixel) {
   const mix = (shift) => ((((pixel >> shift) & 255) + 255) >> 1) << shift;

@@ -135,10 +135,9 @@ Object.assign(Editor.prototype, {
   },
 
   command(event) {
-    const k = event.key.toLowerCase(), command = event.ctrlKey || event.metaKey;
-    if (command && k === "z") this.queueStep(event.shiftKey ? "redo" : "undo");
-    else if (command && k === "y") this.queueStep("redo");
-    else if (command || event.altKey) return false;
+    const k = event.key.toLowerCase(), step = stepOp(event);
+    if (step) this.queueStep(step);
+    else if (event.ctrlKey || event.metaKey || event.altKey) return false;
     else if (k === "[" || k === "]") this.showHead(k === "]" ? 1 : -1);
     else {
       const tool = TOOLS.find(([, , key]) => key && key === k);
@@ -148,14 +147,3 @@ Object.assign(Editor.prototype, {
     return true;
   },
 });
-
-// Whether keys pressed at `target` are typing: a text box, a list to pick from, editable text.
-function typing(target) {
-  if (!(target instanceof Element)) return false;
-  if (target.isContentEditable) return true;
-  const tag = target.tagName;
-  if (tag === "TEXTAREA" || tag === "SELECT") return true;
-  if (tag !== "INPUT") return false;
-  const kind = (target.getAttribute("type") || "text").toLowerCase();
-  return !["button", "checkbox", "radio", "range", "submit", "reset", "file"].includes(kind);
-}

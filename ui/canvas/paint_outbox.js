@@ -7,7 +7,7 @@ const RESEND_MIN_MS = 1000; // a trigger unanswered this long (or 3 round trips)
 const RESEND_MAX_MS = 30000;
 
 const outbox = {
-  client: clientId(),
+  client: pageClientId(),
   seq: 0, // the last stroke number given
   done: 0, // the last stroke Python has said it has done
   queue: [], // the strokes after `done`: {seq, wire, draw}
@@ -23,11 +23,6 @@ const outbox = {
 window.addEventListener("beforeunload", (event) => {
   if (outbox.queue.length) event.preventDefault(); // strokes not saved yet: ask before leaving
 });
-
-function clientId() {
-  const bytes = crypto.getRandomValues(new Uint8Array(12));
-  return toBase64(bytes).replace(/\+/g, "-").replace(/\//g, "_");
-}
 
 // Python's answer (every new head): drop what it has done; send the rest when nothing waits.
 function answered(data) {
