@@ -100,16 +100,16 @@ def sdd_segment(layout: Any, start_width: int, *, mode: str = "safe") -> Segment
 def scan_head(blocks: np.ndarray, start_width: int) -> list[tuple[int, np.ndarray]]:
     """``sdd_segment`` of one ``[M, N]`` head as compact rows: ``[(width, int32 [k * width², 2]
     (row, col))]``, the same groups in the same order, without the int64 ``(head, row, col,
-    orig_idx)`` copy (a quarter of the memory: for views that only draw the tiles)."""
+    orig_idx)`` copy or the scan's rank map (for views that only draw the tiles)."""
     present = _present_blocks(np.asarray(blocks)[None])
     widths = _widths(check_int("start_width", start_width, low=0), min(present.shape[1:]))
     if not widths.size or not present.any():
         return []
     capacity = np.array([np.count_nonzero(present)], dtype=np.int64)
-    rows, counts, _ = _segment_heads(present, widths, True, capacity)
+    rows, counts, _ = _segment_heads(present, widths, True, capacity, ranked=False)
     bounds = np.concatenate(([0], np.cumsum(counts[0])))
     return [
-        (int(width), rows[bounds[p] : bounds[p + 1], :2])
+        (int(width), rows[bounds[p] : bounds[p + 1]])
         for p, width in enumerate(widths.tolist())
         if counts[0, p]
     ]
@@ -168,18 +168,24 @@ def _widths(start_width: int, max_width: int) -> np.ndarray:
 
 
 def _segment_heads(
-    present: np.ndarray, widths: np.ndarray, safe: bool, capacity: np.ndarray
+    present: np.ndarray,
+    widths: np.ndarray,
+    safe: bool,
+    capacity: np.ndarray,
+    *,
+    ranked: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Run the scan over every head and return ``(rows, counts, repeats)``.
 
-    ``rows`` holds head ``h``'s ``(row, col, rank in head)`` rows in a slot of ``capacity[h]``,
+    ``rows`` holds head ``h``'s ``(row, col, rank in head)`` rows (``(row, col)`` unless
+    ``ranked``: the scan then keeps no rank map) in a slot of ``capacity[h]``,
     ``counts[h, p]`` is how many rows pass ``p`` of head ``h`` emitted, and ``repeats`` is as in
     ``deepspeed_repeats``. Heads are shared out round-robin between the usable CPUs, each share
     on a scan thread (``SCAN_NICENESS``) while the calling thread waits; a small layout is
     scanned on the calling thread.
     """
     n_heads = present.shape[0]
-    rows = np.empty((int(capacity.sum()), 3), dtype=np.int32)
+    rows = np.empty((int(capacity.sum()), 3 if ranked else 2), dtype=np.int32)
     counts = np.zeros((n_heads, widths.size), dtype=np.int64)
     repeats = np.zeros(present.shape, dtype=np.int32)  # its pages are touched only if written
     row_offsets = np.concatenate(([0], np.cumsum(capacity)))
