@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import platform
@@ -162,17 +163,36 @@ def main() -> None:
 
 
 def run_meta() -> dict:
-    """What a result was measured on: the date, the CPUs and the versions that matter."""
+    """What a result was measured on: the date, the machine, the versions that matter, the
+    commit, and the load average when it started (``os.getloadavg``: other work on the cores)."""
+    import numba
+    import numpy
     import streamlit
     import torch
 
+    commit = subprocess.run(
+        ["git", "describe", "--always", "--dirty"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
     return {
         "date": time.strftime("%Y-%m-%d"),
+        "machine": f"{platform.machine()}, {_cpu_model()}, {platform.platform(terse=True)}",
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "numba": numba.__version__,
         "streamlit": streamlit.__version__,
+        "commit": commit,
+        "load_average_at_start": [round(load, 2) for load in os.getloadavg()],
     }
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.processor() or "unknown CPU"
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from designer.analysis import (
 from designer.design import Design
 from designer.storage import DesignStore, load_default_design
 from ui import keys, state
-from ui.sessions import REGISTRY
+from ui.sessions import REGISTRY, freeze_start_up_objects
 from ui.text import plain
 
 
@@ -124,10 +124,14 @@ def _ask_analysis(key: str) -> None:
 def warm_gpu_import() -> threading.Thread:
     """Import the GPU panel (and with it the gpu package, 2 s) once per server, on a thread of
     its own after the first page is drawn, so that opening the GPU tab later costs its drawing
-    alone."""
+    alone; then set the server's start-up objects aside from the garbage collector
+    (``freeze_start_up_objects``)."""
 
     def load() -> None:
-        importlib.import_module("ui.bench.panel")
+        try:
+            importlib.import_module("ui.bench.panel")
+        finally:
+            freeze_start_up_objects()
 
     thread = threading.Thread(target=load, name="warm-gpu-import", daemon=True)
     thread.start()
