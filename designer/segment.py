@@ -16,9 +16,7 @@ them another session's rerun gets a core at once instead of waiting for a large 
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -27,6 +25,7 @@ import torch
 
 from designer.layout import Layout
 from designer.segment_scan import gather_width, segment_heads
+from designer.threads import lower_priority
 from designer.validate import MAX_LAYOUT_CELLS, as_block_tensor, check_choice, check_int
 
 MODES = ("safe", "deepspeed")
@@ -197,17 +196,11 @@ def _segment_heads(
         run(np.arange(n_heads))
         return rows, counts, repeats
     workers = min(n_heads, _usable_cpus())
-    with ThreadPoolExecutor(workers, initializer=_lower_priority) as pool:
+    with ThreadPoolExecutor(workers, initializer=lower_priority, initargs=(SCAN_NICENESS,)) as pool:
         shares = [pool.submit(run, np.arange(first, n_heads, workers)) for first in range(workers)]
         for share in shares:
             share.result()
     return rows, counts, repeats
-
-
-def _lower_priority() -> None:
-    """Make this (scan) thread yield to the app's other threads (Linux; elsewhere a no-op)."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SCAN_NICENESS)
 
 
 def _usable_cpus() -> int:

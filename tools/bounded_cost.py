@@ -134,24 +134,19 @@ def victim_renders() -> dict:
     """Fresh sessions render while two others each upload the largest design, on one server:
     the time of each render's run (``AppTest.run``)."""
     os.environ["BSD_DATA_DIR"] = tempfile.mkdtemp()
-    from streamlit.testing.v1 import AppTest
-
+    from tools.whole_path import new_app_test
     from ui import keys
 
-    app = str(ROOT / "app.py")
-    # A server looks for installed components once, at its start; AppTest does at every new
-    # session (0.4 s of reading every package's metadata), unless handed what it found.
-    components = []
-
     def fresh() -> float:
-        at = AppTest.from_file(app, default_timeout=120)
-        if components:
-            at._bidi_component_manager = components[0]
+        at = new_app_test(120)
         start = time.perf_counter()
-        at.run()
-        spent = time.perf_counter() - start
-        components[:] = [getattr(at, "_bidi_component_manager", None)]
-        return spent
+        try:
+            at.run()
+        except KeyError:  # AppTest's runtime is one global: another test's run ended inside it
+            at = new_app_test(120)
+            start = time.perf_counter()
+            at.run()
+        return time.perf_counter() - start
 
     fresh()  # imports and caches warm, as on a running server
     for thread in threading.enumerate():  # and the imports a first page starts on threads done
@@ -160,7 +155,7 @@ def victim_renders() -> dict:
     alone = min(fresh() for _ in range(3))
     attackers = []
     for _ in range(ATTACKERS):
-        attacker = AppTest.from_file(app, default_timeout=600)
+        attacker = new_app_test(600)
         attacker.session_state["tab"] = "Files"
         attacker.run()
         attackers.append(attacker)
