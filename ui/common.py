@@ -34,7 +34,6 @@ def start_run(store: DesignStore) -> None:
     REGISTRY.sweep()  # sessions gone a while give their memory back
     new = keys.HISTORY not in session
     state.init_session(session, st.query_params, store, load_default_design)
-    state.yield_if_large(state.design(session))
     for problem in problems if new else ():
         state.notice(session, ":material/warning:", plain(f"Data folder: {problem}."))
     state.follow_address(session, st.query_params)

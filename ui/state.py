@@ -23,7 +23,6 @@ from designer.storage import (
     new_session_id,
     reason,
 )
-from designer.threads import lower_priority
 from ui import keys
 from ui.params import step_widget_values
 from ui.sessions import REGISTRY, HistoryBox, current_owner
@@ -214,30 +213,8 @@ def same_design(new: Design, old: Design) -> bool:
     )
 
 
-#: Layouts from this many blocks on (a 2048 x 2048-block head) are large: the reruns of a
-#: session on one yield the cores to the other sessions' (``yield_if_large``).
-LARGE_DESIGN_CELLS = 1 << 22
-#: The niceness of such a rerun's thread (as the scan threads': ``segment.SCAN_NICENESS``).
-LARGE_DESIGN_NICENESS = 10
-
-
-def yield_if_large(current: Design) -> None:
-    """Lower this rerun's thread's priority if ``current`` is large (see ``LARGE_DESIGN_CELLS``).
-
-    A rerun on a large design costs a second or more of CPU (copies, autosaves, pictures of
-    millions of blocks); beside it, another session's page costs a tenth of that and should
-    not wait for it. Each script run has a thread of its own (Streamlit starts one per run),
-    so the next run starts at the normal priority; the main thread (tests, scripts) is left
-    alone.
-    """
-    large = current.layout.blocks.numel() >= LARGE_DESIGN_CELLS
-    if large and threading.current_thread() is not threading.main_thread():
-        lower_priority(LARGE_DESIGN_NICENESS)
-
-
 def commit(state: State, new: Design, store: DesignStore) -> bool:
     """Make ``new`` the current design (undoable) and autosave it; False if nothing changed."""
-    yield_if_large(new)
     with session_lock(state):
         before = sized_history(history(state), new)
         pushed = before.push(new)

@@ -122,25 +122,3 @@ def test_the_start_up_objects_are_frozen_once_the_gpu_panel_is_imported(monkeypa
     finally:
         common.warm_gpu_import.clear()
     assert frozen == [True]
-
-
-def test_a_rerun_on_a_large_design_yields_the_cores_to_the_other_sessions():
-    """Its thread's priority drops (the next run has a thread of its own); a small design's
-    and the main thread's stay."""
-    import os
-
-    large = Design(Layout(torch.zeros(1, 2048, 2048, dtype=torch.bool), 16))
-    seen = {}
-
-    def rerun(name: str, design: Design) -> None:
-        state.yield_if_large(design)
-        seen[name] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-
-    for name, design in (("small", layout_design(0)), ("large", large)):
-        thread = threading.Thread(target=rerun, args=(name, design))
-        thread.start()
-        thread.join()
-    before = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
-    state.yield_if_large(large)
-    assert seen == {"small": before, "large": max(before, state.LARGE_DESIGN_NICENESS)}
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == before
