@@ -19,6 +19,7 @@ from ui.model_ui import model_ui
 from ui.overview_ui import overview_ui
 from ui.page_keys import page_keys_ui
 from ui.recipe_ui import recipe_ui
+from ui.sessions import map_large_blocks_on_their_own
 from ui.setup_ui import setup_ui
 from ui.stats_ui import analysis_ui, header_ui
 
@@ -26,6 +27,7 @@ TABS = ("Patterns", "Paint", "Analysis", "Compare", "Model", "Files", "GPU bench
 #: The app's torch work is small tensor edits between numba's segmentation runs; torch's own
 #: worker threads would spin against numba's and make a one-block edit take 50 ms instead of 1.
 torch.set_num_threads(1)
+map_large_blocks_on_their_own()
 
 
 def main() -> None:

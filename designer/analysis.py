@@ -242,24 +242,24 @@ def analyse(
             "cells is held as row runs: use designer.layout_stats.layout_stats and "
             "designer.lints.lint_design, which work on runs, and segment it on its runs"
         )
+    key = key or analysis_key(design)
+    # Lints first: their scratch then comes before the heads' maps are kept, not on top of them.
+    lints = _LINTS.get(key, lambda: tuple(lint_design(design)))
     blocks, names, width = layout.to_numpy(), head_keys(layout), design.effective_start_width
     if progress is None:
         heads = _heads_tiles(blocks, names, width)
     else:
+        progress(1 / (layout.n_heads + 1))
         heads = ()
         for h in range(layout.n_heads):
             heads += _heads_tiles(blocks[h : h + 1], names[h : h + 1], width)
-            progress((h + 1) / (layout.n_heads + 1))
+            progress((h + 2) / (layout.n_heads + 1))
     counts: dict[int, int] = {}
     for head in heads:
         for width, tiles in head.tiles:
             counts[width] = counts.get(width, 0) + tiles
     active = sum(head.active for head in heads)
     stats = tile_count_stats(layout, counts, active, head_dim=HEAD_DIM)
-    key = key or analysis_key(design)
-    lints = _LINTS.get(key, lambda: tuple(lint_design(design)))
-    if progress is not None:
-        progress(1.0)
     return Analysis(heads, stats, lints, layout.token_stats())
 
 

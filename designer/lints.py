@@ -235,12 +235,14 @@ def _scattered_for_fused_tiles(layout: Layout) -> list[Lint]:
         visited = visited_squares(layout.runs, per_side) * per_side**2
         active = layout.runs.head_counts()
     else:
-        blocks = layout.blocks
-        n_heads, n_q, n_k = blocks.shape
-        padded = torch.nn.functional.pad(blocks, (0, -n_k % per_side, 0, -n_q % per_side))
-        squares = padded.view(n_heads, padded.shape[1] // per_side, per_side, -1, per_side)
-        visited = squares.any(dim=4).any(dim=2).sum(dim=(1, 2)) * per_side**2  # blocks, per head
-        active = torch.from_numpy(np.count_nonzero(layout.to_numpy(), axis=(1, 2)))  # no int64
+        blocks = layout.to_numpy()
+        # Each square's blocks or'ed together, rows then columns (a last, partial square
+        # included): no padded copy of the layout, a quarter of it at most.
+        rows = np.maximum.reduceat(blocks, np.arange(0, layout.n_q_blocks, per_side), axis=1)
+        squares = np.maximum.reduceat(rows, np.arange(0, layout.n_k_blocks, per_side), axis=2)
+        del rows
+        visited = torch.from_numpy(np.count_nonzero(squares, axis=(1, 2)) * per_side**2)
+        active = torch.from_numpy(np.count_nonzero(blocks, axis=(1, 2)))  # blocks, per head
     if not int(active.sum()):
         return []
     fill = float(active.sum()) / int(visited.sum())

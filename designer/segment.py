@@ -16,9 +16,7 @@ them another session's rerun gets a core at once instead of waiting for a large 
 
 from __future__ import annotations
 
-import contextlib
 import os
-import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,6 +26,7 @@ import torch
 
 from designer.layout import Layout
 from designer.segment_scan import gather_width, segment_heads
+from designer.threads import lower_priority
 from designer.validate import MAX_LAYOUT_CELLS, as_block_tensor, check_choice, check_int
 
 MODES = ("safe", "deepspeed")
@@ -116,16 +115,16 @@ def segments_from_scan(
 def scan_head(blocks: np.ndarray, start_width: int) -> list[tuple[int, np.ndarray]]:
     """``sdd_segment`` of one ``[M, N]`` head as compact rows: ``[(width, int32 [k * width², 2]
     (row, col))]``, the same groups in the same order, without the int64 ``(head, row, col,
-    orig_idx)`` copy (a quarter of the memory: for views that only draw the tiles)."""
+    orig_idx)`` copy or the scan's rank map (for views that only draw the tiles)."""
     present = _present_blocks(np.asarray(blocks)[None])
     widths = width_chain(check_int("start_width", start_width, low=0), min(present.shape[1:]))
     if not widths.size or not present.any():
         return []
     capacity = np.array([np.count_nonzero(present)], dtype=np.int64)
-    rows, counts, _ = _segment_heads(present, widths, True, capacity)
+    rows, counts, _ = _segment_heads(present, widths, True, capacity, ranked=False)
     bounds = np.concatenate(([0], np.cumsum(counts[0])))
     return [
-        (int(width), rows[bounds[p] : bounds[p + 1], :2])
+        (int(width), rows[bounds[p] : bounds[p + 1]])
         for p, width in enumerate(widths.tolist())
         if counts[0, p]
     ]
@@ -184,18 +183,24 @@ def width_chain(start_width: int, max_width: int) -> np.ndarray:
 
 
 def _segment_heads(
-    present: np.ndarray, widths: np.ndarray, safe: bool, capacity: np.ndarray
+    present: np.ndarray,
+    widths: np.ndarray,
+    safe: bool,
+    capacity: np.ndarray,
+    *,
+    ranked: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Run the scan over every head and return ``(rows, counts, repeats)``.
 
-    ``rows`` holds head ``h``'s ``(row, col, rank in head)`` rows in a slot of ``capacity[h]``,
+    ``rows`` holds head ``h``'s ``(row, col, rank in head)`` rows (``(row, col)`` unless
+    ``ranked``: the scan then keeps no rank map) in a slot of ``capacity[h]``,
     ``counts[h, p]`` is how many rows pass ``p`` of head ``h`` emitted, and ``repeats`` is as in
     ``deepspeed_repeats``. Heads are shared out round-robin between the usable CPUs, each share
     on a scan thread (``SCAN_NICENESS``) while the calling thread waits; a small layout is
     scanned on the calling thread.
     """
     n_heads = present.shape[0]
-    rows = np.empty((int(capacity.sum()), 3), dtype=np.int32)
+    rows = np.empty((int(capacity.sum()), 3 if ranked else 2), dtype=np.int32)
     counts = np.zeros((n_heads, widths.size), dtype=np.int64)
     repeats = np.zeros(present.shape, dtype=np.int32)  # its pages are touched only if written
     row_offsets = np.concatenate(([0], np.cumsum(capacity)))
@@ -215,16 +220,10 @@ def on_scan_threads(n_heads: int, run: Callable[[np.ndarray], None], *, threaded
         run(np.arange(n_heads))
         return
     workers = min(n_heads, _usable_cpus())
-    with ThreadPoolExecutor(workers, initializer=_lower_priority) as pool:
+    with ThreadPoolExecutor(workers, initializer=lower_priority, initargs=(SCAN_NICENESS,)) as pool:
         shares = [pool.submit(run, np.arange(first, n_heads, workers)) for first in range(workers)]
         for share in shares:
             share.result()
-
-
-def _lower_priority() -> None:
-    """Make this (scan) thread yield to the app's other threads (Linux; elsewhere a no-op)."""
-    with contextlib.suppress(OSError, AttributeError):
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), SCAN_NICENESS)
 
 
 def _usable_cpus() -> int:

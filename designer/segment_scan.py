@@ -40,9 +40,10 @@ def segment_heads(
 def segment_head(present, widths, safe, rows, counts, repeats):  # pragma: no cover (numba)
     """All passes over one ``[M, N]`` uint8 head, in the order of ``widths`` (decreasing).
 
-    Writes ``(row, col, rank)`` rows while they fit in ``rows`` (int32 ``[capacity, 3]``) and
-    sets ``counts[p]`` to the number of rows pass ``p`` emitted, fitting or not. ``rank`` is the
-    block's rank in the head's row-major order, or -1 for an absent (phantom) cell. With
+    Writes ``(row, col, rank)`` rows while they fit in ``rows`` (int32 ``[capacity, 3]``, or
+    ``[capacity, 2]`` for ``(row, col)`` alone, which spares the rank map) and sets ``counts[p]``
+    to the number of rows pass ``p`` emitted, fitting or not. ``rank`` is the block's rank in
+    the head's row-major order, or -1 for an absent (phantom) cell. With
     ``safe`` a group with a cell that is absent or already extracted is refused, and its corner
     keeps the DP value ``w - 1``; without it, each emission of such a cell adds 1 to its entry
     of ``repeats`` (``[M, N]``, zeros on entry).
@@ -50,9 +51,9 @@ def segment_head(present, widths, safe, rows, counts, repeats):  # pragma: no co
     n_rows, n_cols = present.shape
     row_start = np.zeros(n_rows + 1, dtype=np.int64)
     # Scratch sized by what is asked: the present blocks' columns, and their ranks only when
-    # rows are written (a scan for repeats alone writes none).
+    # rows with ranks are written (a scan for repeats alone writes none).
     cols = np.empty(np.count_nonzero(present) + 1, dtype=np.int32)
-    ranked = rows.shape[0] > 0
+    ranked = rows.shape[0] > 0 and rows.shape[1] > 2
     rank = np.empty((n_rows, n_cols) if ranked else (1, 1), dtype=np.int32)
     nnz = 0
     for m in range(n_rows):
@@ -65,8 +66,9 @@ def segment_head(present, widths, safe, rows, counts, repeats):  # pragma: no co
         row_start[m + 1] = nnz
     remaining = present.copy()  # 1 where a block is present and not yet extracted
     # The DP, shifted by one row and column so that index -1 (no previous row or column) lands
-    # on a border of zeros: ``best[r + 1, c + 1]`` is the widest square ending at ``(r, c)``.
-    best = np.empty((n_rows + 1, n_cols + 1), dtype=np.int32)
+    # on a border of zeros: ``best[r + 1, c + 1]`` is the widest square ending at ``(r, c)``,
+    # at most the pass's width, itself at most min(M, N) (8,192 at the layout cell limit).
+    best = np.empty((n_rows + 1, n_cols + 1), dtype=np.uint16)
     ring_rows = np.empty(n_cols * widths[0], dtype=np.int32)
     # Until a pass extracts a group its DP does not depend on w, so after a pass that extracted
     # nothing, a narrower pass can only extract if it is no wider than the widest DP value seen.
@@ -148,7 +150,8 @@ def _scan_pass(
                     if count < rows.shape[0]:
                         rows[count, 0] = r
                         rows[count, 1] = c
-                        rows[count, 2] = rank[r, c]
+                        if rows.shape[1] > 2:
+                            rows[count, 2] = rank[r, c]
                     count += 1
     return count, widest
 
@@ -174,7 +177,8 @@ def _emit_singles(row_start, cols, remaining, rows, count):  # pragma: no cover 
                 if count < rows.shape[0]:
                     rows[count, 0] = m
                     rows[count, 1] = n
-                    rows[count, 2] = k
+                    if rows.shape[1] > 2:
+                        rows[count, 2] = k
                 count += 1
     return count
 

@@ -24,6 +24,8 @@ Cell = tuple[int, int, int]
 #: The width map's mark for an active block in no tile (above any real width, so max-pooling
 #: keeps it visible).
 UNTILED = np.iinfo(np.uint16).max
+#: Rows whose map indices ``head_tile_maps`` works out at once (16 bytes each, for two arrays).
+_MAP_CHUNK_ROWS = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -244,15 +246,18 @@ def head_tile_maps(
 ) -> tuple[np.ndarray, np.ndarray, tuple[tuple[int, int], ...]]:
     """``tile_maps`` of one ``[M, N]`` head at ``start_width`` and its ``(width, tiles)``
     counts, widest first, from ``scan_head``'s compact rows (one head's memory: the maps, the
-    rows, one width's indices at a time)."""
+    rows, and indices for ``_MAP_CHUNK_ROWS`` rows at a time)."""
     n_cols = blocks.shape[1]
-    widths = (np.asarray(blocks) != 0) * np.uint16(UNTILED)
+    widths = np.zeros(blocks.shape, dtype=np.uint16)
+    widths[np.asarray(blocks) != 0] = UNTILED
     odd = np.zeros(blocks.shape, dtype=bool)
     flat_widths, flat_odd = widths.reshape(-1), odd.reshape(-1)
     tiles = []
     for width, rows in scan_head(blocks, start_width):
-        flat = rows[:, 0].astype(np.int64) * n_cols + rows[:, 1]
-        flat_widths[flat] = width
-        flat_odd[flat] = (np.arange(len(rows)) // (width * width)) & 1
+        for first in range(0, len(rows), _MAP_CHUNK_ROWS):
+            chunk = rows[first : first + _MAP_CHUNK_ROWS]
+            flat = chunk[:, 0].astype(np.int64) * n_cols + chunk[:, 1]
+            flat_widths[flat] = width
+            flat_odd[flat] = (np.arange(first, first + len(chunk)) // (width * width)) & 1
         tiles.append((width, len(rows) // (width * width)))
     return widths, odd, tuple(tiles)

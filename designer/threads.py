@@ -1,4 +1,5 @@
-"""Why the designer's tensor work runs on one torch thread, and the context that sees to it.
+"""Why the designer's tensor work runs on one torch thread, and the context that sees to it;
+and the lower priority of threads whose work may wait (``lower_priority``).
 
 Building and reading a layout is many small tensor operations (a pattern step, thousands of
 edits). torch's intra-op pool splits each across its threads, which then wait for work by
@@ -10,6 +11,9 @@ points (``read_design_file``, ``Recipe.build``) and restores the caller's settin
 
 from __future__ import annotations
 
+import contextlib
+import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -28,3 +32,13 @@ def one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(before)
+
+
+def lower_priority(niceness: int) -> None:
+    """Lower the calling thread's priority to ``niceness`` (Linux; elsewhere a no-op): when it
+    and a thread at the default 0 both want a core, the other gets it first. A thread cannot
+    raise its priority back, so call this only in threads whose remaining work may wait."""
+    with contextlib.suppress(OSError, AttributeError):
+        now = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        if niceness > now:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), niceness)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import os
 import platform
@@ -169,6 +170,8 @@ def load_average() -> list[float]:
 def run_meta() -> dict:
     """What a result was measured on: the date, the machine, its load, the CPUs, the versions
     that matter and the commit measured ("-dirty": with changes not committed)."""
+    import numba
+    import numpy
     import streamlit
     import torch
 
@@ -176,14 +179,24 @@ def run_meta() -> dict:
                             text=True, cwd=ROOT).stdout.strip()  # fmt: skip
     return {
         "date": time.strftime("%Y-%m-%d"),
-        "machine": platform.platform(),
+        "machine": f"{platform.machine()}, {_cpu_model()}, {platform.platform(terse=True)}",
         "cpus": os.cpu_count(),
         "load_average": load_average(),
         "python": platform.python_version(),
         "torch": torch.__version__,
+        "numpy": numpy.__version__,
+        "numba": numba.__version__,
         "streamlit": streamlit.__version__,
         "commit": commit,
     }
+
+
+def _cpu_model() -> str:
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.partition(":")[2].strip()
+    return platform.processor() or "unknown CPU"
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import secrets
 import sys
 import tempfile
@@ -208,6 +209,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     results: dict = {}
+    meta = run_meta()  # the load average as the run starts
     with tempfile.TemporaryDirectory() as tmp, sync_playwright() as driver:
         home = Path(tmp)
         with serve_app(home) as (url, _log):
@@ -233,7 +235,8 @@ def main() -> None:
                     f" target <= {TARGET_VICTIM_S} s)"
                 )
     if args.json:
-        args.json.write_text(json.dumps({"meta": run_meta(), **results}, indent=2) + "\n")
+        meta["load_average_at_end"] = [round(load, 2) for load in os.getloadavg()]
+        args.json.write_text(json.dumps({"meta": meta, **results}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import importlib
 import threading
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from designer.analysis import (
 from designer.design import Design
 from designer.storage import DesignStore, load_default_design
 from ui import keys, state
-from ui.sessions import REGISTRY
+from ui.sessions import REGISTRY, freeze_start_up_objects
 from ui.text import plain
 
 
@@ -134,11 +133,11 @@ def warm_up_server() -> threading.Thread:
     it tells the browser the run is done, and a full collection walks every object alive: the
     370,000 that torch, numba, plotly and the gpu package make cost it 0.3 to 1.9 s of every
     click on a shared 2-core machine. They live as long as the server, so they are frozen
-    (``gc.freeze``): every later collection walks only the objects made since, in milliseconds,
-    and garbage made since is still collected. What else is alive at that moment (the first
-    page's session) is frozen with them: if it later ends as garbage in a cycle it stays, once
-    per server and small, since a session's undo history lives in the registry's boxes, which
-    the registry empties itself (``ui.sessions``).
+    (``ui.sessions.freeze_start_up_objects``): every later collection walks only the objects
+    made since, in milliseconds, and garbage made since is still collected. What else is alive
+    at that moment (the first page's session) is frozen with them: if it later ends as garbage
+    in a cycle it stays, once per server and small, since a session's undo history lives in
+    the registry's boxes, which the registry empties itself (``ui.sessions``).
     """
 
     def load() -> None:
@@ -146,8 +145,7 @@ def warm_up_server() -> threading.Thread:
             importlib.import_module("ui.bench.panel")
             head_tiles(np.ones((4, 4), dtype=np.uint8), 2)
         finally:
-            gc.collect()
-            gc.freeze()
+            freeze_start_up_objects()
 
     thread = threading.Thread(target=load, name="warm-up-server", daemon=True)
     thread.start()

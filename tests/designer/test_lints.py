@@ -156,6 +156,16 @@ def test_scattered_small_blocks_report_the_fused_kernels_tile_waste():
     assert "tiles of at least 64 x 64 tokens" in lint.message
 
 
+def test_a_grid_that_is_not_whole_tiles_counts_its_last_partial_tiles_whole():
+    """6 x 5 blocks at block 16: tiles of rows 0-3 and 4-5 by columns 0-3 and 4; the kernel
+    computes the partial tiles whole (16 blocks each)."""
+    blocks = torch.zeros(1, 6, 5, dtype=torch.bool)
+    blocks[0, 5, 4] = blocks[0, 0, 0] = True  # the last, partial tile and the first
+    (lint,) = by_code(lints_of(blocks, 16))["scattered-for-fused-tiles"]
+    assert "fill 6% of the tiles they touch" in lint.message  # 2 of 2 x 16
+    assert "16.0x the scores" in lint.message
+
+
 def test_blocks_grouped_into_fused_tiles_or_as_large_cost_nothing_extra():
     squares = torch.zeros(1, 8, 8, dtype=torch.bool)
     squares[0, :4, :4] = squares[0, 4:, 4:] = True  # two whole 64-token squares at block 16

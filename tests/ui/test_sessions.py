@@ -102,3 +102,23 @@ def test_the_server_polls_no_source_files():
 
     config = (Path(__file__).parents[2] / ".streamlit/config.toml").read_text()
     assert 'fileWatcherType = "none"' in config.split("[server]")[1]
+
+
+def test_the_start_up_objects_leave_the_full_collections_that_follow_every_rerun():
+    """Streamlit collects every generation after each script run, holding the GIL; the objects
+    frozen at start-up are not walked again."""
+    sessions.freeze_start_up_objects()
+    assert gc.get_freeze_count() > 10 * len(gc.get_objects())
+
+
+def test_the_start_up_objects_are_frozen_once_the_gpu_panel_is_imported(monkeypatch):
+    from ui import common
+
+    frozen = []
+    monkeypatch.setattr(common, "freeze_start_up_objects", lambda: frozen.append(True))
+    common.warm_up_server.clear()
+    try:
+        common.warm_up_server().join()
+    finally:
+        common.warm_up_server.clear()
+    assert frozen == [True]
