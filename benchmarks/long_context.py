@@ -31,7 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 
 import designer.layout
-from designer.design import Design, default_start_width
+from designer.design import Design
 from designer.formats import load_design
 from designer.formats.pt_file import design_file_bytes
 from designer.layout_stats import layout_stats
@@ -69,10 +69,7 @@ def steps(q_blocks: int, heads: int = HEADS) -> dict:
 
     def segment():
         design = made["design"]
-        start_width = design.start_width
-        if start_width is None:
-            start_width = default_start_width(design.layout.block_size)
-        sdd_segment_runs(design.layout.runs, start_width)
+        sdd_segment_runs(design.layout.runs, design.effective_start_width)
 
     return {
         "build": build,
