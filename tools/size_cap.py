@@ -159,7 +159,7 @@ def new_seed(at: AppTest, seed: int) -> float:
 def autosave(store: DesignStore, at: AppTest) -> float:
     """The part of every change that writes the session's autosave, timed alone."""
     session = at.session_state
-    return timed(lambda: store.autosave(session[keys.SESSION_ID], state.design(session)))
+    return timed(lambda: store.autosave(state.session_id(session), state.design(session)))
 
 
 def parameter(at: AppTest, key: str, value) -> float:

@@ -363,7 +363,7 @@ def _model_upload(spec: dict, result: dict) -> Any:
     _, result["steps"]["read, check, autosave, draw"] = measure(
         lambda: at.file_uploader(key=keys.LAYERS_UPLOAD).upload(spec["file_name"], data).run()
     )
-    result["outcome"] = "accepted" if at.session_state.get(keys.LAYERS_MODEL) else "refused"
+    result["outcome"] = "accepted" if at.session_state[keys.HISTORY].model else "refused"
     return at
 
 
@@ -485,7 +485,7 @@ def run(spec: dict) -> dict:
                 result["problems"] += problems(page_texts(at), spec["data_dir"], user_text)
             from ui import keys
 
-            result["session"] = at.session_state[keys.SESSION_ID]
+            result["session"] = at.session_state[keys.HISTORY].session_id
             result["digest"] = digest(current(at))
     result["problems"] = list(dict.fromkeys(result["problems"]))
     return result

@@ -68,7 +68,7 @@ def change_design(
                 state.sync_widgets(session)
             state.say(session, place, str(error))
             return False
-        changed = state.commit(session, new, store)
+        changed = state.commit(session, new, store, moves_widgets=sync)
         if sync:
             state.sync_widgets(session)
         state.say(session, place, None)

@@ -7,10 +7,10 @@ never from literals scattered through the views.
 from __future__ import annotations
 
 # ----------------------------------------------------------------- session
-#: ``History[Design]``: its present is the current design.
+#: The session's ``HistoryBox``: its history (whose present is the current design), its session
+#: id (it names the autosave and sits in the URL as ``?session=``), the autosave's version, the
+#: strokes done and the model design.
 HISTORY = "history"
-#: This browser session's id: names its autosave file and sits in the URL as ``?session=``.
-SESSION_ID = "session_id"
 SESSION_QUERY_PARAM = "session"
 #: A read-only shared copy: ``?snapshot=<id>`` opens it (``DesignStore.load_snapshot``), and
 #: ``SNAPSHOT`` holds its id while this session shows it unchanged (its first change forks it
@@ -19,14 +19,13 @@ SESSION_QUERY_PARAM = "session"
 SNAPSHOT_QUERY_PARAM = "snapshot"
 SNAPSHOT = "snapshot"
 SNAPSHOT_LINK = "snapshot_link"
-#: The version of the autosave this session last read or wrote (``DesignStore.autosave``).
-AUTOSAVE_VERSION = "autosave_version"
 #: ``{place: text}``: messages shown next to the widgets that caused them.
 MESSAGES = "messages"
 #: One-shot notices ``(icon, text)`` shown as toasts on the next run.
 NOTICES = "notices"
-#: The paint canvas, and ``(client, seq)``: the canvas last heard from and its last stroke done
-#: (the canvas keeps every later stroke, drawn on top, until it sees it done).
+#: The paint canvas, and the name under which the box keeps ``(client, seq)``: the canvas last
+#: heard from and its last stroke done (the canvas keeps every later stroke, drawn on top,
+#: until it sees it done).
 PAINT_CANVAS = "paint_canvas"
 PAINT_DONE = "paint_done"
 #: The page's undo and redo keys on the other tabs (``ui.page_keys``), and ``(client, seq)`` as
@@ -97,8 +96,7 @@ COMPARE_OTHER = "compare_other"
 COMPARE_PICK, COMPARE_UPLOAD, COMPARE_HEAD = "compare_pick", "compare_upload", "compare_head"
 
 # ----------------------------------------------------------------- model design widgets
-#: The ``ModelDesign`` (one design per layer group) the session is making, or None.
-LAYERS_MODEL = "layers_model"
+#: The model design (one design per layer group) the session is making is in its box.
 LAYERS_NAME, LAYERS_COUNT, LAYERS_GROUP = "layers_name", "layers_count", "layers_group"
 LAYERS_FIRST, LAYERS_LAST, LAYERS_SOURCE = "layers_first", "layers_last", "layers_source"
 LAYERS_UPLOAD = "layers_upload"
@@ -143,7 +141,6 @@ BAND_PLACE = "band"
 COPY_PLACE = "copy"
 FILES_PLACE = "files"
 LIBRARY_PLACE = "library"
-AUTOSAVE_PLACE = "autosave"
 UNDO_PLACE = "undo"
 LINTS_PLACE = "lints"
 EDITS_PLACE = "edits"

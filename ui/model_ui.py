@@ -21,6 +21,7 @@ from designer.storage import DesignStore, reason
 from designer.units import flops_text
 from ui import keys, state
 from ui.files_ui import MAX_UPLOAD_MIB, refuse_runs, shown_name
+from ui.sessions import UNREAD
 from ui.text import plain
 
 #: Layers a new model design starts with (a 7B-class transformer's).
@@ -47,27 +48,29 @@ def model_ui(store: DesignStore) -> None:
 def current_model(store: DesignStore) -> ModelDesign | None:
     """The session's model design: kept in the session, read from its autosave once."""
     session = st.session_state
-    if keys.LAYERS_MODEL not in session:
+    held = state.box(session)
+    if held.model is UNREAD:
         try:
-            session[keys.LAYERS_MODEL] = store.restore_model(session[keys.SESSION_ID])
+            held.model = store.restore_model(held.session_id)
         except ValueError as error:
-            session[keys.LAYERS_MODEL] = None
+            held.model = None
             state.say(session, keys.LAYERS_PLACE, f"{error}; it was left as it is")
-    return session[keys.LAYERS_MODEL]
+    return held.model
 
 
 def _keep(store: DesignStore, model: ModelDesign | None, place: str = keys.LAYERS_PLACE) -> bool:
     """Make ``model`` the session's model design and autosave it; a failure is said."""
     session = st.session_state
+    held = state.box(session)
     try:
-        store.autosave_model(session[keys.SESSION_ID], model)
+        store.autosave_model(held.session_id, model)  # then kept with no session state between
     except ValueError as error:
         state.say(session, place, str(error))
         return False
     except OSError as error:
         state.say(session, place, f"Could not keep the model design: {reason(error)}")
         return False
-    session[keys.LAYERS_MODEL] = model
+    held.model = model
     state.say(session, place, None)
     return True
 
@@ -159,7 +162,7 @@ def _on_drop(store: DesignStore) -> None:
 
 def _on_settings(store: DesignStore) -> None:
     session = st.session_state
-    model = session[keys.LAYERS_MODEL]
+    model = state.box(session).model
     try:
         changed = replace(model, name=session[keys.LAYERS_NAME].strip())
         changed = changed.with_layers(session[keys.LAYERS_COUNT])
@@ -171,7 +174,7 @@ def _on_settings(store: DesignStore) -> None:
 
 def _on_open(store: DesignStore) -> None:
     session = st.session_state
-    model = session[keys.LAYERS_MODEL]
+    model = state.box(session).model
     group = model.groups[min(session[keys.LAYERS_GROUP], len(model.groups) - 1)]
     state.replace_design(session, group.design, store)
     state.notice(
@@ -197,7 +200,7 @@ def _assign_ui(store: DesignStore, model: ModelDesign) -> None:
 
 def _on_assign(store: DesignStore) -> None:
     session = st.session_state
-    model = session[keys.LAYERS_MODEL]
+    model = state.box(session).model
     source = session[keys.LAYERS_SOURCE]
     try:
         design: Design = state.design(session) if source == ON_SCREEN else store.load(source)

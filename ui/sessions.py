@@ -45,10 +45,19 @@ class HistoryReleased(ValueError):
     """The session was away so long that the server let its history go."""
 
 
-class HistoryBox:
-    """One session's ``History``, which the registry may trim or release (thread-safe).
+#: ``HistoryBox.model`` before the session's model design was read from its autosave.
+UNREAD = object()
 
-    Reads of ``present``, ``past``, ``can_undo`` ... go to the history inside.
+
+class HistoryBox:
+    """One session's ``History``, which the registry may trim or release (thread-safe), and
+    what must change with it.
+
+    Streamlit may stop a callback at any read or write of ``st.session_state`` (it looks for
+    a newer rerun there), so what must change together (the history, the strokes done, the
+    autosave's version and session id, the model design) lives here, in plain attributes: a
+    change is made whole or not at all. Reads of ``present``, ``past``, ``can_undo`` ... go to
+    the history inside.
     """
 
     def __init__(
@@ -65,6 +74,15 @@ class HistoryBox:
         #: The design session (``?session=``) and the version of its autosave this box's
         #: present was last saved as (``NO_AUTOSAVE``: never): a reload finds its steps by them.
         self.session_id, self.saved_version = session_id, ""
+        #: ``{sender: (client, seq)}``: the page each stroke sender last heard from and its
+        #: last stroke done (``canvas.apply``).
+        self.done: dict[str, tuple[str | None, int]] = {}
+        #: What the last autosave said (None: it went well), shown by the statistics.
+        self.save_note: str | None = None
+        #: False from a design change until the widgets show it (``state.sync_widgets``).
+        self.widgets_synced = True
+        #: The session's ``ModelDesign`` (or None), ``UNREAD`` until read from its autosave.
+        self.model: object = UNREAD
 
     @property
     def history(self) -> History:

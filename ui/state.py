@@ -1,9 +1,10 @@
 """The session's state: its start, the moves of the current design, messages, widget sync.
 
 ``state`` is ``st.session_state`` in the app and a plain dict in tests. The current design is
-``state[HISTORY].present``: every change is pushed onto the history and autosaved; undo and redo
-walk it. Widgets mirror the design: ``sync_widgets`` writes their values from it whenever the
-design changes other than through them (start, undo, redo, load).
+the present of the session's history, kept in its box (``sessions.HistoryBox``) with what must
+change with it: every change is pushed onto the history and autosaved; undo and redo walk it.
+Widgets mirror the design: ``sync_widgets`` writes their values from it whenever the design
+changes other than through them (start, undo, redo, load).
 """
 
 from __future__ import annotations
@@ -45,6 +46,16 @@ FORKED = (
 _MAKING_LOCKS = threading.Lock()
 
 
+def box(state: State) -> HistoryBox:
+    """The session's box: its history and what changes with it."""
+    return state[keys.HISTORY]
+
+
+def session_id(state: State) -> str:
+    """This browser session's id: it names the autosave and sits in the URL as ``?session=``."""
+    return box(state).session_id
+
+
 def design(state: State) -> Design:
     """The current design (``sessions.HistoryReleased``, a ``ValueError``, if the server let
     this session's history go while it was away)."""
@@ -53,14 +64,16 @@ def design(state: State) -> Design:
 
 def history(state: State) -> History:
     """The session's undo history."""
-    return state[keys.HISTORY].history
+    return box(state).history
 
 
-def set_history(state: State, new: History) -> None:
-    """Make ``new`` the session's history, within the server-wide cap on undo steps."""
-    box = state[keys.HISTORY]
-    box.history = new
-    REGISTRY.fit(box)
+def set_history(held: HistoryBox, new: History, *, moves_widgets: bool = False) -> None:
+    """Make ``new`` the history in ``held``, within the server-wide cap on undo steps;
+    ``moves_widgets``: the change is one the widgets must be set to (see ``sync_widgets``)."""
+    held.history = new
+    if moves_widgets:
+        held.widgets_synced = False
+    REGISTRY.fit(held)
 
 
 def session_lock(state: State) -> threading.RLock:
@@ -114,8 +127,6 @@ def init_session(
     if restored is None and steps is None:
         session_id = new_session_id()
     query_params[keys.SESSION_QUERY_PARAM] = session_id
-    state[keys.SESSION_ID] = session_id
-    state[keys.AUTOSAVE_VERSION] = version
     if restored is not None and steps is None and _left_a_while_ago(store, session_id):
         notice(
             state, ":material/history:", f"Restored “{plain(restored.name)}” from your last visit."
@@ -123,9 +134,9 @@ def init_session(
     if steps is None:
         current = restored or default_design()
         steps = History(current, limit=history_limit(current), same=same_design)
-    box = HistoryBox(steps, current_owner(), session_lock(state), session_id)
-    box.saved_version = version
-    state[keys.HISTORY] = REGISTRY.add(box)
+    started = HistoryBox(steps, current_owner(), session_lock(state), session_id)
+    started.saved_version = version
+    state[keys.HISTORY] = REGISTRY.add(started)
     sync_widgets(state)
 
 
@@ -144,19 +155,18 @@ def _open_snapshot(
         notice(state, ":material/warning:", plain(f"Could not open the shared snapshot: {error}"))
         _drop(query_params, keys.SNAPSHOT_QUERY_PARAM)
         return False
-    state[keys.SESSION_ID] = new_session_id()
-    state[keys.AUTOSAVE_VERSION] = NO_AUTOSAVE
     state[keys.SNAPSHOT] = snapshot_id
     steps = History(shared, limit=history_limit(shared), same=same_design)
-    box = HistoryBox(steps, current_owner(), session_lock(state), state[keys.SESSION_ID])
-    state[keys.HISTORY] = REGISTRY.add(box)
+    started = HistoryBox(steps, current_owner(), session_lock(state), new_session_id())
+    started.saved_version = NO_AUTOSAVE
+    state[keys.HISTORY] = REGISTRY.add(started)
     sync_widgets(state)
     return True
 
 
 def viewing_snapshot(state: State) -> bool:
     """Whether this session shows a shared snapshot it has not changed yet."""
-    return bool(state.get(keys.SNAPSHOT)) and state[keys.AUTOSAVE_VERSION] == NO_AUTOSAVE
+    return bool(state.get(keys.SNAPSHOT)) and box(state).saved_version == NO_AUTOSAVE
 
 
 def follow_address(state: State, query_params: MutableMapping[str, str]) -> None:
@@ -171,8 +181,8 @@ def follow_address(state: State, query_params: MutableMapping[str, str]) -> None
             state, ":material/fork_right:", "Your change made your own copy of the snapshot, at "
             "this new address; the shared link still shows the original.",
         )  # fmt: skip
-    if query_params.get(keys.SESSION_QUERY_PARAM) != state[keys.SESSION_ID]:
-        query_params[keys.SESSION_QUERY_PARAM] = state[keys.SESSION_ID]  # new, or forked
+    if query_params.get(keys.SESSION_QUERY_PARAM) != session_id(state):
+        query_params[keys.SESSION_QUERY_PARAM] = session_id(state)  # new, or forked
 
 
 def _drop(query_params: MutableMapping[str, str], key: str) -> None:
@@ -213,15 +223,17 @@ def same_design(new: Design, old: Design) -> bool:
     )
 
 
-def commit(state: State, new: Design, store: DesignStore) -> bool:
-    """Make ``new`` the current design (undoable) and autosave it; False if nothing changed."""
+def commit(state: State, new: Design, store: DesignStore, *, moves_widgets: bool = False) -> bool:
+    """Make ``new`` the current design (undoable) and autosave it; False if nothing changed.
+    ``moves_widgets``: the caller sets the widgets to it next (``sync_widgets``)."""
     with session_lock(state):
-        before = sized_history(history(state), new)
+        held = box(state)
+        before = sized_history(held.history, new)
         pushed = before.push(new)
         if pushed is before:
             return False
-        set_history(state, pushed)
-        autosave(state, store)
+        set_history(held, pushed, moves_widgets=moves_widgets)
+        autosave(held, store)
         return True
 
 
@@ -244,7 +256,7 @@ def history_limit(current: Design) -> int:
 
 def replace_design(state: State, new: Design, store: DesignStore) -> bool:
     """Commit a design that did not come from the widgets (a load), and sync them to it."""
-    changed = commit(state, new, store)
+    changed = commit(state, new, store, moves_widgets=True)
     sync_widgets(state)
     return changed
 
@@ -252,40 +264,46 @@ def replace_design(state: State, new: Design, store: DesignStore) -> bool:
 def undo(state: State, store: DesignStore) -> None:
     """Step back one change, autosave and sync the widgets."""
     with session_lock(state):
-        set_history(state, history(state).undo())
-        autosave(state, store)
+        held = box(state)
+        set_history(held, held.history.undo(), moves_widgets=True)
+        autosave(held, store)
         sync_widgets(state)
 
 
 def redo(state: State, store: DesignStore) -> None:
     """Step forward one undone change, autosave and sync the widgets."""
     with session_lock(state):
-        set_history(state, history(state).redo())
-        autosave(state, store)
+        held = box(state)
+        set_history(held, held.history.redo(), moves_widgets=True)
+        autosave(held, store)
         sync_widgets(state)
 
 
-def autosave(state: State, store: DesignStore) -> None:
-    """Write the current design to this session's autosave; a failure becomes a message.
+def autosave(held: HistoryBox, store: DesignStore) -> None:
+    """Write the present design in ``held`` to its session's autosave; what happened goes to
+    ``held.save_note`` (None: saved).
 
     If another tab on the same session id wrote the autosave since this one last did, neither
     overwrites the other: this tab's design goes to a new session id (and the URL follows).
+    No session state is touched, so a rerun cannot stop it between the write and its version.
     """
-    session_id = state[keys.SESSION_ID]
     try:
-        state[keys.AUTOSAVE_VERSION] = store.autosave(
-            session_id, design(state), expected=state.get(keys.AUTOSAVE_VERSION)
+        held.saved_version = store.autosave(
+            held.session_id, held.present, expected=held.saved_version
         )
-        state[keys.HISTORY].saved_version = state[keys.AUTOSAVE_VERSION]
-        say(state, keys.AUTOSAVE_PLACE, None)
+        held.save_note = None
     except AutosaveConflict:
-        state[keys.SESSION_ID] = state[keys.HISTORY].session_id = new_session_id()
-        state[keys.AUTOSAVE_VERSION] = NO_AUTOSAVE
-        autosave(state, store)
-        say(state, keys.AUTOSAVE_PLACE, FORKED)
+        held.session_id, held.saved_version = new_session_id(), NO_AUTOSAVE
+        autosave(held, store)
+        held.save_note = held.save_note or FORKED
     except (OSError, ValueError) as error:
         why = reason(error) if isinstance(error, OSError) else str(error)
-        say(state, keys.AUTOSAVE_PLACE, f"Autosave failed ({why}). Download the design to keep it.")
+        held.save_note = f"Autosave failed ({why}). Download the design to keep it."
+
+
+def autosave_note(state: State) -> str | None:
+    """What the session's last autosave said (None: it went well)."""
+    return box(state).save_note
 
 
 def widget_values(current: Design) -> dict[str, Any]:
@@ -312,10 +330,16 @@ def widget_values(current: Design) -> dict[str, Any]:
 
 
 def sync_widgets(state: State) -> None:
-    """Set every widget to the current design and drop messages about the old values."""
-    state.update(widget_values(design(state)))
-    kept = (keys.AUTOSAVE_PLACE,)
-    state[keys.MESSAGES] = {k: v for k, v in state[keys.MESSAGES].items() if k in kept}
+    """Set every widget to the current design and drop messages about the old values.
+
+    A rerun may stop this half way; the box says so until it is done, and the next run's
+    ``refresh_widgets`` does it again.
+    """
+    held = box(state)
+    held.widgets_synced = False
+    state.update(widget_values(held.present))
+    state[keys.MESSAGES] = {}
+    held.widgets_synced = True
 
 
 def refresh_widgets(state: State) -> None:
@@ -325,6 +349,8 @@ def refresh_widgets(state: State) -> None:
     changes with the block size; so do the model's heads and kv heads while they follow the
     design.
     """
+    if not box(state).widgets_synced:
+        sync_widgets(state)
     current = design(state)
     values = widget_values(current)
     fill_defaults(state, values)

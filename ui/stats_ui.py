@@ -114,7 +114,8 @@ def header_ui(store: DesignStore) -> None:
         help=f"q, k, v and the output at {at_shape}, bf16; the SDD path adds its packed "
         f"block-sparse scores, {bytes_text(costs.score_bytes)}",
     )
-    show_message(keys.AUTOSAVE_PLACE)
+    if note := state.autosave_note(session):
+        st.error(plain(note), icon=":material/error:")
     show_message(keys.UNDO_PLACE)
     if analysis is None:
         analysis_offer(key)

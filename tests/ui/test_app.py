@@ -82,7 +82,7 @@ def test_default_page_renders(data_dir):
     assert at.title[0].value == "DeepSpeed BigBird 4k"
     assert metric(at, "Density") == "16.24%"
     assert metric(at, "Active blocks") == "5,322"
-    assert at.query_params[keys.SESSION_QUERY_PARAM] == at.session_state[keys.SESSION_ID]
+    assert at.query_params[keys.SESSION_QUERY_PARAM] == at.session_state[keys.HISTORY].session_id
     assert at.button(key="undo").disabled
 
 

@@ -17,7 +17,7 @@ def test_a_model_design_is_made_edited_kept_and_downloaded(data_dir):  # noqa: F
     at.number_input(key=keys.LAYERS_COUNT).set_value(12).run()
     at.button(key="layers_start").click().run()
     assert_clean(at)
-    model = at.session_state[keys.LAYERS_MODEL]
+    model = at.session_state[keys.HISTORY].model
     assert model.n_layers == 12 and len(model.groups) == 1
     at.session_state["tab"] = "Patterns"  # change the design on screen, then assign it
     at.run()
@@ -28,21 +28,21 @@ def test_a_model_design_is_made_edited_kept_and_downloaded(data_dir):  # noqa: F
     at.number_input(key=keys.LAYERS_LAST).set_value(7)
     at.button(key="layers_assign").click().run()
     assert_clean(at)
-    model = at.session_state[keys.LAYERS_MODEL]
+    model = at.session_state[keys.HISTORY].model
     assert [g.label for g in model.groups] == ["layers 0–3", "layers 4–7", "layers 8–11"]
     assert model.design_of(5).layout == current(at).layout
     at.selectbox(key=keys.LAYERS_SOURCE).set_value("wide")
     at.number_input(key=keys.LAYERS_FIRST).set_value(11)
     at.number_input(key=keys.LAYERS_LAST).set_value(11)
     at.button(key="layers_assign").click().run()
-    model = at.session_state[keys.LAYERS_MODEL]
+    model = at.session_state[keys.HISTORY].model
     assert model.design_of(11).name == "wide" and len(model.designs) == 3
     table = at.dataframe[0].value
     assert list(table["layers"]) == ["layers 0–3", "layers 4–7", "layers 8–10", "layer 11"]
 
     session = at.query_params[keys.SESSION_QUERY_PARAM]
     reloaded = open_app({keys.SESSION_QUERY_PARAM: session}, tab="Model")
-    assert reloaded.session_state[keys.LAYERS_MODEL] == model  # autosaved with the session
+    assert reloaded.session_state[keys.HISTORY].model == model  # autosaved with the session
     assert "register_model_attention" in reloaded.code[0].value
     data = reloaded.get("download_button")[0].proto
     assert data.label == "Download the model design"
@@ -60,12 +60,12 @@ def test_a_model_file_loads_and_a_bad_one_says_why(data_dir):  # noqa: F811
     at = open_app(tab="Model")
     at.file_uploader(key=keys.LAYERS_UPLOAD).upload("m.pt", model_file_bytes(model)).run()
     assert_clean(at)
-    assert at.session_state[keys.LAYERS_MODEL] == model
+    assert at.session_state[keys.HISTORY].model == model
     assert at.text_input(key=keys.LAYERS_NAME).value == "uploaded"
     at.file_uploader(key=keys.LAYERS_UPLOAD).upload("bad.pt", b"junk").run()
     assert "Could not load bad.pt: model design file is not a torch file" in unescaped(
         at.error[0].value
     )
-    assert at.session_state[keys.LAYERS_MODEL] == model, "a bad file changes nothing"
+    assert at.session_state[keys.HISTORY].model == model, "a bad file changes nothing"
     at.button(key="layers_drop").click().run()
-    assert at.session_state[keys.LAYERS_MODEL] is None
+    assert at.session_state[keys.HISTORY].model is None

@@ -78,7 +78,7 @@ def test_a_session_gone_past_the_grace_is_released_and_restores_from_its_autosav
     assert registry.sweep() == 1 and cleared  # the last session went: caches cleared too
     with pytest.raises(HistoryReleased, match="let its undo history go"):
         state.design(session)
-    query = {keys.SESSION_QUERY_PARAM: session[keys.SESSION_ID]}
+    query = {keys.SESSION_QUERY_PARAM: state.session_id(session)}
     state.init_session(session, query, store, make_design)
     assert state.design(session).name == "painted" and not state.history(session).can_undo
 

@@ -145,7 +145,7 @@ def test_costs_follow_the_model_shape_entered_once_and_kept_with_the_design(data
     assert metrics["Attention FLOPs"].value == flops_text(costs.flops)
     assert "batch 2, 8 heads (2 kv), head dim 64" in metrics["Attention FLOPs"].help
     assert metrics["Memory"].value == bytes_text(costs.input_bytes)
-    session = at.session_state[keys.SESSION_ID]
+    session = at.session_state[keys.HISTORY].session_id
     assert DesignStore(data_dir).restore(session).model_shape == design.model_shape
     at.number_input(key=keys.MODEL_HEADS).set_value(32).run()
     assert any("heads must be 8 for this 8-head design" in unescaped(e.value) for e in at.error)

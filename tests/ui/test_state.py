@@ -1,3 +1,4 @@
+import contextlib
 import os
 import shutil
 from dataclasses import replace
@@ -32,7 +33,7 @@ def start(store, query=None):
 
 def test_a_new_session_gets_an_id_in_the_url_and_the_default(store):
     session, params = start(store)
-    assert params[keys.SESSION_QUERY_PARAM] == session[keys.SESSION_ID]
+    assert params[keys.SESSION_QUERY_PARAM] == state.session_id(session)
     assert state.design(session) == make_design()
     assert session[keys.step_key(0, "window_blocks")] == 2
     assert session[keys.SEQ_LEN_Q] == 512 and session[keys.AUTO_START_WIDTH] is True
@@ -41,11 +42,11 @@ def test_a_new_session_gets_an_id_in_the_url_and_the_default(store):
 
 def test_a_new_session_id_is_128_random_bits_and_a_visit_without_change_writes_nothing(store):
     session, params = start(store)
-    session_id = session[keys.SESSION_ID]
+    session_id = state.session_id(session)
     assert len(session_id) == 22  # 16 bytes, URL-safe base64
     assert not store.autosave_dir.exists()
     again, _ = start(store, params)  # a reload before any change keeps the session
-    assert again[keys.SESSION_ID] == session_id
+    assert state.session_id(again) == session_id
     assert not store.autosave_dir.exists()
     state.commit(again, make_design(window=5), store)
     assert (store.autosave_dir / f"{session_id}.pt").is_file()
@@ -54,7 +55,7 @@ def test_a_new_session_id_is_128_random_bits_and_a_visit_without_change_writes_n
 def test_an_id_the_server_never_issued_starts_fresh_under_a_new_id(store):
     chosen = "attacker-chosen-id-0123"
     session, params = start(store, {keys.SESSION_QUERY_PARAM: chosen})
-    assert session[keys.SESSION_ID] != chosen and params[keys.SESSION_QUERY_PARAM] != chosen
+    assert state.session_id(session) != chosen and params[keys.SESSION_QUERY_PARAM] != chosen
     assert not (store.autosave_dir / f"{chosen}.pt").exists()
     state.commit(session, make_design(window=5), store)
     assert not (store.autosave_dir / f"{chosen}.pt").exists(), "the victim's work never lands there"
@@ -84,7 +85,7 @@ def test_a_return_after_a_while_says_what_was_restored(store):
     session, params = start(store)
     state.commit(session, make_design(window=3), store)
     session[keys.HISTORY].release()  # the server let the page's history go
-    path = store.autosave_dir / f"{session[keys.SESSION_ID]}.pt"
+    path = store.autosave_dir / f"{state.session_id(session)}.pt"
     old = path.stat().st_mtime - state.RESTORED_NOTICE_SECONDS - 1
     os.utime(path, (old, old))
     back, _ = start(store, params)
@@ -97,7 +98,7 @@ def test_an_unreadable_autosave_is_left_alone_and_a_new_session_starts(store):
     session, params = start(store)
     state.commit(session, make_design(window=3), store)
     session[keys.HISTORY].release()
-    broken = store.autosave_dir / f"{session[keys.SESSION_ID]}.pt"
+    broken = store.autosave_dir / f"{state.session_id(session)}.pt"
     broken.write_bytes(b"garbage")
     fresh, new_params = start(store, params)
     assert new_params[keys.SESSION_QUERY_PARAM] != params[keys.SESSION_QUERY_PARAM]
@@ -111,9 +112,29 @@ def test_undo_redo_sync_the_widgets(store):
     session[keys.step_key(0, "window_blocks")] = 5
     state.undo(session, store)
     assert session[keys.step_key(0, "window_blocks")] == 2
-    assert store.restore(session[keys.SESSION_ID]) == make_design()
+    assert store.restore(state.session_id(session)) == make_design()
     state.redo(session, store)
     assert session[keys.step_key(0, "window_blocks")] == 5
+
+
+def test_an_undo_stopped_by_a_rerun_is_saved_and_its_widgets_set_at_the_next_run(store):
+    """Streamlit may stop a callback at any session-state access (a newer rerun waits)."""
+    from tests.ui.canvas.test_apply import Rerun, StoppedAt
+
+    for stop_at in range(1, 100):
+        plain, _ = start(store)
+        state.commit(plain, make_design(window=5), store)
+        plain[keys.step_key(0, "window_blocks")] = 5
+        stopping = StoppedAt(plain, stop_at)
+        with contextlib.suppress(Rerun):
+            state.undo(stopping, store)
+        plain.update(stopping)
+        assert store.restore(state.session_id(plain)) == state.design(plain)
+        state.refresh_widgets(plain)  # the next run begins here
+        shown = state.widget_values(state.design(plain))
+        assert {key: plain[key] for key in shown} == shown, stop_at
+        if stopping.accesses < stop_at:
+            break
 
 
 def test_autosave_failure_becomes_a_message(store, tmp_path):
@@ -121,7 +142,7 @@ def test_autosave_failure_becomes_a_message(store, tmp_path):
     shutil.rmtree(tmp_path / "autosave", ignore_errors=True)
     (tmp_path / "autosave").write_text("a file where the folder should be")
     state.commit(session, make_design(window=4), store)
-    assert "Autosave failed" in state.message(session, keys.AUTOSAVE_PLACE)
+    assert "Autosave failed" in state.autosave_note(session)
     assert state.design(session) == make_design(window=4)
 
 
@@ -193,16 +214,16 @@ def test_two_tabs_on_one_session_id_keep_both_designs(store):
     """Once the last autosave won: a second tab silently replaced the first tab's work."""
     first, params = start(store)
     second, _ = start(store, params)  # the same URL in another tab
-    assert first[keys.SESSION_ID] == second[keys.SESSION_ID]
+    assert state.session_id(first) == state.session_id(second)
     state.commit(first, make_design(window=3, name="first tab"), store)
     state.commit(second, make_design(window=4, name="second tab"), store)
-    assert store.restore(first[keys.SESSION_ID]).name == "first tab"
-    assert second[keys.SESSION_ID] != first[keys.SESSION_ID]
-    assert store.restore(second[keys.SESSION_ID]).name == "second tab"
-    assert state.message(second, keys.AUTOSAVE_PLACE) == state.FORKED
+    assert store.restore(state.session_id(first)).name == "first tab"
+    assert state.session_id(second) != state.session_id(first)
+    assert store.restore(state.session_id(second)).name == "second tab"
+    assert state.autosave_note(second) == state.FORKED
     state.commit(second, make_design(window=5, name="second tab again"), store)
     state.commit(first, make_design(window=5, name="first tab again"), store)
-    assert store.restore(second[keys.SESSION_ID]).name == "second tab again"
-    assert store.restore(first[keys.SESSION_ID]).name == "first tab again"
-    assert state.message(first, keys.AUTOSAVE_PLACE) is None
-    assert state.message(second, keys.AUTOSAVE_PLACE) is None
+    assert store.restore(state.session_id(second)).name == "second tab again"
+    assert store.restore(state.session_id(first)).name == "first tab again"
+    assert state.autosave_note(first) is None
+    assert state.autosave_note(second) is None

@@ -58,17 +58,18 @@ def apply_trigger(
 ) -> None:
     """Do the new strokes of the trigger ``value`` (see the module docstring).
 
-    ``done_key`` holds ``(client, seq)``, the sender last heard from and its last stroke done
-    (the page keys' undo and redo steps are numbered apart from the canvas's strokes); messages
-    go to ``place``.
+    ``done_key`` names the sender (the page keys' undo and redo steps are numbered apart from
+    the canvas's strokes): the box keeps ``(client, seq)`` under it, the page last heard from
+    and its last stroke done, changed with the history in one step. Messages go to ``place``.
     """
 
     def say(text: str | None) -> None:
         state.say(session, place, None if text is None else capped(text))
 
     with state.session_lock(session):
+        held = state.box(session)
         try:
-            layout = state.design(session).layout
+            layout = held.present.layout
         except HistoryReleased:
             return  # the rerun brings the design back from its autosave; the canvas sends again
         try:
@@ -76,7 +77,7 @@ def apply_trigger(
         except (ValueError, TypeError) as error:
             say(f"The canvas sent strokes that could not be read, so none was applied: {error}")
             return
-        client, done = session.get(done_key) or (None, 0)
+        client, done = held.done.get(done_key, (None, 0))
         if trigger.client != client:  # a new canvas (a new page, or a restarted server)
             done = trigger.strokes[0][0] - 1
         todo = [(seq, stroke) for seq, stroke in trigger.strokes if seq > done]
@@ -84,15 +85,16 @@ def apply_trigger(
             say(f"The canvas skipped strokes {done + 1} to {todo[0][0] - 1}, so none of the "
                 "strokes after them was applied.")  # fmt: skip
             return
-        batch = Batch(state.sized_history(state.history(session), state.design(session)))
+        batch = Batch(state.sized_history(held.history, held.present))
         for seq, stroke in todo:
             if not batch.do(stroke):
                 break
             done = seq
-        state.set_history(session, batch.history)
-        session[done_key] = (trigger.client, done)
+        # No session state is touched from here to the autosave: a rerun cannot stop it half way.
+        state.set_history(held, batch.history, moves_widgets=batch.stepped)
+        held.done[done_key] = (trigger.client, done)
         if batch.changed:
-            state.autosave(session, store)
+            state.autosave(held, store)
         if batch.stepped:
             state.sync_widgets(session)
         refused = batch.refused

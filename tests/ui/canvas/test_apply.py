@@ -1,6 +1,7 @@
 """A canvas trigger's strokes, done on a session held in a plain dict: in order, exactly once,
 within the budget, whatever the canvas sends."""
 
+import contextlib
 import threading
 
 import numpy as np
@@ -52,7 +53,11 @@ def blocks(session, head=0):
 
 
 def saved(store, session, head=0):
-    return store.restore(session[keys.SESSION_ID]).layout.blocks[head].numpy()
+    return store.restore(state.session_id(session)).layout.blocks[head].numpy()
+
+
+def strokes_done(session):
+    return state.box(session).done[keys.PAINT_DONE]
 
 
 def test_each_stroke_is_done_once_in_order_however_often_it_is_sent(session, store):
@@ -63,7 +68,7 @@ def test_each_stroke_is_done_once_in_order_however_often_it_is_sent(session, sto
     after = blocks(session)
     assert after[0, 7] != before[0, 7] and after[1, 7] != before[1, 7]
     assert (after != before).sum() == 2  # toggled once each, not twice
-    assert session[keys.PAINT_DONE] == (CLIENT, 2)
+    assert strokes_done(session) == (CLIENT, 2)
     assert len(session[keys.HISTORY].past) == 2  # one undo step per stroke
     assert np.array_equal(saved(store, session), after)  # autosaved
 
@@ -83,7 +88,7 @@ def test_a_new_canvas_counts_from_its_own_first_stroke(session, store):
     send(session, store, cell(1, 0, 7))
     send(session, store, cell(40, 1, 7), client="canvas-0002")  # a page that painted before
     send(session, store, cell(40, 1, 7), cell(41, 2, 7), client="canvas-0002")
-    assert session[keys.PAINT_DONE] == ("canvas-0002", 41)
+    assert strokes_done(session) == ("canvas-0002", 41)
     assert len(session[keys.HISTORY].past) == 3
 
 
@@ -95,10 +100,10 @@ def test_a_huge_stroke_number_never_stops_painting(session, store):
     send(session, store, cell(1, 4, 4))
     send(session, store, cell(5, 3, 4))  # a jump past the next stroke of this canvas
     assert "skipped strokes 2 to 4" in state.message(session, keys.EDITOR_PLACE)
-    assert session[keys.PAINT_DONE] == (CLIENT, 1)
+    assert strokes_done(session) == (CLIENT, 1)
     send(session, store, cell(MAX_SEQ, 3, 3), client="canvas-0009")  # the largest allowed
     send(session, store, cell(2, 4, 5))
-    assert session[keys.PAINT_DONE] == (CLIENT, 2)
+    assert strokes_done(session) == (CLIENT, 2)
     assert (blocks(session) != before).sum() == 3  # (4, 4), (4, 5), and (3, 3) by the other
     assert state.message(session, keys.EDITOR_PLACE) is None
 
@@ -114,7 +119,7 @@ def test_huge_integers_and_deep_nesting_get_a_short_message(session, store):
     message = state.message(session, keys.EDITOR_PLACE)
     assert message.startswith("2 strokes were not applied: mask row0") or "row0" in message
     assert len(message) <= 400
-    assert session[keys.PAINT_DONE] == (CLIENT, 3)
+    assert strokes_done(session) == (CLIENT, 3)
     assert (blocks(session) != before).sum() == 1  # the third stroke still applies
     for value in ({"client": CLIENT, "strokes": nested}, nested, {"client": "x" * 5000}):
         apply_trigger(session, value, store)
@@ -125,7 +130,7 @@ def test_painting_painted_blocks_records_no_step(session, store):
     layout = state.design(session).layout
     row, col = map(int, np.argwhere(layout.blocks[0].numpy())[0])
     send(session, store, cell(1, row, col, action="set"), cell(2, row, col, action="set"))
-    assert not session[keys.HISTORY].can_undo and session[keys.PAINT_DONE] == (CLIENT, 2)
+    assert not session[keys.HISTORY].can_undo and strokes_done(session) == (CLIENT, 2)
 
 
 def test_strokes_apply_to_the_heads_they_were_drawn_for(session, store):
@@ -141,14 +146,14 @@ def test_strokes_past_the_budget_wait_for_the_next_trigger(session, store, monke
     monkeypatch.setattr(apply, "MAX_SECONDS", (2.5 * one + autosave) / 1e9)
     strokes = [cell(seq, seq, 0) for seq in range(1, 6)]
     send(session, store, *strokes)
-    assert session[keys.PAINT_DONE] == (CLIENT, 2)  # two fit, three wait
+    assert strokes_done(session) == (CLIENT, 2)  # two fit, three wait
     assert state.message(session, keys.EDITOR_PLACE) is None
     send(session, store, *strokes[2:])
     send(session, store, *strokes[4:])
-    assert session[keys.PAINT_DONE] == (CLIENT, 5) and len(session[keys.HISTORY].past) == 5
+    assert strokes_done(session) == (CLIENT, 5) and len(session[keys.HISTORY].past) == 5
     monkeypatch.setattr(apply, "MAX_SECONDS", (0.5 * one) / 1e9)
     send(session, store, cell(6, 7, 7))  # one stroke past the budget on its own: refused
-    assert session[keys.PAINT_DONE] == (CLIENT, 6) and len(session[keys.HISTORY].past) == 5
+    assert strokes_done(session) == (CLIENT, 6) and len(session[keys.HISTORY].past) == 5
     assert "more than the limit of" in state.message(session, keys.EDITOR_PLACE)
 
 
@@ -157,7 +162,7 @@ def test_memory_counts_the_undo_steps_a_trigger_adds(session, store, monkeypatch
     transient = apply.STROKE_COPIES * cells
     monkeypatch.setattr(apply, "MAX_EXTRA_BYTES", transient + 2 * cells)
     send(session, store, *[cell(seq, seq, 1) for seq in range(1, 5)])
-    assert session[keys.PAINT_DONE] == (CLIENT, 2)
+    assert strokes_done(session) == (CLIENT, 2)
 
 
 def test_the_largest_design_does_a_burst_of_strokes_in_budget():
@@ -181,4 +186,70 @@ def test_two_threads_applying_at_once_lose_nothing(session, store):
         thread.join()
     send(session, store, *strokes)
     assert (blocks(session) != before).sum() == 40
-    assert session[keys.PAINT_DONE] == (CLIENT, 40)
+    assert strokes_done(session) == (CLIENT, 40)
+
+
+class Rerun(BaseException):
+    """What Streamlit raises inside a callback when a newer rerun waits (a BaseException)."""
+
+
+class StoppedAt(dict):
+    """Session state that stops the run at its ``stop_at``-th read or write, as Streamlit's
+    does at any access while a newer rerun waits (``SafeSessionState``'s yield check)."""
+
+    def __init__(self, data, stop_at):
+        super().__init__(data)
+        self.accesses, self.stop_at = 0, stop_at
+
+    def _tick(self):
+        self.accesses += 1
+        if self.accesses == self.stop_at:
+            raise Rerun
+
+    def __getitem__(self, key):
+        self._tick()
+        return super().__getitem__(key)
+
+    def __setitem__(self, key, value):
+        self._tick()
+        super().__setitem__(key, value)
+
+    def __contains__(self, key):
+        self._tick()
+        return super().__contains__(key)
+
+    def get(self, key, default=None):
+        self._tick()
+        return super().get(key, default)
+
+
+def test_a_rerun_stopping_a_trigger_anywhere_loses_nothing_and_does_nothing_twice(store):
+    """Once, a rerun that stopped the trigger between the autosave and the record of its
+    version made the next stroke's autosave look like another tab's (the design forked to a
+    new address), and one between the history and the strokes done did a toggle twice."""
+    strokes = [cell(1, 0, 7), cell(2, 7, 0), {"seq": 3, "op": "undo"}, cell(4, 3, 4)]
+    expected = None
+    for stop_at in range(1, 200):
+        plain = {}
+        state.init_session(plain, {}, store, make_design)
+        first_id = state.session_id(plain)
+        stopping = StoppedAt(plain, stop_at)
+        with contextlib.suppress(Rerun):
+            send(stopping, store, *strokes)
+        plain.update(stopping)  # what the stopped run had written
+        send(plain, store, *strokes)  # the canvas sends again: the rest is done once
+        assert state.session_id(plain) == first_id and state.autosave_note(plain) is None
+        assert strokes_done(plain) == (CLIENT, 4)
+        result = store.restore(first_id).layout.blocks.numpy()
+        assert np.array_equal(result, blocks(plain, head=slice(None)))
+        if expected is None:
+            expected = result
+        assert np.array_equal(result, expected), stop_at
+        assert len(state.history(plain).past) == 2 and not state.history(plain).can_redo
+        if stopping.accesses < stop_at:  # the run was never stopped: every place was tried
+            break
+    else:
+        raise AssertionError("the trigger touched the session state more than 200 times")
+    start = make_design().layout.blocks.numpy()
+    assert start[0, 0, 7] != expected[0, 0, 7] and start[0, 3, 4] != expected[0, 3, 4]
+    assert np.array_equal(start[0, 7, 0], expected[0, 7, 0])  # stroke 2, undone
