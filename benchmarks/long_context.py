@@ -7,8 +7,10 @@ whole path is measured in one go, which is what the targets are about: 128K <= 2
 <= 512 MB, 1M <= 5 s and <= 1 GB. The work runs on one torch thread, as the app's server does.
 With ``--switch``, the same steps (less the file) at sizes a dense grid holds, in both forms,
 to place the switch point between them (``designer.layout.DENSE_CELLS``).
-Segmentation (``designer.segment_runs.sdd_segment_runs``, at the design's start width, as the
-app draws it) is one of the steps.
+The tile statistics (``designer.segment_stats.run_segment_stats``: the segmentation's tile
+counts at the design's start width, what the statistics show) are one of the path's steps.
+The segmentation's rows in DeepSpeed's format (``sdd_segment_runs``: int64, 32 bytes a block)
+are timed as a step of their own, outside the whole path: an export, not an analysis.
 
     python benchmarks/long_context.py [--switch] [--out benchmarks/results/long-context-cpu.json]
 """
@@ -34,11 +36,12 @@ import designer.layout
 from designer.design import Design
 from designer.formats import load_design
 from designer.formats.pt_file import design_file_bytes
-from designer.layout_stats import layout_stats
+from designer.layout_stats import HEAD_DIM, layout_stats
 from designer.lints import lint_design
 from designer.patterns import make_pattern
 from designer.patterns.attention_sinks import attention_sinks_runs
 from designer.segment_runs import sdd_segment_runs
+from designer.segment_stats import run_segment_stats
 from designer.threads import one_thread
 from tools.whole_path import measure
 
@@ -67,18 +70,23 @@ def steps(q_blocks: int, heads: int = HEADS) -> dict:
     def save():
         made["file"] = design_file_bytes(made["design"])
 
-    def segment():
+    def tiles():
+        design = made["design"]
+        run_segment_stats(design.layout, design.effective_start_width, head_dim=HEAD_DIM)
+
+    def segment_rows():
         design = made["design"]
         sdd_segment_runs(design.layout.runs, design.effective_start_width)
 
     return {
         "build": build,
-        "segment": segment,
+        "tiles": tiles,
         "lint": lambda: lint_design(made["design"]),
         "stats": lambda: layout_stats(made["design"]),
         "save": save,
         "load": lambda: load_design(io.BytesIO(made["file"])),
         "_made": made,
+        "_segment_rows": segment_rows,
     }
 
 
@@ -87,12 +95,14 @@ def run_case(name: str, q_blocks: int, target_s: float, target_mb: float) -> dic
     for _ in range(REPEATS):
         path = steps(q_blocks)
         made = path.pop("_made")
+        path["segment rows"] = path.pop("_segment_rows")  # timed alone, after the path
         for step, action in path.items():
             per_step.setdefault(step, []).append(measure(action)[1])
     wholes = []
     for _ in range(REPEATS):
         path = steps(q_blocks)
         path.pop("_made")
+        path.pop("_segment_rows")
         wholes.append(measure(lambda path=path: [action() for action in path.values()])[1])
     layout = made["design"].layout
     whole = {

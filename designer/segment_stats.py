@@ -18,6 +18,7 @@ import torch
 
 from designer.layout import Layout
 from designer.segment import Segments, deepspeed_repeats, scan_head, sdd_segment
+from designer.segment_runs import tile_counts_runs
 from designer.validate import check_int
 
 Cell = tuple[int, int, int]
@@ -103,6 +104,20 @@ def segment_stats(layout: Layout, segments: Segments, *, head_dim: int) -> Segme
     for width, rows in _checked_segments(segments):
         tiles[width] = tiles.get(width, 0) + len(rows) // (width * width)
     return tile_count_stats(layout, tiles, active, head_dim=head_dim)
+
+
+def run_segment_stats(layout: Layout, start_width: int, *, head_dim: int) -> SegmentStats:
+    """``segment_stats`` of ``layout`` segmented at ``start_width``, from its tile counts on
+    runs alone (``tile_counts_runs``): no segmentation rows and no grid are built, so a
+    long-context layout is measured in memory that follows a head's blocks.
+
+    >>> run_segment_stats(Layout(torch.ones(1, 4, 4, dtype=torch.bool), 64), 4, head_dim=64).tiles
+    1
+    """
+    _check_layout(layout)
+    counts = tile_counts_runs(layout.to_runs(), start_width)
+    tiles = {width: int(per_head.sum()) for width, per_head in counts.items()}
+    return tile_count_stats(layout, tiles, layout.nnz, head_dim=head_dim)
 
 
 def tile_count_stats(

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from designer.run_arrays import RunArrays, check_runs, row_counts, run_offsets
 from designer.segment import sdd_segment
-from designer.segment_runs import sdd_segment_runs
+from designer.segment_runs import sdd_segment_runs, tile_counts_runs
 from tests.designer.run_layouts import dense_layouts, dense_to_runs
 
 
@@ -23,6 +23,12 @@ def assert_same(dense: np.ndarray, start_width: int, mode: str) -> None:
     for (_, rows), (_, want) in zip(found, expected, strict=True):
         assert rows.dtype == torch.int64
         assert torch.equal(rows, want)
+    counts = tile_counts_runs(dense_to_runs(dense), start_width, mode=mode)
+    assert list(counts) == [width for width, _ in expected]
+    for width, rows in expected:  # each head's rows, a width² block per tile
+        per_head = np.bincount(rows[:, 0].numpy(), minlength=dense.shape[0])
+        assert counts[width].tolist() == (per_head // (width * width)).tolist()
+        assert (per_head % (width * width) == 0).all()
 
 
 @settings(max_examples=250, deadline=None)

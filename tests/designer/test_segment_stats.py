@@ -17,6 +17,7 @@ from designer.segment_stats import (
     WidthStats,
     deepspeed_defects,
     deepspeed_start_width,
+    run_segment_stats,
     segment_stats,
     unsegmented_stats,
 )
@@ -87,6 +88,7 @@ def test_safe_segmentation_covers_once_and_computes_what_single_blocks_do(
         )
     if stats.tiles:
         assert stats.mean_tile_blocks == pytest.approx(layout.nnz / stats.tiles)
+    assert run_segment_stats(layout, start_width, head_dim=64) == stats  # counts only, on runs
 
 
 # ------------------------------------------------------------------ DeepSpeed defects
