@@ -91,19 +91,23 @@ def steps(q_blocks: int, heads: int = HEADS) -> dict:
 
 
 def run_case(name: str, q_blocks: int, target_s: float, target_mb: float) -> dict:
-    per_step: dict[str, list[dict]] = {}
-    for _ in range(REPEATS):
-        path = steps(q_blocks)
-        made = path.pop("_made")
-        path["segment rows"] = path.pop("_segment_rows")  # timed alone, after the path
-        for step, action in path.items():
-            per_step.setdefault(step, []).append(measure(action)[1])
-    wholes = []
+    wholes = []  # first: the heap holds nothing yet that a step before freed
     for _ in range(REPEATS):
         path = steps(q_blocks)
         path.pop("_made")
         path.pop("_segment_rows")
         wholes.append(measure(lambda path=path: [action() for action in path.values()])[1])
+    per_step: dict[str, list[dict]] = {}
+    for _ in range(REPEATS):
+        path = steps(q_blocks)
+        made = path.pop("_made")
+        path.pop("_segment_rows")
+        for step, action in path.items():
+            per_step.setdefault(step, []).append(measure(action)[1])
+    for _ in range(REPEATS):  # last: the memory its rows free stays with the process
+        path = steps(q_blocks)
+        path["build"]()
+        per_step.setdefault("segment rows", []).append(measure(path["_segment_rows"])[1])
     layout = made["design"].layout
     whole = {
         "wall_s": statistics.median(w["wall_s"] for w in wholes),
