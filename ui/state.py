@@ -107,7 +107,8 @@ def init_session(
     adopt it, and a broken autosave is never overwritten. "Restored ... from your last visit"
     is said only of a design the user did not just see (an autosave written a while ago).
     """
-    if keys.HISTORY in state and not state[keys.HISTORY].released:
+    previous = state.get(keys.HISTORY)
+    if previous is not None and not previous.released:
         return
     state[keys.MESSAGES] = {}
     state[keys.NOTICES] = []
@@ -136,6 +137,8 @@ def init_session(
         steps = History(current, limit=history_limit(current), same=same_design)
     started = HistoryBox(steps, current_owner(), session_lock(state), session_id)
     started.saved_version = version
+    if previous is not None:  # released: the strokes it did are in the autosave just read
+        started.done = dict(previous.done)
     state[keys.HISTORY] = REGISTRY.add(started)
     sync_widgets(state)
 

@@ -253,3 +253,16 @@ def test_a_rerun_stopping_a_trigger_anywhere_loses_nothing_and_does_nothing_twic
     start = make_design().layout.blocks.numpy()
     assert start[0, 0, 7] != expected[0, 0, 7] and start[0, 3, 4] != expected[0, 3, 4]
     assert np.array_equal(start[0, 7, 0], expected[0, 7, 0])  # stroke 2, undone
+
+
+def test_strokes_resent_after_the_server_let_the_history_go_are_not_done_again(session, store):
+    strokes = [cell(1, 0, 7), cell(2, 7, 0)]
+    send(session, store, *strokes)
+    after = blocks(session, head=slice(None))
+    state.box(session).release()  # the page was away; its answer never arrived
+    send(session, store, *strokes)  # refused for now: the next run reopens the autosave
+    state.init_session(session, {keys.SESSION_QUERY_PARAM: state.session_id(session)}, store,
+                       make_design)  # fmt: skip
+    send(session, store, *strokes)
+    assert np.array_equal(blocks(session, head=slice(None)), after)
+    assert strokes_done(session) == (CLIENT, 2)
