@@ -15,7 +15,9 @@ compactly instead, as the importer reads it: its archive deflated (``torch_file.
 ``torch.load`` reads it as it is), the DeepSpeed layout as bool (``.long()`` is
 ``make_layout``'s int64), CSR indices as int32. A file that would still not come back says
 what to load instead, and one whose making alone would take more than ``MAX_EXPORT_BYTES`` of
-memory is ``unavailable``, saying why.
+memory is ``unavailable``, saying why. So is a format that holds a dense grid (DeepSpeed's
+layout, MIT's ``base_blockmask``, the BlockMask's ``mask_mod`` table) for a long-context design
+held as row runs, whose grid is past what one may hold: its Design (.pt) and CSR files keep it.
 """
 
 from __future__ import annotations
@@ -41,11 +43,13 @@ from designer.formats import (
     to_csr,
 )
 from designer.formats.csr import MAX_CSR_BLOCKS
+from designer.formats.flex_snippet import closed_form
 from designer.formats.flex_tiles import flex_tile_size
 from designer.formats.pt_file import MAX_FILE_BYTES
 from designer.formats.torch_file import MAX_UNPACKED_BYTES, deflated
 from designer.storage import design_bytes
 from designer.units import bytes_text
+from designer.validate import MAX_LAYOUT_CELLS
 
 #: Most memory making one download may take (its tensors and their bytes, a few times over).
 MAX_EXPORT_BYTES = 512 << 20
@@ -95,6 +99,7 @@ def exports(design: Design) -> list[Export]:
     nnz = layout.nnz
     tile = flex_tile_size(layout.block_size)
     block_level = _block_level(layout)
+    dense_only = _dense_only(layout)
     tiles = layout.n_heads * -(-layout.seq_len_q // tile) * -(-layout.seq_len_k // tile)
     deepspeed_int64 = 8 * cells + ARCHIVE_BYTES <= MAX_FILE_BYTES
     csr_bytes = 8 * (nnz + layout.n_heads * (layout.n_q_blocks + 1))
@@ -117,7 +122,8 @@ def exports(design: Design) -> list[Export]:
             "mask_mod from it, since without one eager flex_attention attends to every token "
             "pair. The FlexAttention snippet shows how.",
             lambda: _torch_bytes(block_mask_tensors(layout, causal=design.causal)),
-            unavailable=_too_costly(
+            unavailable=dense_only("The BlockMask's mask_mod looks blocks up in")
+            or _too_costly(
                 "BlockMask tile lists", 20 * tiles + 4 * cells * (layout.partials is not None)
             ),
             note=_size_note(8 * tiles + cells // 8, 8 * tiles + cells // 8),
@@ -129,6 +135,12 @@ def exports(design: Design) -> list[Export]:
             "Builds the BlockMask with its mask_mod (a closed form for one causal, window, "
             f"chunk, prefix or sinks step, else from {stem}_blockmask.pt) and runs flex_attention.",
             lambda: flex_snippet(design, f"{stem}_blockmask.pt").encode("utf-8"),
+            unavailable=None
+            if closed_form(design)
+            else dense_only(
+                "Without a closed-form mask_mod the snippet reads the BlockMask "
+                "file, whose mask_mod looks blocks up in"
+            ),
         ),
         Export(
             "DeepSpeed layout",
@@ -139,7 +151,9 @@ def exports(design: Design) -> list[Export]:
             else "A bare bool [heads, q_blocks, k_blocks] tensor (.long() gives make_layout's "
             "int64), in a deflated archive that torch.load reads as it is.",
             lambda: _torch_bytes(layout.to_int64() if deepspeed_int64 else layout.blocks),
-            unavailable=_not_whole("DeepSpeed's layouts", layout) or block_level("DeepSpeed"),
+            unavailable=dense_only("DeepSpeed's layout is")
+            or _not_whole("DeepSpeed's layouts", layout)
+            or block_level("DeepSpeed"),
             note=_notes(
                 None
                 if deepspeed_int64
@@ -155,7 +169,8 @@ def exports(design: Design) -> list[Export]:
             "text/x-python",
             f"A SparsityConfig subclass whose make_layout returns {stem}_deepspeed.pt.",
             lambda: deepspeed_snippet(design, f"{stem}_deepspeed.pt").encode("utf-8"),
-            unavailable=_not_whole("DeepSpeed's layouts", layout)
+            unavailable=dense_only("DeepSpeed's layout is")
+            or _not_whole("DeepSpeed's layouts", layout)
             or block_level("DeepSpeed")
             or (
                 None
@@ -184,7 +199,8 @@ def exports(design: Design) -> list[Export]:
             "application/octet-stream",
             "bool [1, heads, q_blocks, k_blocks] for MIT Block-Sparse-Attention.",
             lambda: _torch_bytes({"base_blockmask": to_base_blockmask(layout)}),
-            unavailable=block_level("MIT's base_blockmask")
+            unavailable=dense_only("MIT's base_blockmask is")
+            or block_level("MIT's base_blockmask")
             or (
                 None
                 if layout.block_size == MIT_BLOCK_SIZE
@@ -221,6 +237,24 @@ def _block_level(layout) -> Callable[[str], str | None]:
             f"{what} lists whole blocks, and this design has {layout.n_partial:,} partial blocks "
             "(token masks inside blocks) it cannot express; download the FlexAttention BlockMask "
             "or the Design (.pt), which keep them"
+        )
+
+    return why
+
+
+def _dense_only(layout) -> Callable[[str], str | None]:
+    """Why a format holding a dense ``[heads, q_blocks, k_blocks]`` grid cannot hold
+    ``layout``: it is held as row runs, past the cells a grid may have."""
+
+    def why(what: str) -> str | None:
+        if layout.runs is None:
+            return None
+        h, m, n = layout.shape
+        return (
+            f"{what} a dense [heads, q_blocks, k_blocks] grid, and this design's {h} x {m:,} x "
+            f"{n:,} blocks ({layout.cells:,} cells) are past the {MAX_LAYOUT_CELLS:,} one may hold "
+            "here; download the CSR (row_ptr, col_idx) or the Design (.pt), which list its "
+            "blocks"
         )
 
     return why

@@ -146,3 +146,25 @@ def test_the_sparsity_config_snippet_says_how_its_heads_are_kept():
     assert "# the 16 saved heads, one per head" in deepspeed_snippet(many, "x.pt")
     assert "one saved head serves every head" not in deepspeed_snippet(many, "x.pt")
     assert "# one saved head serves every head" in deepspeed_snippet(one, "x.pt")
+
+
+def test_a_design_held_as_runs_offers_what_holds_it_and_says_why_not_the_grids():
+    """Once, the DeepSpeed layout, its SparsityConfig and MIT's base_blockmask of a
+    long-context design were offered and then failed to build, wanting its dense grid."""
+    from designer.patterns import make_pattern
+
+    params = {"sink_blocks": 1, "window_blocks": 16}
+    layout = make_pattern("attention_sinks", 1, 8200, 8200, 128, params)  # 67.2 M cells
+    assert layout.runs is not None
+    files = by_name(Design(layout, name="long", causal=True))
+    for name in ("long_deepspeed.pt", "long_sparsity_config.py", "long_base_blockmask.pt",
+                 "long_blockmask.pt", "flex_long.py"):  # fmt: skip
+        why = files[name].unavailable
+        assert "dense [heads, q_blocks, k_blocks] grid" in why and "1 x 8,200 x 8,200" in why
+        assert "download the CSR (row_ptr, col_idx) or the Design (.pt)" in why and len(why) < 400
+    assert load_design(files["long.pt"].build()).layout == layout
+    csr = load(files["long_csr.pt"].build())
+    assert from_csr(csr["row_ptr"], csr["col_idx"], csr["n_k_blocks"], csr["block_size"]) == layout
+    for export in files.values():
+        if export.unavailable is None:
+            export.build()
