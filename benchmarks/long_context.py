@@ -54,8 +54,9 @@ CASES = {"128K": (2048, 2.0, 512), "1M": (16384, 5.0, 1024)}
 SWITCH_SHAPES = ((4, 256, 256), (16, 1024, 1024), (16, 2048, 2048))
 
 
-def steps(q_blocks: int, heads: int = HEADS) -> dict:
-    """The path's steps, each a function of what the steps before it made."""
+def steps(q_blocks: int, heads: int = HEADS) -> tuple[dict, dict]:
+    """The path's steps, each a function of what the steps before it made, and what they make
+    (``"design"``, ``"file"``)."""
     params = {"sink_blocks": SINK_BLOCKS, "window_blocks": WINDOW_TOKENS // BLOCK}
     made: dict = {}
 
@@ -74,40 +75,37 @@ def steps(q_blocks: int, heads: int = HEADS) -> dict:
         design = made["design"]
         run_segment_stats(design.layout, design.effective_start_width, head_dim=HEAD_DIM)
 
-    def segment_rows():
-        design = made["design"]
-        sdd_segment_runs(design.layout.runs, design.effective_start_width)
-
-    return {
+    path = {
         "build": build,
         "tiles": tiles,
         "lint": lambda: lint_design(made["design"]),
         "stats": lambda: layout_stats(made["design"]),
         "save": save,
         "load": lambda: load_design(io.BytesIO(made["file"])),
-        "_made": made,
-        "_segment_rows": segment_rows,
     }
+    return path, made
+
+
+def segment_rows(design: Design) -> None:
+    """The segmentation's rows in DeepSpeed's format, at the design's start width."""
+    sdd_segment_runs(design.layout.runs, design.effective_start_width)
 
 
 def run_case(name: str, q_blocks: int, target_s: float, target_mb: float) -> dict:
     wholes = []  # first: the heap holds nothing yet that a step before freed
     for _ in range(REPEATS):
-        path = steps(q_blocks)
-        path.pop("_made")
-        path.pop("_segment_rows")
+        path, _ = steps(q_blocks)
         wholes.append(measure(lambda path=path: [action() for action in path.values()])[1])
     per_step: dict[str, list[dict]] = {}
     for _ in range(REPEATS):
-        path = steps(q_blocks)
-        made = path.pop("_made")
-        path.pop("_segment_rows")
+        path, made = steps(q_blocks)
         for step, action in path.items():
             per_step.setdefault(step, []).append(measure(action)[1])
     for _ in range(REPEATS):  # last: the memory its rows free stays with the process
-        path = steps(q_blocks)
+        path, built = steps(q_blocks)
         path["build"]()
-        per_step.setdefault("segment rows", []).append(measure(path["_segment_rows"])[1])
+        cost = measure(lambda built=built: segment_rows(built["design"]))[1]
+        per_step.setdefault("segment rows", []).append(cost)
     layout = made["design"].layout
     whole = {
         "wall_s": statistics.median(w["wall_s"] for w in wholes),
@@ -148,8 +146,7 @@ def switch_point() -> dict:
             try:
                 walls = []
                 for _ in range(REPEATS):
-                    path = steps(q_blocks, heads)
-                    path.pop("_made")
+                    path, _ = steps(q_blocks, heads)
                     chosen = [path[step] for step in ("build", "lint", "stats")]
                     walls.append(measure(lambda c=chosen: [a() for a in c])[1])
             finally:

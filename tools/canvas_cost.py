@@ -106,13 +106,13 @@ def run_case(case: str) -> dict:
         cached_analysis(design)  # the page before the strokes
         triggers = []
         while True:
-            done = state.box(session).done.get(keys.PAINT_DONE, (None, 0))[1]
+            done = state.box(session).last_done(keys.PAINT_DONE)[1]
             left = [s for s in strokes if s["seq"] > done]
             if not left:
                 break
             value = {"client": CLIENT, "strokes": left}
             _, cost = measure(lambda value=value: apply_trigger(session, value, store))
-            after = state.box(session).done.get(keys.PAINT_DONE, (None, 0))[1]
+            after = state.box(session).last_done(keys.PAINT_DONE)[1]
             triggers.append({**cost, "strokes_done": after - done})
             if after == done:
                 raise RuntimeError(f"a trigger did nothing: {state.message(session, 'editor')}")

@@ -357,13 +357,15 @@ def _export(spec: dict, result: dict) -> Any:
 def _model_upload(spec: dict, result: dict) -> Any:
     """A model design file loaded on the Model tab: read, checked, kept, drawn."""
     from ui import keys
+    from ui.sessions import UNREAD
 
     data = Path(spec["data_path"]).read_bytes()
     at = open_app(spec["data_dir"], "Model")
     _, result["steps"]["read, check, autosave, draw"] = measure(
         lambda: at.file_uploader(key=keys.LAYERS_UPLOAD).upload(spec["file_name"], data).run()
     )
-    result["outcome"] = "accepted" if at.session_state[keys.HISTORY].model else "refused"
+    model = at.session_state[keys.HISTORY].model
+    result["outcome"] = "accepted" if model not in (None, UNREAD) else "refused"
     return at
 
 

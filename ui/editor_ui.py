@@ -62,7 +62,7 @@ def editor_ui(store: DesignStore) -> None:
         head = _tools_ui(store, layout.n_heads)
     with canvas:
         show_message(keys.EDITOR_PLACE)
-        client, done = state.box(session).done.get(keys.PAINT_DONE, (None, 0))
+        client, done = state.box(session).last_done(keys.PAINT_DONE)
         heads = target_heads(session, layout.n_heads, head)
         data = {
             **_head_data(current, head),

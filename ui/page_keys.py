@@ -33,7 +33,7 @@ _component = st.components.v2.component(
 def page_keys_ui(store: DesignStore, *, canvas_open: bool) -> None:
     """The page's undo and redo keys; ``canvas_open``: the paint canvas is on the page and takes
     them itself."""
-    client, done = state.box(st.session_state).done.get(keys.PAGE_KEYS_DONE, (None, 0))
+    client, done = state.box(st.session_state).last_done(keys.PAGE_KEYS_DONE)
     _component(
         key=keys.PAGE_KEYS,
         data={"canvas": canvas_open, "client": client, "done": done},

@@ -98,6 +98,10 @@ class HistoryBox:
     def history(self, history: History) -> None:
         self._history, self.used = history, time.monotonic()
 
+    def last_done(self, sender: str) -> tuple[str | None, int]:
+        """``(client, seq)`` of ``sender``'s last stroke done (``(None, 0)``: none yet)."""
+        return self.done.get(sender, (None, 0))
+
     @property
     def released(self) -> bool:
         return self._history is None

@@ -77,7 +77,7 @@ def apply_trigger(
         except (ValueError, TypeError) as error:
             say(f"The canvas sent strokes that could not be read, so none was applied: {error}")
             return
-        client, done = held.done.get(done_key, (None, 0))
+        client, done = held.last_done(done_key)
         if trigger.client != client:  # a new canvas (a new page, or a restarted server)
             done = trigger.strokes[0][0] - 1
         todo = [(seq, stroke) for seq, stroke in trigger.strokes if seq > done]
