@@ -61,7 +61,7 @@ class HopperForwardParams(KernelParams):
 
     alignment = 64
     _fields_ = [
-        *_each(TensorMap, "q_map k_map v_map"),
+        *_each(TensorMap, "q_map k_map v_map token_map"),
         *_each(Pointer, "out lse items entries token_words"),
         *_each(Stride, "o_sb o_sh o_ss"),
         *_each(Int, "n_work batch q_heads heads_per_item kv_group head_group seq_q seq_k"),
@@ -99,9 +99,8 @@ class HopperBackwardParams(KernelParams):
 
     alignment = 64
     _fields_ = [
-        *_each(TensorMap, "q_map k_map v_map do_map"),
-        *_each(Pointer, "lse2 delta dq_acc dk dv dk_part dv_part lists entries order"),
-        ("token_words", Pointer),
+        *_each(TensorMap, "q_map k_map v_map do_map rows_map token_map"),
+        *_each(Pointer, "dq_acc dk dv dk_part dv_part lists entries order"),
         *_each(Int, "batch q_heads kv_heads kv_group n_splits shared_layout n_k_tiles seq_q"),
         *_each(Int, "seq_k seq_q_pad broadcast causal_offset sub_rows_log2 sub_cols_log2"),
         *_each(Float, "scale scale_log2"),
@@ -123,8 +122,8 @@ class HopperDqParams(KernelParams):
 
     alignment = 64
     _fields_ = [
-        *_each(TensorMap, "q_map k_map v_map do_map"),
-        *_each(Pointer, "lse2 delta dq items entries token_words"),
+        *_each(TensorMap, "q_map k_map v_map do_map token_map"),
+        *_each(Pointer, "lse2 delta dq items entries"),
         *_each(Int, "n_work batch q_heads heads_per_item kv_group seq_q seq_k seq_q_pad"),
         *_each(Int, "broadcast causal_offset sub_rows_log2 sub_cols_log2"),
         *_each(Float, "scale scale_log2"),

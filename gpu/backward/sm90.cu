@@ -8,8 +8,8 @@
 // kv group (all of them, or one of n_splits slices when the grid would be too small: the host
 // then sums the fp32 partial dK, dV of the slices). A CTA is three warpgroups:
 // - warpgroup 0, the producer, gives its registers away (setmaxnreg); one thread loads K and V
-//   once with TMA, then per step the Q and dO tiles (TMA) and the tile's lse2 and Δ rows (bulk
-//   copies) into a ring of STAGES buffers, each with a "full" mbarrier (completed by the copy
+//   once with TMA, then per step the Q and dO tiles (TMA) and the tile's lse2 and Δ rows (one
+//   TMA box of a 3-d map) into a ring of STAGES buffers, each with a "full" mbarrier (completed by the copy
 //   engine) and an "empty" one (one arrival per consumer warp once its reads are done);
 // - consumer warpgroup g owns keys [64g, 64g + 64) and keeps their dK, dV in registers. Per step:
 //       Sᵀ = K_g Qᵀ, dPᵀ = V_g dOᵀ     (wgmma, both operands K-major in shared memory; issued
@@ -32,8 +32,8 @@
 // (cp.reduce.async.bulk .add.f32); `attention_bwd_dq_convert` then writes the 16-bit dq.
 //
 // Token tiles (partial blocks, TOKENS = 1; token_mask.cuh): the table's entry (q_tile, 8, token
-// tile, 0) names BLOCK_N key rows of BLOCK_M / 32 words. The producer copies them (one 1 KB bulk
-// copy) into its stage's slot with the step's Q and dO, on the same "full" mbarrier (its expected
+// tile, 0) names BLOCK_N key rows of BLOCK_M / 32 words. The producer copies them (one 1 KB TMA
+// box) into its stage's slot with the step's Q and dO, on the same "full" mbarrier (its expected
 // bytes count them); after that wait each consumer thread reads its two key rows and sets the
 // masked scores of Sᵀ to -inf before Pᵀ, as fused.cu does, so Pᵀ and dSᵀ are 0 there (a query
 // row with no key at all has lse2 = +inf: P is 0 on its whole column). The slot is free with the
@@ -174,15 +174,13 @@ __device__ __forceinline__ void produce(const HopperBackwardParams& p, const Sha
     const bool tokens = kTokens && (entry.y & kFlagTokens);
     barrier_expect_bytes(full, 2 * kQBytes + kRowsBytes + (tokens ? kTokenBytes : 0));
     if (tokens) {
-      bulk_load(sh.token_slot(stage), token_tile<kBlockN, kSAtoms>(p.token_words, entry),
-                kTokenBytes, full);
+      tma_load_2d(sh.token_slot(stage), p.token_map, full, 0,
+                  token_tile_map_row<kBlockN, kSAtoms>(entry));
     }
     load_rows<kBlockM, kHeadDim>(sh.q_tile(stage), p.q_map, full, q_row0, q_h, q_b);
     load_rows<kBlockM, kHeadDim>(sh.do_tile(stage), p.do_map, full, q_row0, o_h, o_b);
-    const long long row =
-        (static_cast<long long>(tile.b) * p.q_heads + walk.head) * p.seq_q_pad + q_row0;
-    bulk_load(sh.rows_of(stage), p.lse2 + row, kBlockM * 4, full);
-    bulk_load(sh.rows_of(stage) + kBlockM * 4, p.delta + row, kBlockM * 4, full);
+    const int row_tile = (tile.b * p.q_heads + walk.head) * (p.seq_q_pad / kBlockM) + entry.x;
+    tma_load_3d(sh.rows_of(stage), p.rows_map, full, 0, row_tile, 0);  // lse2, then Δ
     have = walk.next(p.lists, p.shared_layout, p.n_k_tiles, tile.k_tile);
   }
 }

@@ -40,7 +40,7 @@ import torch
 from designer.validate import check_bool, check_choice
 from gpu.backward.fused import compile_prep, readable, run_prep
 from gpu.backward.sm90_dq import DqPlan, HopperDqConfig, check_token_path, launch_dq, plan_dq
-from gpu.forward.tensor_maps import RowMaps
+from gpu.forward.tensor_maps import RowMaps, rows_map, token_words_map
 from gpu.launcher import KernelLauncher
 from gpu.params import DqConvertParams, HopperBackwardParams
 from gpu.runtime import check_shared_memory, compile_kernel, current_raw_stream, source_beside
@@ -137,6 +137,7 @@ class HopperBackwardPlan:
     entries: torch.Tensor
     order: torch.Tensor
     token_words: torch.Tensor  # the table's token tiles (one dummy row when none)
+    token_map: bytes  # their tensor map (it points at token_words, kept alive here)
     n_k_tiles: int
     n_tiles: int
     sub_rows_log2: int
@@ -182,7 +183,7 @@ def plan_hopper_backward(
     return HopperBackwardPlan(
         config=config, causal_offset=layout.causal_offset, n_heads=layout.n_heads,
         lists=lut.lists, entries=lut.entries, order=lut.order, token_words=lut.token_words,
-        n_k_tiles=lut.n_k_tiles,
+        token_map=token_words_map(lut.token_words), n_k_tiles=lut.n_k_tiles,
         n_tiles=lut.n_tiles, sub_rows_log2=int(math.log2(lut.sub_rows)),
         sub_cols_log2=int(math.log2(lut.sub_cols)),
         n_sms=torch.cuda.get_device_properties(layout.device).multi_processor_count,
@@ -229,12 +230,11 @@ def launch_hopper_backward(
     plan.main(  # HopperBackwardParams, in field order
         n_ctas * splits, cfg.threads, cfg.shared_bytes, stream,
         # inputs, outputs, the plan's transposed table
-        q_map, k_map, v_map, do_map, rows[0].data_ptr(), rows[1].data_ptr(),
+        q_map, k_map, v_map, do_map, rows_map(rows, cfg.block_m), plan.token_map,
         0 if dq_acc is None else dq_acc.data_ptr(),
         0 if parts is not None else dk.data_ptr(), 0 if parts is not None else dv.data_ptr(),
         0 if parts is None else parts[0].data_ptr(), 0 if parts is None else parts[1].data_ptr(),
         plan.lists.data_ptr(), plan.entries.data_ptr(), plan.order.data_ptr(),
-        plan.token_words.data_ptr(),
         # shapes
         batch, q_heads, kv_heads, q_heads // kv_heads, splits, int(plan.n_heads == 1),
         plan.n_k_tiles, seq_q, seq_k, seq_q_pad, broadcast,

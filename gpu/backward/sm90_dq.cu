@@ -19,7 +19,7 @@
 // dropped (their lse2 reads as +inf, so P is 0 there).
 // Token tiles (partial blocks, TOKENS = 1; token_mask.cuh): the forward table's entry (k_tile,
 // 8, token tile, 0) names BLOCK_M query rows of BLOCK_N / 32 words. The producer copies them
-// (one 1 KB bulk copy) into its stage's slot with the K tile, on the K tile's "full" mbarrier;
+// (one 1 KB TMA box) into its stage's slot with the K tile, on the K tile's "full" mbarrier;
 // each consumer thread reads its two rows after that wait and sets the masked scores of S to -inf
 // before P, so P and dS are 0 there. The slot is free with the K tile. TOKENS = 0 compiles none
 // of it. Full tiles copy and read nothing.
@@ -102,8 +102,8 @@ __device__ __forceinline__ void produce(const HopperDqParams& p, const Shared& s
     const bool tokens = kTokens && (entry.y & kFlagTokens);
     barrier_expect_bytes(sh.k_full(stage), kTileBytes + (tokens ? kTokenBytes : 0));
     if (tokens) {
-      bulk_load(sh.token_slot(stage), token_tile<kBlockM, kSAtoms>(p.token_words, entry),
-                kTokenBytes, sh.k_full(stage));
+      tma_load_2d(sh.token_slot(stage), p.token_map, sh.k_full(stage), 0,
+                  token_tile_map_row<kBlockM, kSAtoms>(entry));
     }
     load_rows<kBlockN, kHeadDim>(sh.k_tile(stage), p.k_map, sh.k_full(stage), k_row0, k_h, k_b);
     barrier_wait(sh.v_empty(stage), parity);

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from designer.validate import check_bool, check_choice
-from gpu.forward.tensor_maps import RowMaps
+from gpu.forward.tensor_maps import RowMaps, token_words_map
 from gpu.launcher import KernelLauncher
 from gpu.params import HopperDqParams
 from gpu.runtime import check_shared_memory, compile_kernel, source_beside
@@ -98,6 +98,7 @@ class DqPlan:
     items: torch.Tensor
     entries: torch.Tensor
     token_words: torch.Tensor  # the table's token tiles (one dummy row when none)
+    token_map: bytes  # their tensor map (it points at token_words, kept alive here)
     n_tiles: int
     sub_rows_log2: int
     sub_cols_log2: int
@@ -119,8 +120,8 @@ def plan_dq(layout: BlockSparsePlan, config: HopperDqConfig) -> DqPlan:
                             device=layout.device.index)  # fmt: skip
     return DqPlan(
         config=config, items=lut.items, entries=lut.entries, token_words=lut.token_words,
-        n_tiles=lut.n_tiles, sub_rows_log2=int(math.log2(lut.sub_rows)),
-        sub_cols_log2=int(math.log2(lut.sub_cols)),
+        token_map=token_words_map(lut.token_words), n_tiles=lut.n_tiles,
+        sub_rows_log2=int(math.log2(lut.sub_rows)), sub_cols_log2=int(math.log2(lut.sub_cols)),
         launcher=KernelLauncher(kernel, HopperDqParams, layout.device.index, config.shared_bytes),
         maps=RowMaps(config.block_m, config.block_n, config.block_n, config.block_m),
     )  # fmt: skip
@@ -150,8 +151,8 @@ def launch_dq(
     plan.launcher(  # HopperDqParams, in field order
         n_work, cfg.threads, cfg.shared_bytes, stream,
         # operands, the forward table
-        q_map, k_map, v_map, do_map, rows[0].data_ptr(), rows[1].data_ptr(), dq.data_ptr(),
-        plan.items.data_ptr(), plan.entries.data_ptr(), plan.token_words.data_ptr(),
+        q_map, k_map, v_map, do_map, plan.token_map, rows[0].data_ptr(), rows[1].data_ptr(),
+        dq.data_ptr(), plan.items.data_ptr(), plan.entries.data_ptr(),
         # work and shapes
         n_work, batch, q_heads, heads_per_item, q_heads // k.shape[1], seq_q, k.shape[2],
         seq_q_pad, broadcast,

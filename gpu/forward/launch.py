@@ -27,7 +27,7 @@ import torch
 from gpu.forward.lut import group_heads
 from gpu.forward.sm80 import KernelConfig
 from gpu.forward.sm90 import HopperConfig
-from gpu.forward.tensor_maps import RowMaps
+from gpu.forward.tensor_maps import RowMaps, token_words_map
 from gpu.launcher import KernelLauncher
 from gpu.operands import (
     check_against_plan,
@@ -62,6 +62,7 @@ class FusedPlan:
     items: torch.Tensor  # int32 [n_items, 4] on device
     entries: torch.Tensor  # int32 [max(n_entries, 1), 4] on device
     token_words: torch.Tensor  # int32 [max(token tiles, 1), block_m, words] on device
+    token_map: bytes | None  # the Hopper kernel's map of token_words (None: no maps)
     n_tiles: int  # key tiles visited per batch element and layout head set
     sub_rows_log2: int
     sub_cols_log2: int
@@ -118,6 +119,7 @@ def plan_forward(layout: BlockSparsePlan, config: KernelConfig | HopperConfig) -
         items=items,
         entries=lut.entries,
         token_words=lut.token_words,
+        token_map=token_words_map(lut.token_words) if hopper else None,
         n_tiles=lut.n_tiles,
         sub_rows_log2=int(math.log2(lut.sub_rows)),
         sub_cols_log2=int(math.log2(lut.sub_cols)),

@@ -19,7 +19,7 @@
 // One consumer (64-row query tiles) runs two or three CTAs per SM, which hide each other's
 // per-unit latency (short rows) and waste less on layouts scattered in small blocks.
 // Token tiles (partial blocks, token_mask.cuh). TOKEN_STAGES = 1: the producer copies a token
-// tile's words (one bulk copy) into its stage's slot beside the K tile, completing on the same
+// tile's words (one TMA box) into its stage's slot beside the K tile, completing on the same
 // "full" mbarrier (its expected bytes count them), and each consumer thread reads its rows
 // (two vector loads) after that wait, before S is issued; the slot is free when the consumers
 // arrive on the K tile's "empty" barrier. TOKEN_STAGES = 0 (no shared memory to spare): each
@@ -111,7 +111,7 @@ struct Shared {
 // ring, whose position `ring` counts the tiles before.
 __device__ __forceinline__ void produce(const Shared& sh, const TensorMap& q_map,
                                         const TensorMap& k_map, const TensorMap& v_map,
-                                        const Int4* entries, const unsigned* token_words,
+                                        const Int4* entries, const TensorMap& token_map,
                                         const Work& work, int index, int ring, int broadcast) {
   const int q_b = (broadcast & 1) ? 0 : work.b, q_h = (broadcast & 2) ? 0 : work.head;
   const int k_b = (broadcast & 4) ? 0 : work.b, k_h = (broadcast & 8) ? 0 : work.kv_head;
@@ -131,8 +131,8 @@ __device__ __forceinline__ void produce(const Shared& sh, const TensorMap& q_map
     barrier_wait(sh.k_empty(stage), parity);
     if (kTokenStages && (entry.y & kFlagTokens)) {
       barrier_expect_bytes(sh.k_full(stage), kTileBytes + kTokenBytes);
-      bulk_load(sh.token_slot(stage), token_tile<kBlockM, kSAtoms>(token_words, entry),
-                kTokenBytes, sh.k_full(stage));
+      tma_load_2d(sh.token_slot(stage), token_map, sh.k_full(stage), 0,
+                  token_tile_map_row<kBlockM, kSAtoms>(entry));
     } else {
       barrier_expect_bytes(sh.k_full(stage), kTileBytes);
     }
@@ -226,7 +226,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
       Work work;
       for (int round = 0, index = 0; round < rounds; ++round) {
         if (!unit_in_round(round, work)) continue;
-        produce(sh, params.q_map, params.k_map, params.v_map, params.entries, params.token_words,
+        produce(sh, params.q_map, params.k_map, params.v_map, params.entries, params.token_map,
                 work, index++, ring, params.broadcast);
         ring += work.count;
       }

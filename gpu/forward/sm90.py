@@ -144,7 +144,8 @@ class HopperConfig:
         group = min(batch * heads_per_item, plan.pairs_in_l2)  # run together (the kernel doc)
         return (
             # operands, the plan's table
-            q_map, k_map, v_map, out.data_ptr(), 0 if lse is None else lse.data_ptr(),
+            q_map, k_map, v_map, plan.token_map, out.data_ptr(),
+            0 if lse is None else lse.data_ptr(),
             plan.items.data_ptr(), plan.entries.data_ptr(), plan.token_words.data_ptr(),
             # strides of out
             *out.stride()[:3],

@@ -9,12 +9,17 @@ reuses its buffers pays a dictionary lookup instead of three driver calls.
 
 A dim of extent 1 or stride 0 (a broadcast view) is encoded with extent 1, and its bit in the
 returned ``broadcast`` flags tells the kernel to use coordinate 0 there.
+
+Words that threads read with plain loads after the copy (the backward's lse2 and Δ rows, the
+token tiles) travel through unswizzled maps of 32-bit words (``rows_map``, ``token_words_map``)
+rather than raw bulk copies, which compute-sanitizer's racecheck cannot order (hopper.cuh).
 """
 
 from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import threading
 from collections import OrderedDict
 
@@ -26,7 +31,10 @@ from gpu.launcher import check_driver_result, cuda_driver
 MAP_BYTES = 128
 #: Head dims per box: one 128-byte swizzle row of 16-bit elements.
 BOX_COLUMNS = 64
-_UINT16, _NO_INTERLEAVE, _SWIZZLE_128B, _L2_256B, _ZERO_FILL = 1, 0, 3, 3, 0
+_UINT16, _UINT32, _NO_INTERLEAVE, _NO_SWIZZLE, _SWIZZLE_128B = 1, 2, 0, 0, 3
+_L2_128B, _L2_256B, _ZERO_FILL = 2, 3, 0
+#: 32-bit words in a row of a token tile's map (``token_tile_map_row`` in token_mask.cuh).
+TOKEN_MAP_WORDS = 32
 _CACHE_SIZE = 64
 
 
@@ -81,6 +89,50 @@ def encode_rows_map(tensor: torch.Tensor, rows: int) -> tuple[bytes, int]:
     )  # fmt: skip
     check_driver_result(result, "cuTensorMapEncodeTiled")
     return bytes(out), broadcast
+
+
+def token_words_map(words: torch.Tensor) -> bytes:
+    """The map of a plan's token tiles, a contiguous 32-bit ``[tiles, rows, words]`` tensor:
+    rows of ``TOKEN_MAP_WORDS`` words, one tile a box (the kernels load tile ``z`` at map row
+    ``z · box rows``)."""
+    tile_words = words[0].numel()
+    if words.element_size() != 4 or not words.is_contiguous() or tile_words % TOKEN_MAP_WORDS:
+        raise ValueError(
+            f"token words must be a contiguous 32-bit tensor of tiles of whole "
+            f"{TOKEN_MAP_WORDS}-word rows, got {words.dtype} {tuple(words.shape)}"
+        )
+    rows = words.numel() // TOKEN_MAP_WORDS
+    return _words_map(words.data_ptr(), (TOKEN_MAP_WORDS, rows), (TOKEN_MAP_WORDS,
+                      tile_words // TOKEN_MAP_WORDS))  # fmt: skip
+
+
+def rows_map(rows: torch.Tensor, block_m: int) -> bytes:
+    """The map of the backward prep's fp32 ``[2, n]`` rows (lse2, then Δ): a box is one step's
+    ``block_m`` rows of both, lse2 first (``n`` is a multiple of ``block_m``). Cached by address,
+    as a training loop's prep reuses its buffer."""
+    n = rows.shape[1]
+    if rows.dtype != torch.float32 or not rows.is_contiguous() or rows.shape[0] != 2 or n % block_m:
+        raise ValueError(
+            f"rows must be a contiguous fp32 [2, n] tensor, n a multiple of {block_m}, got "
+            f"{rows.dtype} {tuple(rows.shape)}"
+        )
+    return _words_map(rows.data_ptr(), (block_m, n // block_m, 2), (block_m, 1, 2))
+
+
+@functools.lru_cache(maxsize=_CACHE_SIZE)
+def _words_map(address: int, extents: tuple[int, ...], box: tuple[int, ...]) -> bytes:
+    """An unswizzled map of 32-bit words at ``address``, an array of ``extents`` (innermost
+    first, contiguous), loaded ``box`` at a time."""
+    rank = len(extents)
+    strides = [4 * math.prod(extents[: axis + 1]) for axis in range(rank - 1)]
+    out = (ctypes.c_uint64 * (MAP_BYTES // 8))()
+    result = _encoder()(
+        ctypes.addressof(out), _UINT32, rank, address, (ctypes.c_uint64 * rank)(*extents),
+        (ctypes.c_uint64 * (rank - 1))(*strides), (ctypes.c_uint32 * rank)(*box),
+        (ctypes.c_uint32 * rank)(*[1] * rank), _NO_INTERLEAVE, _NO_SWIZZLE, _L2_128B, _ZERO_FILL,
+    )  # fmt: skip
+    check_driver_result(result, "cuTensorMapEncodeTiled")
+    return bytes(out)
 
 
 class RowMaps:

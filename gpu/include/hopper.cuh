@@ -54,6 +54,29 @@ __device__ __forceinline__ void tma_load_4d(unsigned dst, const TensorMap& map, 
       : "memory");
 }
 
+// The box at (c0, c1) / (c0, c1, c2) of an unswizzled map of 32-bit words (the lse2 and Δ rows,
+// the token tiles: `words_map` in gpu/forward/tensor_maps.py) into shared memory at `dst`
+// (128-byte aligned). These, not raw bulk copies (`cp.async.bulk`), carry what threads then read
+// with plain loads: compute-sanitizer's racecheck pairs a raw bulk copy's write with the issuing
+// thread and does not see the mbarrier that orders it before the readers, so it reports a race.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const TensorMap& map, unsigned bar,
+                                            int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+}
+
+__device__ __forceinline__ void tma_load_3d(unsigned dst, const TensorMap& map, unsigned bar,
+                                            int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+}
+
 // Byte offset of 16-byte chunk `chunk` of row `row` in a tile of `Rows` rows as TMA writes it
 // with the 128-byte swizzle: 64-element column blocks of 128-byte rows, chunk c of row r at
 // chunk c ^ (r & 7) (the layout wgmma reads).
@@ -70,16 +93,6 @@ __device__ __forceinline__ void load_rows(unsigned dst, const TensorMap& map, un
   for (int block = 0; block < HeadDim / 64; ++block) {
     tma_load_4d(dst + block * Rows * 128, map, bar, block * 64, row0, head, b);
   }
-}
-
-// Copy `bytes` (a multiple of 16, both ends 16-byte aligned) from global to shared memory;
-// completion adds them to `bar`'s transaction count.
-__device__ __forceinline__ void bulk_load(unsigned dst, const void* src, unsigned bytes,
-                                          unsigned bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
-      ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
-      : "memory");
 }
 
 // dst[i] += src[i] for `bytes` / 4 floats, global += shared, by the copy engine (one bulk

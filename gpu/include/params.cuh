@@ -44,9 +44,11 @@ struct ForwardParams {
 struct HopperForwardParams {
   // operands: q, k, v as tensor maps; out [B, Hq, seq_q, D]; lse fp32 [B, Hq, seq_q] or null
   TensorMap q_map, k_map, v_map;
+  TensorMap token_map;  // the token tiles' words, staged by the producer (TOKEN_STAGES)
   unsigned short* out;
   float* lse;
-  // the plan's table (gpu/forward/lut.py) and its token tiles (token_mask.cuh)
+  // the plan's table (gpu/forward/lut.py) and its token tiles (token_mask.cuh), read from
+  // global memory by the consumers without TOKEN_STAGES
   const Int4* items;
   const Int4* entries;
   const unsigned* token_words;
@@ -110,10 +112,9 @@ struct BackwardParams {
 // attention_bwd_hopper (gpu/backward/sm90.cu): one CTA per (key tile, batch element, kv head,
 // split of the kv group's query heads).
 struct HopperBackwardParams {
-  // inputs: q, k, v, d_o as tensor maps; lse2, delta fp32 [B · Hq · seq_q_pad] from the prep
-  TensorMap q_map, k_map, v_map, do_map;
-  const float* lse2;
-  const float* delta;
+  // inputs: q, k, v, d_o as tensor maps; rows: lse2 then Δ, fp32 [2, B · Hq · seq_q_pad] from
+  // the prep, as a map of boxes of one step's 64 rows of each; the token tiles' words (TOKENS)
+  TensorMap q_map, k_map, v_map, do_map, rows_map, token_map;
   // outputs: dq_acc fp32 (DQ_MODE 1: [B, Hq, seq_q, D]; 2: tiles, see sm90.cu; 0: null);
   // dk, dv [B, Hkv, seq_k, D] 16-bit when n_splits = 1, else fp32 partials
   // dk_part, dv_part [B, Hkv, n_splits, seq_k, D] that the host sums
@@ -122,11 +123,10 @@ struct HopperBackwardParams {
   unsigned short* dv;
   float* dk_part;
   float* dv_part;
-  // the plan's transposed table (gpu/backward/lut.py) and its token tiles (token_mask.cuh)
+  // the plan's transposed table (gpu/backward/lut.py)
   const int2* lists;
   const Int4* entries;
   const int* order;
-  const unsigned* token_words;
   // shapes
   int batch, q_heads, kv_heads, kv_group, n_splits, shared_layout, n_k_tiles, seq_q, seq_k;
   int seq_q_pad;
@@ -146,15 +146,15 @@ struct DqConvertParams {
 
 // attention_bwd_dq_hopper (gpu/backward/sm90_dq.cu): one CTA per (query tile, batch, head).
 struct HopperDqParams {
-  // inputs: q, k, v, d_o as tensor maps; lse2, delta as in HopperBackwardParams
-  TensorMap q_map, k_map, v_map, do_map;
+  // inputs: q, k, v, d_o as tensor maps; the token tiles' words (TOKENS, token_mask.cuh);
+  // lse2, delta fp32 [B · Hq · seq_q_pad] from the prep
+  TensorMap q_map, k_map, v_map, do_map, token_map;
   const float* lse2;
   const float* delta;
   unsigned short* dq;  // [B, Hq, seq_q, D] contiguous
-  // the plan's forward table (gpu/forward/lut.py) and its token tiles (token_mask.cuh)
+  // the plan's forward table (gpu/forward/lut.py)
   const Int4* items;
   const Int4* entries;
-  const unsigned* token_words;
   // work and shapes
   int n_work, batch, q_heads, heads_per_item, kv_group, seq_q, seq_k, seq_q_pad;
   int broadcast;

@@ -33,6 +33,15 @@ __host__ __device__ constexpr unsigned token_tile_bytes() {
   return Rows * token_row_words<NS>() * 4;
 }
 
+// The first row of an entry's token tile in the Hopper kernels' map of the table's words: rows
+// of 32 words, a tile `token_tile_bytes / 128` of them (`words_map` in
+// gpu/forward/tensor_maps.py; the host encodes the box so).
+template <int Rows, int NS>
+__device__ __forceinline__ int token_tile_map_row(const Int4& entry) {
+  static_assert(token_tile_bytes<Rows, NS>() % 128 == 0, "token tiles are whole map rows");
+  return entry.z * static_cast<int>(token_tile_bytes<Rows, NS>() / 128);
+}
+
 // The token tile of an entry flagged kFlagTokens, in a table of tiles of `Rows` rows.
 template <int Rows, int NS>
 __device__ __forceinline__ const unsigned* token_tile(const unsigned* words, const Int4& entry) {

@@ -132,7 +132,8 @@ def forward_plan(config, maps=None) -> FusedPlan:
     return FusedPlan(
         config=config, block_size=64, causal=True, causal_offset=7, n_heads=1, seq_q=320,
         seq_k=448, device=torch.device("cpu"), items=items, entries=torch.zeros(9, 4,
-        dtype=torch.int32), token_words=torch.zeros(2, 64, 2, dtype=torch.int32), n_tiles=9,
+        dtype=torch.int32), token_words=torch.zeros(2, 64, 2, dtype=torch.int32),
+        token_map=None if maps is None else b"\x06" * 128, n_tiles=9,
         sub_rows_log2=6, sub_cols_log2=5, launcher=None,
         maps=maps, max_ctas=None if maps is None else 264, pairs_in_l2=5,
     )  # fmt: skip
@@ -181,6 +182,7 @@ def test_the_hopper_forward_fills_its_fields_by_name():
     assert (params.out, params.lse) == (out.data_ptr(), lse.data_ptr())
     assert (params.items, params.entries) == (plan.items.data_ptr(), plan.entries.data_ptr())
     assert params.token_words == plan.token_words.data_ptr()
+    assert bytes(params.token_map) == plan.token_map
     assert (params.o_sb, params.o_sh, params.o_ss) == out.stride()[:3]
     assert (params.n_work, params.batch, params.q_heads, params.heads_per_item) == (72, 2, 6, 6)
     assert (params.kv_group, params.head_group, params.broadcast) == (3, 5, 0b100100)
@@ -250,15 +252,17 @@ def hopper_backward_plan(dq: str, recorders: dict, monkeypatch) -> sm90.HopperBa
         dq_plan = sm90_dq.DqPlan(
             config=sm90_dq.HopperDqConfig("bf16", 64), items=torch.zeros(6, 4, dtype=torch.int32),
             entries=torch.zeros(9, 4, dtype=torch.int32),
-            token_words=torch.zeros(1, 128, 2, dtype=torch.int32), n_tiles=9, sub_rows_log2=6,
-            sub_cols_log2=5, launcher=recorders["dq"], maps=lambda *tensors: maps,
+            token_words=torch.zeros(1, 128, 2, dtype=torch.int32), token_map=b"\x08" * 128,
+            n_tiles=9, sub_rows_log2=6, sub_cols_log2=5, launcher=recorders["dq"],
+            maps=lambda *tensors: maps,
         )  # fmt: skip
     lut = [torch.zeros(n, dtype=torch.int32) for n in (8, 36, 4)]
     return sm90.HopperBackwardPlan(
         config=sm90.HopperBackwardConfig("bf16", 64, dq=dq), causal_offset=7, n_heads=1,
         lists=lut[0], entries=lut[1], order=lut[2],
-        token_words=torch.zeros(1, 128, 2, dtype=torch.int32), n_k_tiles=4, n_tiles=9,
-        sub_rows_log2=6, sub_cols_log2=5, n_sms=132, prep=recorders["prep"], main=recorders["main"],
+        token_words=torch.zeros(1, 128, 2, dtype=torch.int32), token_map=b"\x07" * 128,
+        n_k_tiles=4, n_tiles=9, sub_rows_log2=6, sub_cols_log2=5, n_sms=132,
+        prep=recorders["prep"], main=recorders["main"],
         convert=recorders["convert"] if dq == "bulk" else None, dq=dq_plan,
         maps=lambda *tensors: maps,
     )  # fmt: skip
@@ -268,6 +272,9 @@ def hopper_backward_plan(dq: str, recorders: dict, monkeypatch) -> sm90.HopperBa
 def test_the_hopper_backward_fills_its_fields_by_name(dq, monkeypatch):
     recorders = {name: Recorder() for name in ("prep", "main", "convert", "dq")}
     plan = hopper_backward_plan(dq, recorders, monkeypatch)
+    mapped = []  # the rows each launch's rows map was encoded for
+    monkeypatch.setattr(sm90, "rows_map", lambda rows, block_m: mapped.append((rows, block_m))
+                        or b"\x05" * 128)  # fmt: skip
     q, k, v, out, lse = operands()
     grad_out = torch.zeros_like(out)
     dq_grad, dk, dv = plan.launch(q, k, v, out, lse, grad_out, None, scale=0.125)
@@ -279,12 +286,14 @@ def test_the_hopper_backward_fills_its_fields_by_name(dq, monkeypatch):
         bytes([i]) * 128 for i in (1, 2, 3, 4)]  # fmt: skip
     ((_, _, prep_values),) = recorders["prep"].launches
     prep = decoded(BackwardPrepParams, prep_values)
-    assert (main.lse2, main.delta) == (prep.lse2, prep.delta)
+    ((rows, block_m),) = mapped
+    assert (rows[0].data_ptr(), rows[1].data_ptr(), block_m) == (prep.lse2, prep.delta, 64)
+    assert (bytes(main.rows_map), bytes(main.token_map)) == (b"\x05" * 128, plan.token_map)
     assert (main.dq_acc is None) == (dq == "separate")  # a null pointer
     assert (main.dk, main.dv) == (None, None)  # fp32 partials of the three splits instead
     assert main.dv_part - main.dk_part == 2 * 2 * 3 * 448 * 64 * 4
-    assert (main.lists, main.entries, main.order, main.token_words) == tuple(
-        t.data_ptr() for t in (plan.lists, plan.entries, plan.order, plan.token_words))  # fmt: skip
+    assert (main.lists, main.entries, main.order) == tuple(
+        t.data_ptr() for t in (plan.lists, plan.entries, plan.order))  # fmt: skip
     assert (main.batch, main.q_heads, main.kv_heads, main.kv_group) == (2, 6, 2, 3)
     assert (main.n_splits, main.shared_layout, main.n_k_tiles) == (3, 1, 4)
     assert (main.seq_q, main.seq_k, main.seq_q_pad, main.broadcast) == (320, 448, 320, 0b11000000)
@@ -299,11 +308,11 @@ def test_the_hopper_backward_fills_its_fields_by_name(dq, monkeypatch):
         ((grid, _, dq_values),) = recorders["dq"].launches
         second = decoded(HopperDqParams, dq_values)
         assert grid == second.n_work == 6 * 2 * 6  # items x batch x heads per item
-        assert (second.lse2, second.delta, second.dq) == (main.lse2, main.delta,
+        assert (second.lse2, second.delta, second.dq) == (prep.lse2, prep.delta,
                                                           dq_grad.data_ptr())  # fmt: skip
-        dq_table = (plan.dq.items, plan.dq.entries, plan.dq.token_words)
-        assert (second.items, second.entries, second.token_words) == tuple(
-            t.data_ptr() for t in dq_table)  # fmt: skip
+        assert (second.items, second.entries) == tuple(
+            t.data_ptr() for t in (plan.dq.items, plan.dq.entries))  # fmt: skip
+        assert bytes(second.token_map) == plan.dq.token_map
         assert (second.batch, second.q_heads, second.heads_per_item, second.kv_group) == (
             2, 6, 6, 3)  # fmt: skip
         assert (second.seq_q, second.seq_k, second.seq_q_pad, second.broadcast) == (
