@@ -102,7 +102,8 @@ class HopperBackwardParams(KernelParams):
         *_each(TensorMap, "q_map k_map v_map do_map rows_map token_map"),
         *_each(Pointer, "dq_acc dk dv dk_part dv_part lists entries order"),
         *_each(Int, "batch q_heads kv_heads kv_group n_splits shared_layout n_k_tiles seq_q"),
-        *_each(Int, "seq_k seq_q_pad broadcast causal_offset sub_rows_log2 sub_cols_log2"),
+        *_each(Int, "seq_k seq_q_pad broadcast key_tiles_inner causal_offset sub_rows_log2"),
+        ("sub_cols_log2", Int),
         *_each(Float, "scale scale_log2"),
     ]
 

@@ -131,13 +131,17 @@ struct KeyWalk {
   __device__ int entry() const { return first + n; }
 };
 
-// This CTA's key tile, batch element, kv head and query heads.
+// This CTA's key tile, batch element, kv head and query heads. With key_tiles_inner the grid
+// walks the key tiles (in the table's order) of one (batch, kv head, split) before the next, so
+// the CTAs on the GPU at once share that head's Q, dO and dQ in L2; else it walks every
+// (batch, kv head, split) of a key tile before the next key tile.
 struct Tile {
   int k_tile, b, kv_head, split, first_head, end_head;
   __device__ explicit Tile(const HopperBackwardParams& p) {
     const int per_tile = p.batch * p.kv_heads * p.n_splits;
-    k_tile = __ldg(p.order + blockIdx.x / per_tile);
-    int rest = blockIdx.x % per_tile;
+    const int tile_index = p.key_tiles_inner ? blockIdx.x % p.n_k_tiles : blockIdx.x / per_tile;
+    k_tile = __ldg(p.order + tile_index);
+    int rest = p.key_tiles_inner ? blockIdx.x / p.n_k_tiles : blockIdx.x % per_tile;
     b = rest % p.batch;
     rest /= p.batch;
     split = rest % p.n_splits;

@@ -21,6 +21,11 @@ registers. Where that leaves too few CTAs for the GPU (``group_splits``), the gr
 split over several CTAs, each writing fp32 partial dK, dV that the host sums (a deterministic
 sum; the partials cost ``2 · B · Hkv · splits · Sk · D · 4`` bytes written and read once).
 
+The grid's order (``key_tiles_inner``): with many (batch, kv head, split) pairs a key tile's
+pairs together would meet each head with a CTA or two, and every CTA would stream its head's Q,
+dO and dQ from memory; the grid then walks a head's key tiles together, so the CTAs on the GPU
+share one head's rows in L2 (1.36-1.39x at B = 4, S = 65536 on the H200).
+
 Work of one call: five ``64 x 128 x D`` products per (query tile, key tile) pair of the table,
 ``10 · B · T · 64 · 128 · D`` FLOPs (four without dQ), plus the dQ kernel's for ``"separate"``.
 
@@ -57,6 +62,13 @@ BARRIER_BYTES = 256
 #: CTA fits an SM). Not yet measured: two waves keep the SMs busy while the heaviest key tiles
 #: finish.
 MIN_CTAS_PER_SM = 2
+#: Walking a key tile's (batch, kv head, split) CTAs together, the CTAs on the GPU at once share
+#: a head's Q, dO and dQ rows in L2 only where about this many meet each head. Measured on the
+#: H200 (``tools/probes/backward_order.py``): with 16 pairs (8.25 CTAs each) that order is as fast
+#: as a head's key tiles together on dense, causal and banded layouts and 8-9 % faster on BigBird
+#: at block 64 (whose global rows' dQ all of a head's CTAs would add to at once); with 64 pairs (2
+#: each) a head's key tiles together are 1.36-1.39x faster (B = 4, S = 65536).
+SHARING_CTAS = 8
 CONVERT_THREADS = 256
 
 
@@ -126,6 +138,17 @@ def group_splits(n_ctas: int, kv_group: int, n_sms: int) -> int:
     return kv_group
 
 
+def key_tiles_inner(pairs: int, n_sms: int) -> bool:
+    """Whether the grid walks one (batch, kv head, split)'s key tiles before the next (else a
+    key tile's ``pairs`` before the next key tile): where the pairs would leave fewer than
+    ``SHARING_CTAS`` CTAs a pair on the GPU at once.
+
+    >>> key_tiles_inner(16, 132), key_tiles_inner(64, 132)
+    (False, True)
+    """
+    return pairs * SHARING_CTAS > n_sms
+
+
 @dataclass(frozen=True)
 class HopperBackwardPlan:
     """Everything a Hopper backward launch needs: tables, compiled kernels, tensor maps."""
@@ -148,6 +171,7 @@ class HopperBackwardPlan:
     convert: KernelLauncher | None  # "bulk": the tiled fp32 dQ to 16 bits
     dq: DqPlan | None  # "separate": the dQ kernel
     maps: RowMaps
+    key_tiles_inner: bool | None = None  # the grid's order (sm90.cu's Tile); None: by the rule
 
     def flops(self, batch: int, q_heads: int) -> int:
         """FLOPs the kernels execute for ``batch`` elements."""
@@ -227,6 +251,9 @@ def launch_hopper_backward(
     else:
         dk, dv = k.new_empty(k.shape), v.new_empty(v.shape)
     q_map, k_map, v_map, do_map, broadcast = plan.maps(q, k, v, grad_out)
+    inner = plan.key_tiles_inner
+    if inner is None:
+        inner = key_tiles_inner(batch * kv_heads * splits, plan.n_sms)
     plan.main(  # HopperBackwardParams, in field order
         n_ctas * splits, cfg.threads, cfg.shared_bytes, stream,
         # inputs, outputs, the plan's transposed table
@@ -237,7 +264,7 @@ def launch_hopper_backward(
         plan.lists.data_ptr(), plan.entries.data_ptr(), plan.order.data_ptr(),
         # shapes
         batch, q_heads, kv_heads, q_heads // kv_heads, splits, int(plan.n_heads == 1),
-        plan.n_k_tiles, seq_q, seq_k, seq_q_pad, broadcast,
+        plan.n_k_tiles, seq_q, seq_k, seq_q_pad, broadcast, int(inner),
         # masking and scaling
         plan.causal_offset, plan.sub_rows_log2, plan.sub_cols_log2, scale, scale * LOG2_E,
     )  # fmt: skip

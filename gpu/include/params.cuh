@@ -131,6 +131,7 @@ struct HopperBackwardParams {
   int batch, q_heads, kv_heads, kv_group, n_splits, shared_layout, n_k_tiles, seq_q, seq_k;
   int seq_q_pad;
   int broadcast;  // bit 2i / 2i + 1: operand i (q, k, v, d_o) has a zero batch / head stride
+  int key_tiles_inner;  // the grid's order (sm90.cu's Tile)
   // masking and scaling
   int causal_offset, sub_rows_log2, sub_cols_log2;
   float scale, scale_log2;

@@ -297,6 +297,7 @@ def test_the_hopper_backward_fills_its_fields_by_name(dq, monkeypatch):
     assert (main.batch, main.q_heads, main.kv_heads, main.kv_group) == (2, 6, 2, 3)
     assert (main.n_splits, main.shared_layout, main.n_k_tiles) == (3, 1, 4)
     assert (main.seq_q, main.seq_k, main.seq_q_pad, main.broadcast) == (320, 448, 320, 0b11000000)
+    assert main.key_tiles_inner == 0  # 12 pairs x 8 <= 132 SMs: a key tile's pairs together
     assert (main.causal_offset, main.sub_rows_log2, main.sub_cols_log2) == (7, 6, 5)
     assert (main.scale, main.scale_log2) == (pytest.approx(0.125), pytest.approx(0.125 * LOG2_E))
     if dq == "bulk":
