@@ -35,12 +35,11 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout, uninstalled
 
-import gpu
 from gpu.backward.sm90 import group_splits, key_tiles_inner
-from gpu.bench.cases import find_case
-from gpu.bench.metrics import active_pairs, attention_flops, median, tflops
+from gpu.bench.metrics import median, tflops
 from gpu.bench.report import environment
 from gpu.bench.timing import CudaEventTimer
+from tools.probes.backward_sm90 import backward_inputs
 
 #: (case stem, batch, S, head dims).
 CASES = [
@@ -53,28 +52,18 @@ BUILDS = (None, "sm90_separate")  # the default, and the deterministic build
 
 
 def time_orders(stem: str, batch: int, seq: int, head_dim: int, timer, reps: int) -> list[dict]:
-    case = find_case(f"{stem}-d{head_dim}")
-    config, layout = case.config(seq_len=seq), case.layout(seq_len=seq)
-    gen = torch.Generator(device="cuda").manual_seed(int(time.time_ns()) % (1 << 31))
-    shape = (batch, config.heads, seq, head_dim)
-    q, k, v, grad_out = (torch.randn(shape, generator=gen, device="cuda", dtype=torch.bfloat16)
-                         for _ in range(4))  # fmt: skip
-    the_plan = gpu.plan(layout, causal=config.causal, device="cuda")
-    scale = head_dim**-0.5
-    out, lse = gpu.block_sparse_attention(q, k, v, the_plan, scale=scale, return_lse=True)
-    pairs = active_pairs(layout.blocks, layout.block_size, causal=config.causal)
-    useful = 2.5 * attention_flops(batch, head_dim, pairs)
-    if layout.blocks.shape[0] == 1:
-        useful *= config.heads
+    inputs = backward_inputs(stem, head_dim, batch, seq)
+    config, useful = inputs.config, inputs.useful
     records = []
     for build in BUILDS:
-        plan = the_plan.backward(torch.bfloat16, head_dim, build=build)
+        plan = inputs.plan.backward(torch.bfloat16, head_dim, build=build)
         grads, times = {}, {}
         for inner in (False, True):
             ordered = dataclasses.replace(plan, key_tiles_inner=inner)
 
-            def run(ordered=ordered):
-                return ordered.launch(q, k, v, out, lse, grad_out, None, scale=scale)
+            def run(ordered=ordered, x=inputs):
+                return ordered.launch(x.q, x.k, x.v, x.out, x.lse, x.grad_out, None,
+                                      scale=x.scale)  # fmt: skip
 
             grads[inner] = run()
             for _ in range(2):
@@ -87,14 +76,14 @@ def time_orders(stem: str, batch: int, seq: int, head_dim: int, timer, reps: int
         dq_diff = ((dq_a - dq_b).norm() / dq_a.norm()).item()
         pairs = batch * config.heads * group_splits(plan.n_k_tiles * batch * config.heads, 1,
                                                     plan.n_sms)  # fmt: skip
-        record = {"case": case.name, "batch": batch, "seq": seq, "build": plan.config.dq,
+        record = {"case": inputs.name, "batch": batch, "seq": seq, "build": plan.config.dq,
                   "rule_key_tiles_inner": key_tiles_inner(pairs, plan.n_sms),
                   "heads_inner_ms": times[False], "key_tiles_inner_ms": times[True],
                   "heads_inner_tflops": tflops(int(useful), times[False]),
                   "key_tiles_inner_tflops": tflops(int(useful), times[True]),
                   "speedup": times[False] / times[True], "dk_dv_bitwise_equal": same_kv,
                   "dq_rel_diff": dq_diff}  # fmt: skip
-        print(f"{case.name:24s} B={batch} S={seq:6d} {record['build']:9s} heads inner "
+        print(f"{inputs.name:24s} B={batch} S={seq:6d} {record['build']:9s} heads inner "
               f"{times[False]:9.3f} ms ({record['heads_inner_tflops']:5.0f})  key tiles inner "
               f"{times[True]:9.3f} ms ({record['key_tiles_inner_tflops']:5.0f})  "
               f"x{record['speedup']:.3f}  dk/dv equal {same_kv}  dq diff {dq_diff:.1e}",

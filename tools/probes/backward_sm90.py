@@ -32,7 +32,9 @@ import json
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -196,30 +198,55 @@ def cudnn_backward(q, k, v, grad_out, causal: bool):
     return lambda: torch.autograd.grad(out, leaves, grad_out, retain_graph=True)
 
 
-def time_case(stem: str, head_dim: int, timer: CudaEventTimer, reps: int) -> list[dict]:
+@dataclass
+class BackwardInputs:
+    """What timing a standard case's backward alone starts from: its plan, fresh random bf16
+    q, k, v and dO, the forward's out and lse, and the backward's useful FLOPs."""
+
+    name: str
+    config: Any
+    plan: Any
+    q: torch.Tensor
+    k: torch.Tensor
+    v: torch.Tensor
+    grad_out: torch.Tensor
+    out: torch.Tensor
+    lse: torch.Tensor
+    scale: float
+    useful: float
+
+
+def backward_inputs(stem: str, head_dim: int, batch: int = 1, seq: int | None = None):
+    """``BackwardInputs`` of case ``{stem}-d{head_dim}`` at ``batch`` and ``seq`` tokens."""
     case = find_case(f"{stem}-d{head_dim}")
-    config, layout = case.config(), case.layout()
+    config, layout = case.config(seq_len=seq), case.layout(seq_len=seq)
     gen = torch.Generator(device="cuda").manual_seed(int(time.time_ns()) % (1 << 31))
-    shape = (1, config.heads, config.seq_q, head_dim)
+    shape = (batch, config.heads, config.seq_q, head_dim)
     q, k, v, grad_out = (torch.randn(shape, generator=gen, device="cuda", dtype=torch.bfloat16)
                          for _ in range(4))  # fmt: skip
     the_plan = gpu.plan(layout, causal=config.causal, device="cuda")
     scale = head_dim**-0.5
     out, lse = gpu.block_sparse_attention(q, k, v, the_plan, scale=scale, return_lse=True)
     pairs = active_pairs(layout.blocks, layout.block_size, causal=config.causal)
-    useful = 2.5 * attention_flops(1, head_dim, pairs)
+    pairs *= config.heads if layout.blocks.shape[0] == 1 else 1  # one layout head for all
+    useful = 2.5 * attention_flops(batch, head_dim, pairs)
+    return BackwardInputs(case.name, config, the_plan, q, k, v, grad_out, out, lse, scale, useful)
+
+
+def time_case(stem: str, head_dim: int, timer: CudaEventTimer, reps: int) -> list[dict]:
+    x = backward_inputs(stem, head_dim)
     runs = {}
     hopper = torch.cuda.get_device_capability() == (9, 0)
     for build in BUILDS if hopper else BUILDS[:1]:
         try:
-            bwd = the_plan.backward(torch.bfloat16, head_dim, build=build)
+            bwd = x.plan.backward(torch.bfloat16, head_dim, build=build)
         except Exception as error:
-            print(f"{case.name:24s} {build:13s} failed to build: {error}", flush=True)
+            print(f"{x.name:24s} {build:13s} failed to build: {error}", flush=True)
             continue
-        runs[build] = (bwd, lambda bwd=bwd: bwd.launch(q, k, v, out, lse, grad_out, None,
-                                                       scale=scale))  # fmt: skip
+        runs[build] = (bwd, lambda bwd=bwd: bwd.launch(x.q, x.k, x.v, x.out, x.lse, x.grad_out,
+                                                       None, scale=x.scale))  # fmt: skip
     if stem in ("dense-b128", "causal-b128"):
-        anchor = cudnn_backward(q, k, v, grad_out, config.causal)
+        anchor = cudnn_backward(x.q, x.k, x.v, x.grad_out, x.config.causal)
         if anchor is not None:
             runs["cudnn_sdpa"] = (None, anchor)
     records = []
@@ -229,11 +256,11 @@ def time_case(stem: str, head_dim: int, timer: CudaEventTimer, reps: int) -> lis
                 run()
             ms = median(timer(run, reps=reps))
         except Exception as error:
-            print(f"{case.name:24s} {name:13s} raised {type(error).__name__}: {error}", flush=True)
+            print(f"{x.name:24s} {name:13s} raised {type(error).__name__}: {error}", flush=True)
             continue
-        executed = None if bwd is None else tflops(bwd.flops(1, config.heads), ms)
-        records.append({"case": case.name, "build": name, "ms": ms,
-                        "tflops": tflops(int(useful), ms),
+        executed = None if bwd is None else tflops(bwd.flops(1, x.config.heads), ms)
+        records.append({"case": x.name, "build": name, "ms": ms,
+                        "tflops": tflops(int(x.useful), ms),
                         "executed_tflops": executed})  # fmt: skip
     base = {r["build"]: r["ms"] for r in records}
     for r in records:
