@@ -1,0 +1,289 @@
+"""A FlexAttention ``BlockMask`` of a layout held as row runs, never building a dense grid.
+
+The tile lists come from the runs (``runs_tiles``): ``kv_num_blocks`` / ``kv_indices`` of the
+partial tiles, ``full_kv_*`` of the full ones (where compiled Flex skips ``mask_mod``), and the
+transposed ``q_*`` lists the backward reads, made from the transposed tile runs rather than
+by ``from_kv_blocks``, which would expand them into the ``[B, H, Mt, Nt]`` tile grid. Lists are
+compact (the longest row's tiles plus one) unless ``width="tiles"``: FA4, the FLASH backend,
+checks that its lists have one entry per key tile, which takes ``H·Mt·Nt`` int32 four times.
+
+``mask_mod`` reads no dense table either:
+
+- ``sinks_window_mask_mod``: a closed form for the causal sliding window plus sinks
+  (``attention_sinks``: ``kb <= qb`` and ``kb < sink_blocks`` or ``qb - kb < window_blocks``),
+  used when the runs are exactly that family on every head (``sinks_window``);
+- ``runs_mask_mod``: any runs layout, its ``row_ptr``, ``starts`` and ``stops`` on the device
+  and ``MAX_MASK_RUNS`` unrolled reads of a block row's runs; a layout with more runs in some
+  row raises ``ValueError`` (the unrolled lookup would grow with it). With full tiles marked
+  full, compiled Flex evaluates it only inside partial tiles; eager Flex everywhere.
+
+Both read tensors only at indices computed from their arguments and keep their ints as
+constants, as FLASH's CuTe-DSL lowering needs (``block_mask.py``). Partial blocks (token masks)
+are not taken with runs: such a layout raises ``ValueError``.
+
+>>> from designer.patterns.attention_sinks import attention_sinks_runs
+>>> runs = attention_sinks_runs(2, 16, 16, sink_blocks=1, window_blocks=4)
+>>> sinks_window(runs)
+(1, 4)
+>>> mask = runs_block_mask(Layout(runs, 64), causal=True)
+>>> mask.BLOCK_SIZE, mask.kv_num_blocks.shape, mask.q_num_blocks.shape
+((128, 128), torch.Size([1, 2, 8]), torch.Size([1, 2, 8]))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.nn.attention.flex_attention import BlockMask
+
+from designer.block_runs import BlockRuns
+from designer.formats.flex_tiles import flex_tile_size
+from designer.formats.runs_tiles import kv_lists_of_runs, tile_runs
+from designer.layout import Layout
+from designer.patterns.attention_sinks import attention_sinks_runs
+from designer.validate import check_choice
+
+#: Most runs in one block row that ``runs_mask_mod`` reads (unrolled, per token pair).
+MAX_MASK_RUNS = 8
+#: ``runs_block_mask``'s list widths: compact, or one entry per key tile (FA4's check).
+WIDTHS = ("compact", "tiles")
+#: Most int32 entries the four lists of ``width="tiles"`` may hold together (4 GiB).
+MAX_TILE_LIST_ENTRIES = 1 << 30
+
+
+def sinks_window(runs: BlockRuns) -> tuple[int, int] | None:
+    """``(sink_blocks, window_blocks)`` when ``runs`` is exactly ``attention_sinks_runs`` of
+    them on every head (square layouts), else None. Read from the runs, checked against the
+    generator's runs: O(runs)."""
+    heads, n_q, n_k = runs.shape
+    if n_q != n_k:
+        return None
+    counts = (runs.row_ptr[1 : n_q + 1] - runs.row_ptr[:n_q]).tolist()  # head 0's rows
+    two = [m for m, count in enumerate(counts) if count == 2]
+    if two:  # a row whose window has left the sinks: both read off it
+        m = two[-1]
+        first = int(runs.row_ptr[m])
+        sink, window = int(runs.stops[first]), m + 1 - int(runs.starts[first + 1])
+    elif counts[-1] == 1:  # the window never leaves the sinks, or there are none
+        start = int(runs.starts[int(runs.row_ptr[n_q - 1])])
+        sink, window = 0, n_q - start if start else n_q
+    else:
+        return None
+    if window < 1 or attention_sinks_runs(heads, n_q, n_k, sink_blocks=sink,
+                                          window_blocks=window) != runs:  # fmt: skip
+        return None
+    return sink, window
+
+
+def sinks_window_mask_mod(
+    block_size: int, sink_blocks: int, window_blocks: int, *, causal: bool, causal_offset: int = 0
+) -> Callable[..., torch.Tensor]:
+    """``(kb <= qb) & ((kb < sink_blocks) | (qb - kb < window_blocks))`` over block indices
+    ``qb = q_idx // block_size``, ``kb = kv_idx // block_size`` (and ``kv_idx <= q_idx +
+    causal_offset`` when causal)."""
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        q_block, kv_block = q_idx // block_size, kv_idx // block_size
+        allowed = (kv_block <= q_block) & (
+            (kv_block < sink_blocks) | (q_block - kv_block < window_blocks)
+        )
+        return allowed & (kv_idx <= q_idx + causal_offset) if causal else allowed
+
+    rule = f"_causal{causal_offset:+d}" if causal and causal_offset else "_causal" * causal
+    mask_mod.__name__ = f"sinks{sink_blocks}_window{window_blocks}_block{block_size}{rule}"
+    return mask_mod
+
+
+def runs_mask_mod(
+    runs: BlockRuns,
+    block_size: int,
+    *,
+    causal: bool,
+    causal_offset: int = 0,
+    device: str | torch.device = "cpu",
+    spare_rows: int = 0,
+) -> Callable[..., torch.Tensor]:
+    """Whether key block ``kv_idx // block_size`` lies in one of the runs of block row
+    ``(h, q_idx // block_size)`` (and ``kv_idx <= q_idx + causal_offset`` when causal): at most
+    ``MAX_MASK_RUNS`` runs a row, read in an unrolled loop; a one-head layout serves every head.
+    ``spare_rows`` empty rows follow the last one, for the query rows of a short last tile."""
+    heads, n_q, _ = runs.shape
+    counts = runs.row_ptr[1:] - runs.row_ptr[:-1]
+    most = int(counts.max()) if counts.numel() else 0
+    if most > MAX_MASK_RUNS:
+        raise ValueError(
+            f"runs_mask_mod reads at most {MAX_MASK_RUNS} runs in a block row, and this layout "
+            f"has {most} in one; its mask_mod would need a dense table"
+        )
+    most = max(most, 1)
+    pad = torch.full((spare_rows + 1,), int(runs.row_ptr[-1]), dtype=torch.int64)
+    row_ptr = torch.cat([runs.row_ptr, pad]).to(device, torch.int32)
+    spare = torch.zeros(most + 1, dtype=torch.int32)  # reads past the last run stay inside
+    starts = torch.cat([runs.starts, spare]).to(device)
+    stops = torch.cat([runs.stops, spare]).to(device)
+    one_head = heads == 1
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        q_block, kv_block = q_idx // block_size, kv_idx // block_size
+        row = q_block if one_head else h * n_q + q_block
+        first, last = row_ptr[row], row_ptr[row + 1]
+        allowed = (first < last) & (starts[first] <= kv_block) & (kv_block < stops[first])
+        for i in range(1, most):
+            at = first + i
+            allowed = allowed | ((at < last) & (starts[at] <= kv_block) & (kv_block < stops[at]))
+        return allowed & (kv_idx <= q_idx + causal_offset) if causal else allowed
+
+    rule = f"_causal{causal_offset:+d}" if causal and causal_offset else "_causal" * causal
+    mask_mod.__name__ = f"runs_{heads}x{n_q}x{runs.shape[2]}_block{block_size}{rule}"
+    return mask_mod
+
+
+def layout_runs_mask_mod(
+    layout: Layout, causal: bool, device: str | torch.device = "cpu", *, causal_offset: int = 0
+) -> Callable[..., torch.Tensor]:
+    """The ``mask_mod`` of a layout held as runs: the sinks-and-window closed form when it is
+    that family, else ``runs_mask_mod``; it carries ``layout``, ``causal`` and
+    ``causal_offset`` as attributes, as ``block_mask.layout_mask_mod`` does."""
+    runs = _runs_of(layout)
+    block = layout.block_size
+    found = sinks_window(runs)
+    if found is not None:
+        mask_mod = sinks_window_mask_mod(block, *found, causal=causal, causal_offset=causal_offset)
+    else:
+        spare = flex_tile_size(block) // block
+        mask_mod = runs_mask_mod(runs, block, causal=causal, causal_offset=causal_offset,
+                                 device=device, spare_rows=spare)  # fmt: skip
+    mask_mod.layout, mask_mod.causal, mask_mod.causal_offset = layout, causal, causal_offset
+    return mask_mod
+
+
+def runs_kv_arguments(
+    layout: Layout,
+    causal: bool,
+    seq_lengths: tuple[int, int] | None = None,
+    causal_offset: int = 0,
+    *,
+    width: str = "compact",
+) -> dict[str, Any]:
+    """The ``BlockMask`` lists of a runs ``layout`` at Flex's tile (``flex_tile_size``): the
+    ``kv`` and ``q`` lists, partial and full, ``BLOCK_SIZE`` and ``seq_lengths``."""
+    runs = _runs_of(layout)
+    check_choice("width", width, WIDTHS)
+    block, tile = layout.block_size, flex_tile_size(layout.block_size)
+    if tile % block:
+        raise ValueError(
+            f"a BlockMask from runs needs blocks that divide {tile}-token tiles, got "
+            f"block_size {block}"
+        )
+    lengths = seq_lengths or (layout.seq_len_q, layout.seq_len_k)
+    full, partial = tile_runs(runs, block, causal=causal, tile_size=tile, seq_lengths=lengths,
+                              causal_offset=causal_offset)  # fmt: skip
+    heads, n_q, n_k = full.shape
+    if width == "tiles" and 2 * heads * n_q * n_k * 2 > MAX_TILE_LIST_ENTRIES:
+        raise ValueError(
+            f"lists with one entry per key tile for {heads} heads x {n_q:,} x {n_k:,} tiles "
+            f"would hold {4 * heads * n_q * n_k:,} int32 entries, more than the "
+            f"{MAX_TILE_LIST_ENTRIES:,} allowed; FA4 (the FLASH backend) checks that width"
+        )
+    arguments: dict[str, Any] = {"seq_lengths": tuple(lengths), "BLOCK_SIZE": (tile, tile)}
+    for prefix, tiles in (("", partial), ("full_", full)):
+        for side, oriented, count in (("kv", tiles, n_k), ("q", tiles.transpose(), n_q)):
+            num, indices = kv_lists_of_runs(oriented, count if width == "tiles" else None)
+            arguments[f"{prefix}{side}_num_blocks"] = num
+            arguments[f"{prefix}{side}_indices"] = indices
+    return arguments
+
+
+def runs_block_mask(
+    layout: Layout,
+    *,
+    causal: bool,
+    seq_lengths: tuple[int, int] | None = None,
+    causal_offset: int = 0,
+    device: str | torch.device = "cpu",
+    width: str = "compact",
+    mask_mod: Callable[..., torch.Tensor] | None = None,
+) -> BlockMask:
+    """The ``BlockMask`` of a runs ``layout`` on ``device`` (see the module doc), with
+    ``mask_mod`` (default: ``layout_runs_mask_mod``)."""
+    arguments = runs_kv_arguments(layout, causal, seq_lengths, causal_offset, width=width)
+    if mask_mod is None:
+        mask_mod = layout_runs_mask_mod(layout, causal, device, causal_offset=causal_offset)
+    tensors = {key: value.to(device) if isinstance(value, torch.Tensor) else value
+               for key, value in arguments.items()}  # fmt: skip
+    return BlockMask(mask_mod=mask_mod, **tensors)
+
+
+def check_runs_lists(
+    layout: Layout,
+    causal: bool,
+    tile_size: int,
+    seq_lengths: tuple[int, int],
+    lists: dict[str, torch.Tensor | None],
+    what: str,
+    *,
+    causal_offset: int = 0,
+) -> None:
+    """Raise ``ValueError`` naming ``what`` unless ``lists`` (``kv_num_blocks``,
+    ``kv_indices``, ``full_kv_*``, and where present the ``q_*`` ones; ``[B, H, rows]`` and
+    ``[B, H, rows, K]``, each batch entry alike) list exactly the tiles of the runs ``layout``
+    at ``tile_size`` (each row's tiles in any order, entries past its count ignored). Works on
+    the lists, never on a ``[B, H, Mt, Nt]`` grid."""
+    expected_tile = flex_tile_size(layout.block_size)
+    whole = (layout.seq_len_q, layout.seq_len_k)
+    lengths = tuple(seq_lengths)
+    covered = all(w - layout.block_size < n <= w for n, w in zip(lengths, whole, strict=True))
+    if tile_size != expected_tile or not covered:
+        raise ValueError(
+            f"{what} has {tile_size}-token tiles over {lengths[0]} x {lengths[1]} tokens, but "
+            f"its layout ({layout.block_size}-token blocks) has {expected_tile}-token tiles over "
+            f"{whole[0]} x {whole[1]} tokens (or a partial last block of them)"
+        )
+    wanted = runs_kv_arguments(layout, causal, lengths, causal_offset)
+    for prefix in ("", "full_"):
+        for side in ("kv", "q"):
+            num_key, index_key = f"{prefix}{side}_num_blocks", f"{prefix}{side}_indices"
+            num, indices = lists.get(num_key), lists.get(index_key)
+            if side == "q" and num is None and indices is None:
+                continue  # a mask made without its transposed lists
+            want_num, want_indices = wanted[num_key], wanted[index_key]
+            if num is None or indices is None:  # no full tiles listed: as if none
+                if int(want_num.sum()):
+                    kind = prefix or "partial "
+                    raise ValueError(f"{what} lists no {kind}tiles, and its layout has some")
+                continue
+            if not _same_lists(num, indices, want_num, want_indices):
+                raise ValueError(f"{what} {index_key} are not the tiles of its layout")
+
+
+def _same_lists(num, indices, want_num, want_indices) -> bool:
+    """Whether every batch entry of ``(num, indices)`` lists the tiles of ``(want_num,
+    want_indices)``, each row in any order."""
+    num, indices = num.to("cpu", torch.int64), indices.to("cpu", torch.int64)
+    if num.dim() != 3 or indices.dim() != 4 or num.shape[1:] != want_num.shape[1:]:
+        return False
+    if indices.shape[:3] != num.shape:
+        return False
+    width = want_indices.shape[-1] - 1  # the longest row's tiles
+    if not torch.equal(num, want_num.to(torch.int64).expand_as(num)):
+        return False
+    if indices.shape[-1] < width:
+        return False
+    given = indices[..., :width]
+    beyond = torch.arange(width) >= num[..., None]
+    given = torch.sort(given.masked_fill(beyond, -1), dim=-1, descending=True).values
+    want = want_indices[..., :width].to(torch.int64).masked_fill(beyond[:1], -1)
+    return torch.equal(given, torch.sort(want, dim=-1, descending=True).values.expand_as(given))
+
+
+def _runs_of(layout: Any) -> BlockRuns:
+    if not isinstance(layout, Layout):
+        raise TypeError(f"layout must be a Layout, got {type(layout).__name__}")
+    if layout.partials is not None:
+        raise ValueError(
+            f"a BlockMask from runs takes whole blocks only; this layout has "
+            f"{layout.n_partial:,} partial blocks (token masks)"
+        )
+    return layout.to_runs()
