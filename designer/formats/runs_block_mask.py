@@ -6,6 +6,10 @@ transposed ``q_*`` lists the backward reads, made from the transposed tile runs 
 by ``from_kv_blocks``, which would expand them into the ``[B, H, Mt, Nt]`` tile grid. Lists are
 compact (the longest row's tiles plus one) unless ``width="tiles"``: FA4, the FLASH backend,
 checks that its lists have one entry per key tile, which takes ``H·Mt·Nt`` int32 four times.
+Flex's lists are rectangular, so even compact ones are as wide as their longest row: the ``q``
+lists as the most-attended key tile, and a sink is attended by every query (``H·Nt·Mt``
+entries: 134 MB at 32 heads x 128K tokens, 8.6 GB at 1M). They are made only when asked
+(``q_lists``; the forward never reads them), and lists past ``MAX_LIST_ENTRIES`` are refused.
 
 ``mask_mod`` reads no dense table either:
 
@@ -49,8 +53,8 @@ from designer.validate import check_choice
 MAX_MASK_RUNS = 8
 #: ``runs_block_mask``'s list widths: compact, or one entry per key tile (FA4's check).
 WIDTHS = ("compact", "tiles")
-#: Most int32 entries the four lists of ``width="tiles"`` may hold together (4 GiB).
-MAX_TILE_LIST_ENTRIES = 1 << 30
+#: Most int32 entries a BlockMask's lists may hold together (1 GiB).
+MAX_LIST_ENTRIES = 1 << 28
 
 
 def sinks_window(runs: BlockRuns) -> tuple[int, int] | None:
@@ -166,9 +170,12 @@ def runs_kv_arguments(
     causal_offset: int = 0,
     *,
     width: str = "compact",
+    q_lists: bool = True,
 ) -> dict[str, Any]:
     """The ``BlockMask`` lists of a runs ``layout`` at Flex's tile (``flex_tile_size``): the
-    ``kv`` and ``q`` lists, partial and full, ``BLOCK_SIZE`` and ``seq_lengths``."""
+    ``kv`` lists and, with ``q_lists``, the transposed ``q`` ones, partial and full (None
+    without), ``BLOCK_SIZE`` and ``seq_lengths``. Raises ``ValueError`` past
+    ``MAX_LIST_ENTRIES``."""
     runs = _runs_of(layout)
     check_choice("width", width, WIDTHS)
     block, tile = layout.block_size, flex_tile_size(layout.block_size)
@@ -181,19 +188,34 @@ def runs_kv_arguments(
     full, partial = tile_runs(runs, block, causal=causal, tile_size=tile, seq_lengths=lengths,
                               causal_offset=causal_offset)  # fmt: skip
     heads, n_q, n_k = full.shape
-    if width == "tiles" and 2 * heads * n_q * n_k * 2 > MAX_TILE_LIST_ENTRIES:
+    lists = {("", "kv"): (partial, n_k), ("full_", "kv"): (full, n_k)}
+    if q_lists:
+        lists |= {("", "q"): (partial.transpose(), n_q), ("full_", "q"): (full.transpose(), n_q)}
+    widths = {key: count if width == "tiles" else _longest(tiles) + 1
+              for key, (tiles, count) in lists.items()}  # fmt: skip
+    entries = sum(tiles.shape[0] * tiles.shape[1] * widths[key]
+                  for key, (tiles, _) in lists.items())  # fmt: skip
+    if entries > MAX_LIST_ENTRIES:
         raise ValueError(
-            f"lists with one entry per key tile for {heads} heads x {n_q:,} x {n_k:,} tiles "
-            f"would hold {4 * heads * n_q * n_k:,} int32 entries, more than the "
-            f"{MAX_TILE_LIST_ENTRIES:,} allowed; FA4 (the FLASH backend) checks that width"
-        )
+            f"the BlockMask lists of this {heads} x {n_q:,} x {n_k:,}-tile layout would hold "
+            f"{entries:,} int32 entries, more than the {MAX_LIST_ENTRIES:,} allowed: Flex's lists "
+            "are rectangular, as wide as their longest row (the q lists the backward reads: the "
+            "most-attended key tile)" + ("; FA4 (the FLASH backend) checks that they have one "
+                                         "entry per key tile" if width == "tiles" else "")
+        )  # fmt: skip
     arguments: dict[str, Any] = {"seq_lengths": tuple(lengths), "BLOCK_SIZE": (tile, tile)}
-    for prefix, tiles in (("", partial), ("full_", full)):
-        for side, oriented, count in (("kv", tiles, n_k), ("q", tiles.transpose(), n_q)):
-            num, indices = kv_lists_of_runs(oriented, count if width == "tiles" else None)
-            arguments[f"{prefix}{side}_num_blocks"] = num
-            arguments[f"{prefix}{side}_indices"] = indices
+    for prefix in ("", "full_"):
+        for side in ("kv", "q"):
+            found = (None, None)
+            if (prefix, side) in lists:
+                found = kv_lists_of_runs(lists[prefix, side][0], widths[prefix, side])
+            arguments[f"{prefix}{side}_num_blocks"], arguments[f"{prefix}{side}_indices"] = found
     return arguments
+
+
+def _longest(tiles: BlockRuns) -> int:
+    counts = tiles.row_counts()
+    return int(counts.max()) if counts.numel() else 0
 
 
 def runs_block_mask(
@@ -205,10 +227,13 @@ def runs_block_mask(
     device: str | torch.device = "cpu",
     width: str = "compact",
     mask_mod: Callable[..., torch.Tensor] | None = None,
+    q_lists: bool = True,
 ) -> BlockMask:
     """The ``BlockMask`` of a runs ``layout`` on ``device`` (see the module doc), with
-    ``mask_mod`` (default: ``layout_runs_mask_mod``)."""
-    arguments = runs_kv_arguments(layout, causal, seq_lengths, causal_offset, width=width)
+    ``mask_mod`` (default: ``layout_runs_mask_mod``); without ``q_lists`` it runs forward
+    only."""
+    arguments = runs_kv_arguments(layout, causal, seq_lengths, causal_offset, width=width,
+                                  q_lists=q_lists)  # fmt: skip
     if mask_mod is None:
         mask_mod = layout_runs_mask_mod(layout, causal, device, causal_offset=causal_offset)
     tensors = {key: value.to(device) if isinstance(value, torch.Tensor) else value
@@ -241,13 +266,13 @@ def check_runs_lists(
             f"its layout ({layout.block_size}-token blocks) has {expected_tile}-token tiles over "
             f"{whole[0]} x {whole[1]} tokens (or a partial last block of them)"
         )
-    wanted = runs_kv_arguments(layout, causal, lengths, causal_offset)
+    with_q = any(lists.get(f"{prefix}q_{part}") is not None
+                 for prefix in ("", "full_") for part in ("num_blocks", "indices"))  # fmt: skip
+    wanted = runs_kv_arguments(layout, causal, lengths, causal_offset, q_lists=with_q)
     for prefix in ("", "full_"):
-        for side in ("kv", "q"):
+        for side in ("kv", "q") if with_q else ("kv",):
             num_key, index_key = f"{prefix}{side}_num_blocks", f"{prefix}{side}_indices"
             num, indices = lists.get(num_key), lists.get(index_key)
-            if side == "q" and num is None and indices is None:
-                continue  # a mask made without its transposed lists
             want_num, want_indices = wanted[num_key], wanted[index_key]
             if num is None or indices is None:  # no full tiles listed: as if none
                 if int(want_num.sum()):

@@ -274,7 +274,8 @@ def _flex_variant(case: Case, mode: str | None, variant: FlexVariant) -> Prepare
     try:
         if case.blocks is None:
             call = case.flex.prepare_runs(case.runs_layout, causal=case.causal, mode=mode,
-                                          device=case.q.device, variant=variant)  # fmt: skip
+                                          device=case.q.device, variant=variant,
+                                          backward=case.backward)  # fmt: skip
         else:
             call = case.flex.prepare(case.blocks, case.block_size, causal=case.causal,
                                      device=case.q.device, mode=mode, variant=variant,

@@ -350,10 +350,12 @@ class FlexSession:
         device: torch.device,
         mode: str | None = None,
         variant: FlexVariant,
+        backward: bool = False,
     ) -> FlexCall:
         """The call of a ``runs`` or ``sinks`` variant on a layout held as row runs: its
         BlockMask built from the runs (``runs_block_mask``; lists one entry per key tile wide
-        on FLASH, whose FA4 checks that width), never from a dense grid."""
+        on FLASH, whose FA4 checks that width; the transposed lists only for a ``backward``),
+        never from a dense grid."""
         from torch.nn.attention.flex_attention import flex_attention
 
         if variant.mask not in (RUNS, SINKS):
@@ -370,7 +372,7 @@ class FlexSession:
                                          spare_rows=variant.tile_size // block)  # fmt: skip
             width = "tiles" if variant.backend == FLASH else "compact"
             block_mask = runs_block_mask(layout, causal=causal, device=device, width=width,
-                                         mask_mod=mask_mod)  # fmt: skip
+                                         mask_mod=mask_mod, q_lists=backward)  # fmt: skip
         except ValueError as error:
             raise FlexUnavailable(str(error)) from error
         key = (mode, variant.backend)

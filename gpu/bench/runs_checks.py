@@ -87,15 +87,14 @@ class RunsAttention:
                          torch.ones(len(run), dtype=torch.int32), accumulate=True)  # fmt: skip
         edges.index_put_((run_row, torch.searchsorted(key_blocks, stops)),
                          -torch.ones(len(run), dtype=torch.int32), accumulate=True)  # fmt: skip
-        grid = torch.cumsum(edges, 1)[:, :-1] > 0
-        offsets = torch.arange(block)
-        rows = (q_blocks[:, None] * block + offsets).reshape(-1)
-        keys = (key_blocks[:, None] * block + offsets).reshape(-1)
+        device = self.q.device
+        grid = (torch.cumsum(edges, 1)[:, :-1] > 0).to(device)
+        offsets = torch.arange(block, device=device)
+        rows = (q_blocks.to(device)[:, None] * block + offsets).reshape(-1)
+        keys = (key_blocks.to(device)[:, None] * block + offsets).reshape(-1)
         mask = grid.repeat_interleave(block, 0).repeat_interleave(block, 1)
         row_in, key_in = rows < seq_q, keys < seq_k
         rows, keys, mask = rows[row_in], keys[key_in], mask[row_in][:, key_in]
-        device = self.q.device
-        rows, keys, mask = rows.to(device), keys.to(device), mask.to(device)
         if self.causal:
             mask &= keys[None, :] <= rows[:, None] + self.offset
         q_h = self.q[:, head, rows].double()

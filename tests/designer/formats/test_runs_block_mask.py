@@ -160,11 +160,18 @@ def test_what_runs_cannot_express_is_refused_with_the_reason():
 def test_wide_lists_past_their_budget_are_refused(monkeypatch):
     import designer.formats.runs_block_mask as module
 
-    monkeypatch.setattr(module, "MAX_TILE_LIST_ENTRIES", 100)
-    layout = Layout(BlockRuns.from_dense(torch.ones(2, 8, 8, dtype=torch.bool)), 64)
-    assert runs_kv_arguments(layout, False)["kv_num_blocks"].shape == (1, 2, 4)  # compact
-    with pytest.raises(ValueError, match="would hold 128 int32 entries, more than the 100"):
-        runs_kv_arguments(layout, False, width="tiles")
+    monkeypatch.setattr(module, "MAX_LIST_ENTRIES", 60)
+    layout = Layout(BlockRuns.from_dense(torch.ones(2, 8, 8, dtype=torch.bool).tril()), 64)
+    compact = runs_kv_arguments(layout, True, q_lists=False)  # 2 x 4 rows of 2 + 4 entries
+    assert compact["kv_indices"].shape == (1, 2, 4, 2) and compact["q_indices"] is None
+    with pytest.raises(ValueError, match=r"would hold 64 int32 entries, more than the 60 "
+                                         r"allowed.*one entry per key tile"):  # fmt: skip
+        runs_kv_arguments(layout, True, width="tiles", q_lists=False)
+    monkeypatch.setattr(module, "MAX_LIST_ENTRIES", 100)
+    sink = Layout(attention_sinks_runs(2, 16, 16, sink_blocks=1, window_blocks=1), 64)
+    assert runs_kv_arguments(sink, True, q_lists=False)["kv_indices"].shape[-1] == 3
+    with pytest.raises(ValueError, match="the most-attended key tile"):  # a sink: every query
+        runs_kv_arguments(sink, True)
 
 
 @pytest.fixture
