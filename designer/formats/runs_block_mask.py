@@ -43,7 +43,7 @@ import torch
 from torch.nn.attention.flex_attention import BlockMask
 
 from designer.block_runs import BlockRuns
-from designer.formats.flex_tiles import flex_tile_size
+from designer.formats.flex_tiles import check_tile_geometry, flex_tile_size
 from designer.formats.runs_tiles import kv_lists_of_runs, tile_runs
 from designer.layout import Layout
 from designer.patterns.attention_sinks import attention_sinks_runs
@@ -256,16 +256,7 @@ def check_runs_lists(
     ``[B, H, rows, K]``, each batch entry alike) list exactly the tiles of the runs ``layout``
     at ``tile_size`` (each row's tiles in any order, entries past its count ignored). Works on
     the lists, never on a ``[B, H, Mt, Nt]`` grid."""
-    expected_tile = flex_tile_size(layout.block_size)
-    whole = (layout.seq_len_q, layout.seq_len_k)
-    lengths = tuple(seq_lengths)
-    covered = all(w - layout.block_size < n <= w for n, w in zip(lengths, whole, strict=True))
-    if tile_size != expected_tile or not covered:
-        raise ValueError(
-            f"{what} has {tile_size}-token tiles over {lengths[0]} x {lengths[1]} tokens, but "
-            f"its layout ({layout.block_size}-token blocks) has {expected_tile}-token tiles over "
-            f"{whole[0]} x {whole[1]} tokens (or a partial last block of them)"
-        )
+    lengths = check_tile_geometry(layout, tile_size, seq_lengths, what)
     with_q = any(lists.get(f"{prefix}q_{part}") is not None
                  for prefix in ("", "full_") for part in ("num_blocks", "indices"))  # fmt: skip
     wanted = runs_kv_arguments(layout, causal, lengths, causal_offset, q_lists=with_q)
