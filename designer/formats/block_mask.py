@@ -20,6 +20,11 @@ mask carries both, and they agree:
 
 The batch dimension is 1 (it broadcasts); a one-head layout broadcasts over heads.
 
+A layout held as row runs (a long-context design, past a dense grid's size) gets its lists,
+their transpose and its ``mask_mod`` from the runs instead (``runs_block_mask``): no grid, no
+``[H, M, N]`` table; ``from_block_mask`` and the file check its lists against the runs' tiles on
+the lists alone, and the file stores the runs under ``"layout"``.
+
 Every Flex backend runs the mask: Triton (the default), eager, and FLASH, FlexAttention's FA4
 backend (``kernel_options={"BACKEND": "FLASH"}``, with ``flash-attn-4`` installed, compiled on a
 Hopper or Blackwell GPU). FLASH compiles ``mask_mod`` to CuTe-DSL, which in torch 2.11 reads a
