@@ -10,6 +10,8 @@ Flex's lists are rectangular, so even compact ones are as wide as their longest 
 lists as the most-attended key tile, and a sink is attended by every query (``H·Nt·Mt``
 entries: 134 MB at 32 heads x 128K tokens, 8.6 GB at 1M). They are made only when asked
 (``q_lists``; the forward never reads them), and lists past ``MAX_LIST_ENTRIES`` are refused.
+Flex's kernels read lists by their strides, any width; torch's own helpers ``BlockMask.to_dense``
+and ``to_string`` assume lists as wide as the key tiles, so call them on ``width="tiles"``.
 
 ``mask_mod`` reads no dense table either:
 
