@@ -43,13 +43,23 @@ from designer.patterns.attention_sinks import attention_sinks_runs
 from designer.segment_runs import sdd_segment_runs
 from designer.segment_stats import run_segment_stats
 from designer.threads import one_thread
+from gpu.bench.cases import (
+    LONG_CONTEXT_BLOCK,
+    LONG_CONTEXT_BLOCKS,
+    LONG_CONTEXT_HEADS,
+    LONG_CONTEXT_SINK_BLOCKS,
+    LONG_CONTEXT_WINDOW_TOKENS,
+)
 from tools.whole_path import measure
 
 ROOT = Path(__file__).resolve().parents[1]
 REPEATS = 3
-HEADS, BLOCK, WINDOW_TOKENS, SINK_BLOCKS = 32, 64, 4096, 1
+HEADS, BLOCK, WINDOW_TOKENS, SINK_BLOCKS = (  # the design the GPU harness runs too
+    LONG_CONTEXT_HEADS, LONG_CONTEXT_BLOCK, LONG_CONTEXT_WINDOW_TOKENS, LONG_CONTEXT_SINK_BLOCKS,
+)  # fmt: skip
 #: Query (= key) blocks, and the whole path's targets: seconds and extra peak MB.
-CASES = {"128K": (2048, 2.0, 512), "1M": (16384, 5.0, 1024)}
+TARGETS = {"128K": (2.0, 512), "1M": (5.0, 1024)}
+CASES = {name: (LONG_CONTEXT_BLOCKS[name], *target) for name, target in TARGETS.items()}
 #: Shapes a dense grid holds (the last at its cap), timed in both forms by ``--switch``.
 SWITCH_SHAPES = ((4, 256, 256), (16, 1024, 1024), (16, 2048, 2048))
 

@@ -20,6 +20,11 @@ mask carries both, and they agree:
 
 The batch dimension is 1 (it broadcasts); a one-head layout broadcasts over heads.
 
+A layout held as row runs (a long-context design, past a dense grid's size) gets its lists,
+their transpose and its ``mask_mod`` from the runs instead (``runs_block_mask``): no grid, no
+``[H, M, N]`` table; ``from_block_mask`` and the file check its lists against the runs' tiles on
+the lists alone, and the file stores the runs under ``"layout"``.
+
 Every Flex backend runs the mask: Triton (the default), eager, and FLASH, FlexAttention's FA4
 backend (``kernel_options={"BACKEND": "FLASH"}``, with ``flash-attn-4`` installed, compiled on a
 Hopper or Blackwell GPU). FLASH compiles ``mask_mod`` to CuTe-DSL, which in torch 2.11 reads a
@@ -69,7 +74,8 @@ from designer.formats.flex_tiles import (
     layout_tiles,
     listed_tiles,
 )
-from designer.formats.packing import pack_blocks, pack_partials
+from designer.formats.packing import pack_blocks, pack_partials, pack_runs
+from designer.formats.runs_block_mask import check_runs_lists, runs_block_mask, runs_kv_arguments
 from designer.layout import CAUSAL_ALIGNMENTS, Layout, causal_offset
 from designer.mask_mod import check_evaluation, evaluate_blocks, head_dependent
 from designer.threads import one_thread
@@ -120,6 +126,9 @@ def to_block_mask(
             )
         seq_q, seq_k = own
     offset = causal_offset(alignment, seq_q, seq_k)
+    if layout.runs is not None:  # lists and mask_mod from the runs, never a dense grid
+        return runs_block_mask(layout, causal=causal, seq_lengths=(seq_q, seq_k),
+                               causal_offset=offset, device=device)  # fmt: skip
     arguments = _kv_arguments(layout, causal, (seq_q, seq_k), offset)
     for key, value in arguments.items():
         if isinstance(value, torch.Tensor):
@@ -140,6 +149,15 @@ def block_mask_tensors(layout: Layout, *, causal: bool = False) -> dict[str, Any
     """
     _check_layout(layout)
     causal = check_bool("causal", causal)
+    if layout.runs is not None:  # the lists from the runs, and the runs themselves
+        arguments = runs_kv_arguments(layout, causal, q_lists=False)
+        kept = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
+        return {
+            **{key: arguments[key] for key in kept},
+            "BLOCK_SIZE": arguments["BLOCK_SIZE"][0],
+            "seq_lengths": arguments["seq_lengths"],
+            "layout": {**pack_runs(layout), "block_size": layout.block_size, "causal": causal},
+        }
     stored = {**pack_blocks(layout), "block_size": layout.block_size, "causal": causal}
     if not layout.whole_blocks:  # token-exact layouts: their masks and lengths travel too
         stored["partials"] = pack_partials(layout)
@@ -248,6 +266,16 @@ def from_block_mask(block_mask: BlockMask) -> tuple[Layout, int]:
             f"{list(block_mask.kv_indices.shape)}"
         )
     seq_q, seq_k = tuple(block_mask.seq_lengths)
+    carried = getattr(block_mask.mask_mod, "layout", None)
+    if isinstance(carried, Layout) and carried.runs is not None:  # checked on the lists alone
+        names = [f"{prefix}{side}_{part}" for prefix in ("", "full_") for side in ("kv", "q")
+                 for part in ("num_blocks", "indices")]  # fmt: skip
+        check_runs_lists(
+            carried, bool(getattr(block_mask.mask_mod, "causal", False)), q_block,
+            (seq_q, seq_k), {name: getattr(block_mask, name) for name in names}, "block_mask",
+            causal_offset=int(getattr(block_mask.mask_mod, "causal_offset", 0)),
+        )  # fmt: skip
+        return carried, carried.block_size
     n_k = -(-seq_k // kv_block)
     partial = listed_tiles(block_mask.kv_num_blocks, block_mask.kv_indices, n_k)  # [B, H, M, N]
     full = torch.zeros_like(partial)
@@ -260,7 +288,6 @@ def from_block_mask(block_mask: BlockMask) -> tuple[Layout, int]:
             f"block_mask must have the same blocks in every batch entry, got a batch of "
             f"{partial.shape[0]} whose entries differ"
         )
-    carried = getattr(block_mask.mask_mod, "layout", None)
     if isinstance(carried, Layout):
         causal = bool(getattr(block_mask.mask_mod, "causal", False))
         offset = int(getattr(block_mask.mask_mod, "causal_offset", 0))

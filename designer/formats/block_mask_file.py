@@ -14,7 +14,8 @@ from typing import Any
 import torch
 
 from designer.formats.flex_tiles import check_tiles, listed_tiles
-from designer.formats.packing import read_partials, unpack_blocks
+from designer.formats.packing import RUNS_KEYS, read_partials, unpack_blocks, unpack_runs
+from designer.formats.runs_block_mask import check_runs_lists
 from designer.formats.torch_file import file_tensor
 from designer.layout import MAX_BLOCK_SIZE, Layout
 from designer.validate import (
@@ -52,6 +53,8 @@ def layout_from_tensors(tensors: Mapping[str, Any]) -> tuple[Layout, bool]:
         raise ValueError(
             f"seq_lengths ({seq_q}, {seq_k}) must be whole blocks of BLOCK_SIZE {block}"
         )
+    if isinstance(stored, Mapping) and "row_runs" in stored:
+        return _runs_layout(tensors, stored, block, (seq_q, seq_k))
     n_q, n_k = -(-seq_q // block), -(-seq_k // block)
     found = []
     for num_key, index_key in (
@@ -86,6 +89,32 @@ def layout_from_tensors(tensors: Mapping[str, Any]) -> tuple[Layout, bool]:
         rows, cols = torch.arange(n_q)[:, None], torch.arange(n_k)[None, :]
         causal = not bool((partial & (cols != rows)).any() or (full & (cols >= rows)).any())
     return Layout(blocks, block), causal
+
+
+def _runs_layout(
+    tensors: Mapping[str, Any], stored: Mapping[str, Any], tile: int, lengths: tuple[int, int]
+) -> tuple[Layout, bool]:
+    """The layout and causal flag of a file whose ``"layout"`` holds row runs (a long-context
+    design): its lists are checked against the runs' tiles on the lists alone (no grid)."""
+    check_keys("layout", stored, (*RUNS_KEYS, "block_size", "causal"))
+    runs = unpack_runs({key: stored[key] for key in RUNS_KEYS})
+    block = check_int("layout block_size", stored["block_size"], low=1, high=MAX_BLOCK_SIZE)
+    causal = check_bool("layout causal", stored["causal"])
+    layout = Layout(runs, block)
+    lists = {}
+    for key in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
+        value = None if tensors[key] is None else file_tensor(key, tensors[key])
+        if value is not None and (value.dtype.is_floating_point or value.dtype.is_complex
+                                  or value.dtype == torch.bool):  # fmt: skip
+            raise ValueError(f"{key} must hold integers, got dtype {value.dtype}")
+        lists[key] = value
+    check_runs_lists(layout, causal, tile, lengths, lists, "file")
+    if lengths != (layout.seq_len_q, layout.seq_len_k):
+        raise ValueError(
+            f"file seq_lengths {lengths} are not its layout's token lengths, "
+            f"{layout.seq_len_q} x {layout.seq_len_k}"
+        )
+    return layout, causal
 
 
 def _stored_layout(stored: Any) -> tuple[Layout, bool]:

@@ -16,8 +16,11 @@ compactly instead, as the importer reads it: its archive deflated (``torch_file.
 ``make_layout``'s int64), CSR indices as int32. A file that would still not come back says
 what to load instead, and one whose making alone would take more than ``MAX_EXPORT_BYTES`` of
 memory is ``unavailable``, saying why. So is a format that holds a dense grid (DeepSpeed's
-layout, MIT's ``base_blockmask``, the BlockMask's ``mask_mod`` table) for a long-context design
-held as row runs, whose grid is past what one may hold: its Design (.pt) and CSR files keep it.
+layout, MIT's ``base_blockmask``) for a long-context design held as row runs, whose grid is past
+what one may hold: its Design (.pt) and CSR files keep it. Its FlexAttention BlockMask file is
+made from the runs (``runs_block_mask``): tile lists as wide as its longest row and the runs
+themselves under ``"layout"``, which ``read_design_file`` reads back exactly; a runs design with
+partial blocks, or with blocks that straddle Flex's tiles, cannot be listed so and says why.
 """
 
 from __future__ import annotations
@@ -122,11 +125,7 @@ def exports(design: Design) -> list[Export]:
             "mask_mod from it, since without one eager flex_attention attends to every token "
             "pair. The FlexAttention snippet shows how.",
             lambda: _torch_bytes(block_mask_tensors(layout, causal=design.causal)),
-            unavailable=dense_only("The BlockMask's mask_mod looks blocks up in")
-            or _too_costly(
-                "BlockMask tile lists", 20 * tiles + 4 * cells * (layout.partials is not None)
-            ),
-            note=_size_note(8 * tiles + cells // 8, 8 * tiles + cells // 8),
+            **_block_mask_availability(layout, tiles, cells),
         ),
         Export(
             "FlexAttention snippet",
@@ -225,6 +224,38 @@ def exports(design: Design) -> list[Export]:
             lambda: python_snippet(design_file_name(design)).encode("utf-8"),
         ),
     ]
+
+
+def _block_mask_availability(layout, tiles: int, cells: int) -> dict[str, str | None]:
+    """``unavailable`` and ``note`` of the BlockMask file: a dense layout's lists and packed
+    grid, or a layout held as row runs, whose lists come from its runs (``runs_block_mask``)
+    at as many entries a row as its longest row has tiles, and which stores its runs."""
+    if layout.runs is None:
+        plain = 8 * tiles + cells // 8
+        return {
+            "unavailable": _too_costly(
+                "BlockMask tile lists", 20 * tiles + 4 * cells * (layout.partials is not None)
+            ),
+            "note": _size_note(plain, plain),
+        }
+    tile = flex_tile_size(layout.block_size)
+    if layout.partials is not None or tile % layout.block_size:
+        why = (
+            f"its {layout.n_partial:,} partial blocks (token masks)"
+            if layout.partials is not None
+            else f"its {layout.block_size}-token blocks, which straddle Flex's {tile}-token tiles"
+        )
+        return {
+            "unavailable": f"A BlockMask from a design held as row runs cannot express {why}; "
+            "download the Design (.pt), which keeps them",
+            "note": None,
+        }
+    runs, ratio = layout.runs, tile // layout.block_size
+    longest = int(runs.row_counts().max()) // ratio + 2  # a row's tiles, at most
+    tile_rows = layout.n_heads * -(-layout.seq_len_q // tile)
+    plain = 2 * 4 * tile_rows * (longest + 1) + runs.nbytes
+    return {"unavailable": _too_costly("BlockMask tile lists", 4 * plain),
+            "note": _size_note(plain, plain)}  # fmt: skip
 
 
 def _block_level(layout) -> Callable[[str], str | None]:

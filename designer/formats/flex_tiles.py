@@ -158,6 +158,24 @@ def layout_tiles(
     )  # fmt: skip
 
 
+def check_tile_geometry(
+    layout: Layout, tile_size: int, seq_lengths: tuple[int, int], what: str
+) -> tuple[int, int]:
+    """``seq_lengths`` as a tuple, once ``tile_size`` is ``layout``'s Flex tile and the lengths
+    are its own (whole blocks or a partial last block); else ``ValueError`` naming ``what``."""
+    expected_tile = flex_tile_size(layout.block_size)
+    lengths = tuple(seq_lengths)
+    whole = (layout.seq_len_q, layout.seq_len_k)
+    covered = all(w - layout.block_size < n <= w for n, w in zip(lengths, whole, strict=True))
+    if tile_size != expected_tile or not covered:
+        raise ValueError(
+            f"{what} has {tile_size}-token tiles over {lengths[0]} x {lengths[1]} tokens, but "
+            f"its layout ({layout.block_size}-token blocks) has {expected_tile}-token tiles over "
+            f"{whole[0]} x {whole[1]} tokens (or a partial last block of them)"
+        )
+    return lengths
+
+
 def check_tiles(
     layout: Layout,
     causal: bool,
@@ -172,16 +190,7 @@ def check_tiles(
     """Raise ``ValueError`` naming ``what`` unless ``tile_size``, ``seq_lengths`` (whole blocks or
     a partial last block) and the bool ``[H, M, N]`` ``full`` and ``partial`` tiles are exactly
     those of ``layout`` (causal with ``causal_offset`` when ``causal``)."""
-    expected_tile = flex_tile_size(layout.block_size)
-    lengths = tuple(seq_lengths)
-    whole = (layout.seq_len_q, layout.seq_len_k)
-    covered = all(w - layout.block_size < n <= w for n, w in zip(lengths, whole, strict=True))
-    if tile_size != expected_tile or not covered:
-        raise ValueError(
-            f"{what} has {tile_size}-token tiles over {lengths[0]} x {lengths[1]} tokens, but "
-            f"its layout ({layout.block_size}-token blocks) has {expected_tile}-token tiles over "
-            f"{whole[0]} x {whole[1]} tokens (or a partial last block of them)"
-        )
+    lengths = check_tile_geometry(layout, tile_size, seq_lengths, what)
     want_full, want_partial = layout_tiles(layout, causal, tile_size, lengths, causal_offset)
     if full.shape != want_full.shape:
         raise ValueError(

@@ -5,6 +5,7 @@ Examples::
 
     python -m gpu.bench --case banded_7pct-b128-d64,dense-b16-d128
     python -m gpu.bench --design my_layout.pt --head-dim 128 --out results.json
+    python -m gpu.bench --long-context 128K --backward --out results-128k.json
     python -m gpu.bench --sweep standard --out benchmarks/results/2026-11-29-h200.json
     python -m gpu.bench --sweep standard --quick
     python -m gpu.bench --sweep standard --seq 4096 --out results-s4096.json
@@ -46,7 +47,14 @@ import torch
 
 from designer.design import Design
 from designer.formats import load_design
-from gpu.bench.cases import find_case, standard_cases
+from gpu.bench.cases import (
+    LONG_CONTEXT_BACKWARD_CONTENDERS,
+    LONG_CONTEXT_BLOCKS,
+    LONG_CONTEXT_CONTENDERS,
+    find_case,
+    long_context_design,
+    standard_cases,
+)
 from gpu.bench.config import (
     BACKWARD_CONTENDERS,
     CONTENDERS,
@@ -76,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cpu_check:
         return _cpu_check(parser, args)
-    if not (args.case or args.design or args.sweep):
-        parser.error("give --case, --design, --sweep, --list or --cpu-check")
+    if not (args.case or args.design or args.sweep or args.long_context):
+        parser.error("give --case, --design, --long-context, --sweep, --list or --cpu-check")
     try:
         jobs, skipped = _jobs(args)
         earlier = _earlier(args, jobs)
@@ -224,8 +232,15 @@ def _jobs(args: argparse.Namespace) -> tuple[list, list[str]]:
         return jobs, skipped
     if args.seq is not None:
         raise ValueError("--seq sets the length of --case and --sweep; a design has its own")
-    if args.design:
-        design = load_design(args.design)
+    if args.design or args.long_context:
+        if args.design:
+            design = load_design(args.design)
+        else:
+            design = long_context_design(args.long_context)
+            if not args.contenders:
+                backward = args.backward
+                chosen = LONG_CONTEXT_BACKWARD_CONTENDERS if backward else LONG_CONTEXT_CONTENDERS
+                args.contenders = ",".join(chosen)
         layout, shape = design.layout, design.model_shape
         config = BenchConfig(
             batch=shape.batch,
@@ -238,7 +253,7 @@ def _jobs(args: argparse.Namespace) -> tuple[list, list[str]]:
             backward=args.backward,
         )
         return [(design.name, _override(config, args), layout)], []
-    raise ValueError("give --case, --design or --sweep")
+    raise ValueError("give --case, --design, --long-context or --sweep")
 
 
 def _override(config: BenchConfig, args: argparse.Namespace) -> BenchConfig:
@@ -267,6 +282,12 @@ def _parser() -> argparse.ArgumentParser:
         "--case", help="standard cases, comma-separated, e.g. banded_7pct-b128-d64 (see --list)"
     )
     what.add_argument("--design", help="a .pt design file saved by the app")
+    what.add_argument(
+        "--long-context",
+        choices=list(LONG_CONTEXT_BLOCKS),
+        help="the long-context design of benchmarks/long_context.py (32 heads, a 4K-token causal "
+        "window plus a sink, blocks of 64) held as row runs, B=1, D=128",
+    )
     what.add_argument("--sweep", choices=["standard"], help="every standard case")
     what.add_argument("--list", action="store_true", help="list the standard cases")
     parser.add_argument(

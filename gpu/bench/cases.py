@@ -24,6 +24,13 @@ kernel alone with start width 1 (``sdd_w1``, ``sdd_qk_w1``) beside the segment-d
 ``quick`` shrinks S to 4096 and the reps, to check the harness end to end in seconds.
 ``backward`` times training steps (forward then backward) of the contenders that have a
 backward pass (``DEFAULT_BACKWARD_CONTENDERS``: ours fused, both Flex builds, dense SDPA).
+
+The long-context cases (``long_context_design``, ``python -m gpu.bench --long-context 128K``)
+are the designs of ``benchmarks/long_context.py``: 32 heads of a causal sliding window of 4,096
+tokens plus a one-block sink, 64-token blocks, at 128K tokens (2,048^2 blocks) and 1M (16,384^2),
+held as row runs; B=1, D=128. Their contenders (``LONG_CONTEXT_CONTENDERS``) are those that run
+a layout without its dense grid: ours, Flex on Triton and on FA4, and dense causal SDPA (flash)
+for scale.
 """
 
 from __future__ import annotations
@@ -33,10 +40,12 @@ from dataclasses import dataclass
 
 import torch
 
+from designer.design import Design
 from designer.layout import Layout
 from designer.patterns import causal as causal_pattern
 from designer.patterns import global_tokens, random_blocks, sliding_window
-from designer.validate import MAX_LAYOUT_CELLS, check_int, error_context
+from designer.patterns.attention_sinks import attention_sinks_runs
+from designer.validate import MAX_LAYOUT_CELLS, check_choice, check_int, error_context
 from gpu.bench.config import DEFAULT_BACKWARD_CONTENDERS, DEFAULT_CONTENDERS, BenchConfig
 from gpu.support import HEAD_DIMS
 
@@ -54,6 +63,14 @@ RANDOM_PROBABILITY = 1 / 16
 STUDY_CONTENDERS = ("sdd_w1", "sdd_qk", "sdd_qk_w1")
 #: The sweep also times the public call with a plan beside the kernel alone.
 STANDARD_CONTENDERS = ("fused", "fused_api", *DEFAULT_CONTENDERS[1:])
+#: The long-context designs: query (= key) blocks by name, heads, block, window and sinks.
+LONG_CONTEXT_BLOCKS = {"128K": 2048, "1M": 16384}
+LONG_CONTEXT_HEADS, LONG_CONTEXT_BLOCK, LONG_CONTEXT_WINDOW_TOKENS, LONG_CONTEXT_SINK_BLOCKS = (
+    32, 64, 4096, 1,
+)  # fmt: skip
+#: What a long-context case runs by default: the forward's, and the training step's.
+LONG_CONTEXT_CONTENDERS = ("fused", "fused_api", "flex", "flex_flash", "sdpa_flash")
+LONG_CONTEXT_BACKWARD_CONTENDERS = ("fused", "flex", "flex_flash", "sdpa_flash")
 
 
 @dataclass(frozen=True)
@@ -171,3 +188,14 @@ def iter_sweep(
     for case in standard_cases():
         yield (case, case.config(quick=quick, seq_len=seq_len),
                case.layout(quick=quick, seq_len=seq_len))  # fmt: skip
+
+
+def long_context_design(name: str, heads: int = LONG_CONTEXT_HEADS) -> Design:
+    """The long-context design called ``name`` (``LONG_CONTEXT_BLOCKS``), causal, built as row
+    runs (a layout past a dense grid's size stays so)."""
+    check_choice("long context", name, tuple(LONG_CONTEXT_BLOCKS))
+    n_blocks = LONG_CONTEXT_BLOCKS[name]
+    window = LONG_CONTEXT_WINDOW_TOKENS // LONG_CONTEXT_BLOCK
+    runs = attention_sinks_runs(heads, n_blocks, n_blocks, sink_blocks=LONG_CONTEXT_SINK_BLOCKS,
+                                window_blocks=window)  # fmt: skip
+    return Design(Layout(runs, LONG_CONTEXT_BLOCK), name=f"long context {name}", causal=True)

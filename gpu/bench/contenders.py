@@ -40,17 +40,30 @@ from typing import Any
 
 import torch
 
+from designer.layout import Layout
 from designer.units import bytes_text
 from designer.validate import MAX_LAYOUT_CELLS
 from gpu.bench import peers
 from gpu.bench.config import BACKWARD_CONTENDERS
 from gpu.bench.cudnn_bsa import bsa_call
 from gpu.bench.fa4 import fa4_call
-from gpu.bench.flex import FLASH, TRITON, FlexSession, FlexUnavailable, FlexVariant, flex_variants
+from gpu.bench.flex import (
+    FLASH,
+    TRITON,
+    FlexSession,
+    FlexUnavailable,
+    FlexVariant,
+    flex_variants,
+    runs_variants,
+)
 from gpu.reference import dense_masked_attention
 
 #: The ``torch.compile`` mode of the ``flex_tuned`` contender.
 FLEX_TUNED_MODE = "max-autotune-no-cudagraphs"
+#: Contenders that run a layout held as row runs (the others need its dense grid).
+RUNS_CONTENDERS = (
+    "fused", "fused_api", "flex", "flex_tuned", "flex_flash", "sdpa", "sdpa_cudnn", "sdpa_flash",
+)  # fmt: skip
 
 
 class Unavailable(RuntimeError):
@@ -64,7 +77,8 @@ class Case:
     q: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
-    blocks: torch.Tensor  # CPU bool [H or 1, M, N]: one head serves every head
+    blocks: torch.Tensor | None  # CPU bool [H or 1, M, N] (one head serves every head); None
+    # when the layout is held as row runs (``runs_layout``)
     block_size: int
     causal: bool
     scale: float
@@ -72,6 +86,7 @@ class Case:
     flex: FlexSession
     plans: dict[tuple, Any] = field(default_factory=dict)  # shared by contenders of this case
     grad_out: torch.Tensor | None = None  # a training step's output gradient (None: forward)
+    runs_layout: Layout | None = None  # a layout held as row runs, past a dense grid's size
 
     @property
     def backward(self) -> bool:
@@ -81,7 +96,14 @@ class Case:
     @property
     def dense_layout(self) -> bool:
         """Every block active: dense SDPA computes the same function."""
+        if self.blocks is None:
+            return self.runs_layout.nnz == self.runs_layout.cells
         return bool(self.blocks.all())
+
+    @property
+    def layout_source(self) -> torch.Tensor | Layout:
+        """What ``gpu.plan`` takes: the dense blocks, or the layout held as row runs."""
+        return self.runs_layout if self.blocks is None else self.blocks
 
 
 @dataclass(frozen=True)
@@ -125,6 +147,12 @@ def prepare(name: str, case: Case) -> Prepared | Variants:
         raise Unavailable(f"{name} needs a CUDA device")
     if case.backward and name not in BACKWARD_CONTENDERS:
         raise Unavailable(f"{name} has no backward pass")
+    if case.blocks is None and name not in RUNS_CONTENDERS:
+        h, m, n = case.runs_layout.shape
+        raise Unavailable(
+            f"{name} needs the dense [H, M, N] grid, and this {h} x {m:,} x {n:,} layout is held "
+            f"as row runs; {', '.join(RUNS_CONTENDERS)} run it"
+        )
     return makers[name](case)
 
 
@@ -141,7 +169,8 @@ def _fused(case: Case) -> Prepared:
     from gpu import plan as layout_plan
     from gpu.forward.launch import kv_row_strides, run_fused
 
-    plan = layout_plan(case.blocks, case.block_size, causal=case.causal, device=case.q.device)
+    plan = layout_plan(case.layout_source, case.block_size, causal=case.causal,
+                       device=case.q.device)  # fmt: skip
     plan = plan.fused(case.q.dtype, case.q.shape[3], *kv_row_strides(case.k, case.v))
     out = torch.empty_like(case.q)
     return Prepared(
@@ -152,7 +181,7 @@ def _fused(case: Case) -> Prepared:
 def _fused_api(case: Case) -> Prepared:
     from gpu import block_sparse_attention, plan
 
-    the_plan = plan(case.blocks, case.block_size, causal=case.causal, device=case.q.device)
+    the_plan = plan(case.layout_source, case.block_size, causal=case.causal, device=case.q.device)
     if case.backward:  # autograd takes no ``out``: the output is a new tensor each step
 
         def step() -> torch.Tensor:
@@ -229,19 +258,28 @@ def sdd_packed_bytes(batch: int, nnz: int, block_size: int, element_bytes: int) 
 
 def _flex(case: Case, mode: str | None, backend: str) -> Variants:
     try:
-        variants = flex_variants(case.blocks, case.block_size, causal=case.causal,
-                                 backend=backend)  # fmt: skip
+        if case.blocks is None:
+            variants = runs_variants(case.runs_layout, backend=backend)
+        else:
+            variants = flex_variants(case.blocks, case.block_size, causal=case.causal,
+                                     backend=backend)  # fmt: skip
     except FlexUnavailable as error:
         raise Unavailable(str(error)) from error
-    return Variants(tuple((v.name, partial(_flex_variant, case, mode, v), case.blocks.shape[0])
+    heads = (case.blocks if case.blocks is not None else case.runs_layout).shape[0]
+    return Variants(tuple((v.name, partial(_flex_variant, case, mode, v), heads)
                           for v in variants))  # fmt: skip
 
 
 def _flex_variant(case: Case, mode: str | None, variant: FlexVariant) -> Prepared:
     try:
-        call = case.flex.prepare(case.blocks, case.block_size, causal=case.causal,
-                                 device=case.q.device, mode=mode, variant=variant,
-                                 heads=case.q.shape[1])  # fmt: skip
+        if case.blocks is None:
+            call = case.flex.prepare_runs(case.runs_layout, causal=case.causal, mode=mode,
+                                          device=case.q.device, variant=variant,
+                                          backward=case.backward)  # fmt: skip
+        else:
+            call = case.flex.prepare(case.blocks, case.block_size, causal=case.causal,
+                                     device=case.q.device, mode=mode, variant=variant,
+                                     heads=case.q.shape[1])  # fmt: skip
     except FlexUnavailable as error:
         raise Unavailable(str(error)) from error
 

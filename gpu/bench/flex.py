@@ -26,6 +26,13 @@ block lists and computes dense attention (pytorch issue 188322), so ``dense`` ru
 layouts and every other layout gets the real lookup; and a ``mask_mod`` without full blocks can
 raise ``NotImplementedError``, so every fully active tile is listed as full.
 
+A layout held as row runs (a long-context design, past a dense grid's size) has no grid to
+reduce or gather from: ``runs_variants`` offers the ``runs`` form (its runs read in place, any
+layout with at most ``MAX_MASK_RUNS`` runs a row) and, for a causal window plus sinks, the
+``sinks`` closed form, and ``FlexSession.prepare_runs`` builds their BlockMask from the runs
+(``designer.formats.runs_block_mask``), lists compact on Triton and one entry per key tile on
+FLASH (FA4 checks that width). Each such case compiles its own ``mask_mod``.
+
 FlexAttention compiles once per distinct ``mask_mod`` function, tile, backend and shape. So each
 ``mask_mod`` is built once per session and reads its parameters (the layout, the causal flag,
 the band's block size and window) from small persistent tensors that a new case ``copy_``-s or
@@ -44,8 +51,16 @@ from typing import Any
 
 import torch
 
-from designer.formats.flex_tiles import FLEX_BLOCK, kv_lists
+from designer.formats.flex_tiles import FLEX_BLOCK, flex_tile_size, kv_lists
 from designer.formats.flex_tiles import tile_classes as designer_tile_classes
+from designer.formats.runs_block_mask import (
+    MAX_MASK_RUNS,
+    runs_block_mask,
+    runs_mask_mod,
+    sinks_window,
+    sinks_window_mask_mod,
+)
+from designer.layout import Layout
 from designer.validate import check_choice, check_int
 from gpu.bench.flex_masks import (
     MASK_GRANULARITY,
@@ -60,12 +75,18 @@ from gpu.bench.flex_masks import (
 #: The backends: FlexAttention's Triton templates, or FlashAttention-4 (``"FLASH"``).
 TRITON, FLASH = "TRITON", "FLASH"
 BACKENDS = (TRITON, FLASH)
-#: The ``mask_mod`` forms: the layout gathered or looked up from a buffer, or a closed form.
+#: The ``mask_mod`` forms: the layout gathered or looked up from a buffer, or a closed form;
+#: for a layout held as row runs, its runs read in place (``runs``) or the closed form of a
+#: causal window plus sinks (``sinks``), ``designer.formats.runs_block_mask``.
 GATHER, LOOKUP, CAUSAL, BAND, DENSE = "gather", "lookup", "causal", "band", "dense"
-MASKS = (GATHER, LOOKUP, CAUSAL, BAND, DENSE)
+RUNS, SINKS = "runs", "sinks"
+MASKS = (GATHER, LOOKUP, CAUSAL, BAND, DENSE, RUNS, SINKS)
 #: The forms each backend runs (FLASH in torch 2.11 cannot load the 0-d tensors of the gather's
 #: causal flag or the band's parameters; see ``flex_masks.py``).
-BACKEND_MASKS = {TRITON: (GATHER, CAUSAL, BAND, DENSE), FLASH: (LOOKUP, CAUSAL, DENSE)}
+BACKEND_MASKS = {
+    TRITON: (GATHER, CAUSAL, BAND, DENSE, RUNS, SINKS),
+    FLASH: (LOOKUP, CAUSAL, DENSE, RUNS, SINKS),
+}
 #: The smallest tile a variant uses (the layout's own block size, from 64 tokens up).
 MIN_TILE = 64
 #: The layout's own tile is offered when it computes at least this fraction less area than
@@ -169,6 +190,30 @@ def flex_variants(
         raise FlexUnavailable(f"block_size must be a multiple of {MASK_GRANULARITY}")
     return tuple(FlexVariant(mask, tile, window, backend) for tile in tiles
                  for mask, window in masks)  # fmt: skip
+
+
+def runs_variants(layout: Layout, *, backend: str = TRITON) -> tuple[FlexVariant, ...]:
+    """The variants of a layout held as row runs, at Flex's 128-token tiles (or the layout's
+    own blocks from 128 tokens): the sinks-and-window closed form when the layout is that
+    family, and the runs read in place (any layout with at most ``MAX_MASK_RUNS`` runs a
+    row). Raises ``FlexUnavailable`` when none fits."""
+    check_choice("backend", backend, BACKENDS)
+    tile = flex_tile_size(layout.block_size)
+    if tile % layout.block_size:
+        raise FlexUnavailable(
+            f"a BlockMask from runs needs blocks dividing {tile} tokens, got block_size "
+            f"{layout.block_size}"
+        )
+    runs = layout.to_runs()
+    masks = [SINKS] if sinks_window(runs) is not None else []
+    if int((runs.row_ptr[1:] - runs.row_ptr[:-1]).max()) <= MAX_MASK_RUNS:
+        masks.append(RUNS)
+    if not masks:
+        raise FlexUnavailable(
+            f"no mask_mod without a dense table fits: a block row has more than "
+            f"{MAX_MASK_RUNS} runs and the layout has no closed form"
+        )
+    return tuple(FlexVariant(mask, tile, backend=backend) for mask in masks)
 
 
 def _tiles(blocks: torch.Tensor, block_size: int, causal: bool) -> list[int]:
@@ -295,6 +340,45 @@ class FlexSession:
             options = {"BACKEND": FLASH}
         elif mode is None and variant.tile_size < FLEX_BLOCK:
             options = {"BLOCK_M": SMALL_TILE_KERNEL, "BLOCK_N": SMALL_TILE_KERNEL}
+        return FlexCall(self._compiled[key], block_mask, options)
+
+    def prepare_runs(
+        self,
+        layout: Layout,
+        *,
+        causal: bool,
+        device: torch.device,
+        mode: str | None = None,
+        variant: FlexVariant,
+        backward: bool = False,
+    ) -> FlexCall:
+        """The call of a ``runs`` or ``sinks`` variant on a layout held as row runs: its
+        BlockMask built from the runs (``runs_block_mask``; lists one entry per key tile wide
+        on FLASH, whose FA4 checks that width; the transposed lists only for a ``backward``),
+        never from a dense grid."""
+        from torch.nn.attention.flex_attention import flex_attention
+
+        if variant.mask not in (RUNS, SINKS):
+            raise FlexUnavailable(f"a layout held as runs runs the {RUNS} or {SINKS} mask_mod")
+        runs, block = layout.to_runs(), layout.block_size
+        try:
+            if variant.mask == SINKS:
+                found = sinks_window(runs)
+                if found is None:
+                    raise ValueError("the layout is not a causal window plus sinks")
+                mask_mod = sinks_window_mask_mod(block, *found, causal=causal)
+            else:
+                mask_mod = runs_mask_mod(runs, block, causal=causal, device=device,
+                                         spare_rows=variant.tile_size // block)  # fmt: skip
+            width = "tiles" if variant.backend == FLASH else "compact"
+            block_mask = runs_block_mask(layout, causal=causal, device=device, width=width,
+                                         mask_mod=mask_mod, q_lists=backward)  # fmt: skip
+        except ValueError as error:
+            raise FlexUnavailable(str(error)) from error
+        key = (mode, variant.backend)
+        if key not in self._compiled:
+            self._compiled[key] = torch.compile(flex_attention, dynamic=False, mode=mode)
+        options = {"BACKEND": FLASH} if variant.backend == FLASH else None
         return FlexCall(self._compiled[key], block_mask, options)
 
     def _mask_mod(self, variant, blocks, block_size, causal, device, heads) -> Callable | None:

@@ -39,15 +39,18 @@ from gpu.bench.contenders import Case, Prepared, Unavailable, Variants, prepare
 from gpu.bench.flex import FlexSession
 from gpu.bench.metrics import (
     active_pairs,
+    all_pairs,
     attention_flops,
     backward_flops,
     median,
+    runs_active_pairs,
     speedup,
     step_flops,
     tflops,
     token_density,
 )
 from gpu.bench.results import failure_kind
+from gpu.bench.runs_checks import sampled_runs_references
 from gpu.bench.timing import CudaEventTimer, Timer, host_timer
 from gpu.bench.training import grads_of, time_step
 from gpu.bench.variants import (
@@ -119,6 +122,9 @@ class BenchResult:
     flops: int  # the forward's effective FLOPs (a training step counts 3.5x)
     results: tuple[ContenderResult, ...]
     checked_rows: int | None = None  # query rows per (batch, head) checked (None: no check)
+    # a layout held as row runs, in a training step: keys whose dk, dv are checked, and where
+    checked_key_rows: int | None = None
+    checked_key_heads: tuple[int, ...] | None = None
 
     @property
     def mode(self) -> str:
@@ -186,16 +192,24 @@ def run_benchmark(
     q, k, v, *grad_out = draw(config)
     scale = config.head_dim**-0.5
     case = Case(q, k, v, blocks, layout.block_size, config.causal, scale, config.start_width,
-                session.flex, grad_out=grad_out[0] if grad_out else None)  # fmt: skip
-    reference = checked_rows = None
+                session.flex, grad_out=grad_out[0] if grad_out else None,
+                runs_layout=layout if blocks is None else None)  # fmt: skip
+    reference = checked_rows = checked_keys = None
     if config.check_error:
         report("reference", 0.0)
         sample = row_sample(config.batch, config.seq_q, config.seq_len_k, layout.block_size)
         with torch.no_grad():
-            reference = references(case, sample)
+            find = references if blocks is not None else sampled_runs_references
+            reference = find(case, sample)
         checked_rows = config.seq_q if sample is None else sample.rows
-    repeats = config.heads // blocks.shape[0]  # a one-head layout serves every head
-    pairs = active_pairs(blocks, layout.block_size, causal=config.causal) * repeats
+        if blocks is None and config.backward:
+            checked_keys = (sum(b - a for a, b in reference.key_windows), reference.heads)
+    repeats = config.heads // layout.n_heads  # a one-head layout serves every head
+    if blocks is None:
+        pairs = runs_active_pairs(layout.runs, layout.block_size, causal=config.causal)
+    else:
+        pairs = active_pairs(blocks, layout.block_size, causal=config.causal)
+    pairs *= repeats
     flops = attention_flops(config.batch, config.head_dim, pairs)
 
     timed = []
@@ -207,15 +221,22 @@ def run_benchmark(
         timed.append(_run_one(contender, case, config, session, reference, report_part))
     report("done", 1.0)
     results = _derive(timed, config, flops, layout.block_size)
+    if blocks is None:
+        cells = layout.n_q_blocks * layout.n_k_blocks * layout.block_size**2
+        densities = layout.density, pairs / (config.heads * cells)
+    else:
+        densities = (float(blocks.float().mean()),
+                     token_density(blocks, layout.block_size, causal=config.causal))  # fmt: skip
     info = LayoutInfo(
         name=name,
         block_size=layout.block_size,
-        shape=(config.heads, *blocks.shape[1:]),
-        nnz=int(blocks.sum()) * repeats,
-        block_density=float(blocks.float().mean()),
-        token_density=token_density(blocks, layout.block_size, causal=config.causal),
+        shape=(config.heads, *layout.shape[1:]),
+        nnz=layout.nnz * repeats,
+        block_density=densities[0],
+        token_density=densities[1],
     )
-    return BenchResult(name, config, info, flops, tuple(results), checked_rows)
+    return BenchResult(name, config, info, flops, tuple(results), checked_rows,
+                       *(checked_keys or (None, None)))  # fmt: skip
 
 
 def _check_layout(config: BenchConfig, layout: Layout) -> torch.Tensor:
@@ -228,7 +249,8 @@ def _check_layout(config: BenchConfig, layout: Layout) -> torch.Tensor:
             f"layout covers {layout.seq_len_q} x {layout.seq_len_k} tokens, the config "
             f"{config.seq_q} x {config.seq_len_k}"
         )
-    return layout.blocks  # one head (serving every head) or config.heads
+    # one head (serving every head) or config.heads; None for a layout held as row runs
+    return layout.blocks if layout.runs is None else None
 
 
 def _run_one(name, case, config, session, reference, report) -> ContenderResult:
@@ -363,9 +385,8 @@ def _derive(timed, config, flops, block_size) -> list[ContenderResult]:
     bsa_ms = bsa.ms if bsa is not None and bsa.status == "ok" else None
     flex_times = [r.ms for r in timed if r.name in FLEX_CONTENDERS and r.status == "ok"]
     best_flex_ms = min(flex_times) if flex_times else None
-    ones = torch.ones(1, config.seq_q // block_size, config.seq_len_k // block_size,
-                      dtype=torch.bool)  # fmt: skip
-    dense_pairs = active_pairs(ones, block_size, causal=config.causal) * config.heads
+    n_q, n_k = config.seq_q // block_size, config.seq_len_k // block_size
+    dense_pairs = all_pairs(n_q, n_k, block_size, causal=config.causal) * config.heads
     dense_flops = attention_flops(config.batch, config.head_dim, dense_pairs)
     timed_flops, timed_dense_flops = flops, dense_flops
     if config.backward:

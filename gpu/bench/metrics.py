@@ -87,3 +87,36 @@ def median(values: list[float]) -> float:
     ordered = sorted(values)
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def runs_active_pairs(runs, block_size: int, *, causal: bool) -> int:
+    """``active_pairs`` of a layout held as row runs (``designer.block_runs.BlockRuns``), from
+    its runs: with ``causal``, each run's blocks left of the diagonal and its diagonal block.
+
+    >>> from designer.block_runs import BlockRuns
+    >>> runs_active_pairs(BlockRuns.from_dense(torch.ones(1, 2, 2, dtype=torch.bool)), 4,
+    ...                   causal=True)
+    36
+    """
+    if not causal:
+        return runs.nnz * block_size * block_size
+    row = runs.run_rows() % runs.shape[1]
+    starts, stops = runs.starts.to(torch.int64), runs.stops.to(torch.int64)
+    below = int((torch.minimum(stops, row) - starts).clamp(min=0).sum())
+    diagonal = int(((starts <= row) & (row < stops)).sum())
+    return below * block_size * block_size + diagonal * block_size * (block_size + 1) // 2
+
+
+def all_pairs(n_q: int, n_k: int, block_size: int, *, causal: bool) -> int:
+    """``active_pairs`` of one head with every one of its ``n_q x n_k`` blocks active, in closed
+    form (no grid).
+
+    >>> all_pairs(3, 5, 4, causal=True) == active_pairs(torch.ones(1, 3, 5, dtype=torch.bool),
+    ...                                                 4, causal=True)
+    True
+    """
+    if not causal:
+        return n_q * n_k * block_size * block_size
+    below = sum(min(m, n_k) for m in range(n_q))
+    diagonal = min(n_q, n_k)
+    return below * block_size * block_size + diagonal * block_size * (block_size + 1) // 2

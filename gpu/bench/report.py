@@ -43,6 +43,11 @@ SAMPLED_NOTE = (
     "{} case(s) too large to check in full: errors on a sample of query rows (checked_rows in "
     "the JSON); dk and dv unchecked there"
 )
+KEYS_SAMPLED_NOTE = (
+    "{} case(s) held as row runs: output and dq on a sample of query rows of every head "
+    "(checked_rows), dk and dv on a sample of keys (checked_key_rows) of a few heads "
+    "(checked_key_heads), each exact over every query attending them"
+)
 FLOPS_FORMULA = "4*B*H*Sq*Sk*D*token_density (active (q,k) pairs, causal counted)"
 BACKWARD_FLOPS_FORMULA = (
     f"forward {FLOPS_FORMULA}; backward 2.5x the forward, so TFLOP/s of a forward+backward "
@@ -104,7 +109,7 @@ def _driver_version() -> str:
 
 def result_to_dict(result: BenchResult) -> dict[str, Any]:
     """One case as plain JSON values."""
-    return {
+    case = {
         "case": result.case,
         "mode": result.mode,
         "config": dataclasses.asdict(result.config),
@@ -113,6 +118,10 @@ def result_to_dict(result: BenchResult) -> dict[str, Any]:
         "checked_rows": result.checked_rows,
         "results": [dataclasses.asdict(r) for r in result.results],
     }
+    if result.checked_key_rows is not None:  # a runs layout's training step: its dk, dv sample
+        case["checked_key_rows"] = result.checked_key_rows
+        case["checked_key_heads"] = list(result.checked_key_heads)
+    return case
 
 
 def document(
@@ -207,8 +216,11 @@ def format_table(results: Sequence[BenchResult]) -> str:
     if any(r.variant for result in results for r in result.results):
         lines += ["", VARIANT_NOTE]
     sampled = [r for r in results if r.checked_rows is not None and r.checked_rows < r.config.seq_q]
-    if sampled:
-        lines += ["", SAMPLED_NOTE.format(len(sampled))]
+    by_keys = [r for r in sampled if r.checked_key_rows is not None]
+    if len(sampled) > len(by_keys):
+        lines += ["", SAMPLED_NOTE.format(len(sampled) - len(by_keys))]
+    if by_keys:
+        lines += ["", KEYS_SAMPLED_NOTE.format(len(by_keys))]
     if backward:
         lines += ["", "TFLOP/s count the backward as 2.5x the forward's FLOPs (a step: 3.5x)"]
     return "\n".join(lines)

@@ -179,7 +179,8 @@ def measure(
             session=coordinator.bench_session(config.flush_l2),
         )  # fmt: skip
         impls = tuple(c for c in config.contenders if c in DETAIL_IMPLS)
-        if with_details and config.check_error and impls:
+        # per-head errors take a dense reference of every row: not for a layout held as runs
+        if with_details and config.check_error and impls and layout.runs is None:
             progress("per-head errors", 1.0)
             details = error_details(config, layout, impls)
     except torch.OutOfMemoryError as exc:

@@ -158,11 +158,14 @@ def test_a_design_held_as_runs_offers_what_holds_it_and_says_why_not_the_grids()
     assert layout.runs is not None
     files = by_name(Design(layout, name="long", causal=True))
     for name in ("long_deepspeed.pt", "long_sparsity_config.py", "long_base_blockmask.pt",
-                 "long_blockmask.pt", "flex_long.py"):  # fmt: skip
+                 "flex_long.py"):  # fmt: skip
         why = files[name].unavailable
         assert "dense [heads, q_blocks, k_blocks] grid" in why and "1 x 8,200 x 8,200" in why
         assert "download the CSR (row_ptr, col_idx) or the Design (.pt)" in why and len(why) < 400
     assert load_design(files["long.pt"].build()).layout == layout
+    assert files["long_blockmask.pt"].unavailable is None  # its lists come from the runs
+    loaded = read_design_file(io.BytesIO(files["long_blockmask.pt"].build())).design
+    assert loaded.layout == layout and loaded.causal
     csr = load(files["long_csr.pt"].build())
     assert from_csr(csr["row_ptr"], csr["col_idx"], csr["n_k_blocks"], csr["block_size"]) == layout
     for export in files.values():

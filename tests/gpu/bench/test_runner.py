@@ -166,3 +166,17 @@ def test_each_flush_setting_has_its_own_harness_session():
     coordinator = GpuCoordinator(lambda flush: made.append(flush) or f"session {flush}")
     assert coordinator.bench_session(True) == coordinator.bench_session(True) == "session True"
     assert coordinator.bench_session(False) == "session False" and made == [True, False]
+
+
+def test_a_design_held_as_runs_keeps_its_result_without_per_head_errors(cpu_gpu, monkeypatch):
+    """Per-head errors take a dense reference of every row; a long-context design skips them."""
+    import designer.layout
+    from designer.patterns.attention_sinks import attention_sinks_runs
+
+    monkeypatch.setattr(designer.layout, "DENSE_CELLS", 0)
+    design = Design(Layout(attention_sinks_runs(2, 4, 4, sink_blocks=1, window_blocks=2), 16))
+    assert design.layout.runs is not None
+    monkeypatch.setattr(runner, "run_benchmark", lambda *args, **kwargs: "measured")
+    monkeypatch.setattr(runner, "error_details", pytest.fail)
+    result = measure(cpu_gpu, CONFIG, design, margin=1.25, progress=print)
+    assert result.error is None and result.result == "measured" and result.details == {}
