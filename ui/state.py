@@ -251,8 +251,8 @@ def sized_history(steps: History, new: Design) -> History:
 def history_limit(current: Design) -> int:
     """Undo steps to keep for designs the size of ``current``: ``HISTORY_LIMIT``, fewer for
     layouts so large that the steps would pass ``HISTORY_BYTES`` (at least 2)."""
-    layout = current.layout
-    layout_bytes = layout.blocks.numel()  # one byte per bool block, and any token masks
+    layout = current.layout  # one byte per bool block (or the runs' bytes), and any token masks
+    layout_bytes = layout.blocks.numel() if layout.runs is None else layout.runs.nbytes
     layout_bytes += 0 if layout.partials is None else layout.partials.nbytes
     return max(2, min(HISTORY_LIMIT, HISTORY_BYTES // layout_bytes))
 
