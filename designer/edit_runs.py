@@ -9,10 +9,9 @@ painted heads and the region's rows, never the grid: a click on one block of a 3
 layout costs milliseconds. Partial blocks inside the region are dropped (an edit paints whole
 blocks), as on a dense layout.
 
->>> layout = Layout(BlockRuns.empty(2, 4, 4), 16)
->>> painted = apply_edit_runs(layout, EditOp("set", Rect(1, 1, 2, 3), heads=(1,)))
->>> painted.runs.head_counts().tolist()
-[0, 6]
+>>> box = region_runs(Rect(1, 1, 2, 3), 4, 4)
+>>> painted_runs(BlockRuns.empty(2, 4, 4), "set", box).head_counts().tolist()
+[6, 6]
 """
 
 from __future__ import annotations
