@@ -4,7 +4,8 @@ A design held as runs (past the dense grid) is analysed on its runs in a backgro
 no page waits for its statistics and lints: the page starts the job (``start``), shows a
 progress line and polls in a fragment until the job is done (``state_of``), then reruns to show
 the result, which the job leaves in the analysis cache keyed by the design's content. A job is
-started once per key however many pages ask; one that fails keeps its reason for the pages.
+started once per key however many pages ask (again if its result left the cache); one that
+fails keeps its reason for the pages.
 """
 
 from __future__ import annotations
@@ -36,10 +37,11 @@ _LOCK = threading.Lock()
 
 
 def start(key: str, work: Callable[[], object]) -> Job:
-    """Run ``work`` on a thread of its own unless a job under ``key`` ran or runs already."""
+    """Run ``work`` on a thread of its own unless a job under ``key`` runs already or failed
+    (a job that finished is run again: the caller asks only when its result is gone)."""
     with _LOCK:
         job = _JOBS.get(key)
-        if job is not None:
+        if job is not None and (not job.done or job.error is not None):
             return job
         if len(_JOBS) >= MAX_JOBS:  # forget the oldest finished ones
             for old in [k for k, j in _JOBS.items() if j.done][: MAX_JOBS // 2]:
