@@ -34,6 +34,17 @@ def head_partials(layout: Layout, head: int) -> tuple[np.ndarray | None, str]:
     return grid, hashlib.blake2b(index.tobytes(), digest_size=12).hexdigest()
 
 
+def partials_key(layout: Layout, head: int) -> str:
+    """A key naming the partial blocks of ``head`` and their token masks ("" when none)."""
+    partials = layout.partials
+    rows = slice(0, 0) if partials is None else partials.head_range(head)
+    if rows.start == rows.stop:
+        return ""
+    digest = hashlib.blake2b(partials.index[rows].numpy().tobytes(), digest_size=12)
+    digest.update(partials.bits[rows].numpy().tobytes())
+    return digest.hexdigest()
+
+
 def window_partials(
     layout: Layout, head: int, row0: int, col0: int, rows: int, cols: int, step: int = 1
 ) -> np.ndarray | None:

@@ -24,7 +24,7 @@ from designer.edit import ACTIONS, Band, CopyHead, EditOp
 from designer.layout import Layout
 from designer.storage import DesignStore
 from ui import keys, state
-from ui.block_zoom_ui import block_zoom_ui, head_partials
+from ui.block_zoom_ui import block_zoom_ui, head_partials, partials_key
 from ui.canvas import edit_value, head_value, paint_canvas, view_value
 from ui.canvas.apply import apply_trigger
 from ui.canvas.payload import head_payload
@@ -208,8 +208,9 @@ def _head_data(current: Design, head: int) -> dict:
     held as runs, the window the canvas shows (``viewport``)."""
     if current.layout.runs is not None:
         view = shown_view(st.session_state, current.layout, head)
-        return _window_payload(head_keys(current.layout)[head], view, _layout=current.layout,
-                               _head=head)  # fmt: skip
+        layout = current.layout
+        return _window_payload(head_keys(layout)[head], partials_key(layout, head), view,
+                               _layout=layout, _head=head)  # fmt: skip
     blocks = current.layout.blocks[head].numpy()
     tiles = head_view(current, head)  # untiled when segmenting it costs more than a page may
     partial, partial_key = head_partials(current.layout, head)
@@ -227,6 +228,8 @@ def _head_payload(
 
 
 @st.cache_data(max_entries=8, show_spinner=False)
-def _window_payload(key: str, view: View, *, _layout: Layout, _head: int) -> dict:
-    """Cached by the head's content key and the window (the arguments not hashed follow)."""
+def _window_payload(
+    key: str, partial_key: str, view: View, *, _layout: Layout, _head: int
+) -> dict:  # fmt: skip
+    """Cached by the head's content keys and the window (the arguments not hashed follow)."""
     return window_payload(_layout, _head, view)
