@@ -4,6 +4,7 @@ pan and a zoom out redraw it, and a reload finds the stroke in the autosave."""
 
 from __future__ import annotations
 
+import math
 import secrets
 
 import pytest
@@ -16,6 +17,7 @@ from tests.ui.browser_app import (
     CANVAS,
     canvas_pixel,
     launch,
+    pick,
     served_for_tests,
     wait_canvas,
     zoom_at,
@@ -78,6 +80,20 @@ def test_paint_pan_zoom_and_reload_a_128k_token_design(server):
         index = torch.tensor([[0, ROW, COL], [0, ROW, COL + 1]])
         assert store.restore(session).layout.runs.contains(index).tolist() == [True, False]
         assert canvas_pixel(page, ROW, COL) != EMPTY
+
+        pick(page, "row")  # a whole row, cut to the blocks on screen
+        page.mouse.click(*zoomed_point(page, ROW + 4, COL))
+        wait_canvas(page, 2, timeout_s=120)
+        page.locator(f"{CANVAS}[data-pending='0']").wait_for()
+        scale, x, _ = map(float, canvas.get_attribute("data-view").split())
+        width = float(canvas.evaluate("c => parseFloat(c.style.width)"))
+        first, past = max(0, math.floor(-x / scale)), min(2048, math.ceil((width - x) / scale))
+        cols = torch.arange(2048)
+        row = torch.stack([torch.zeros_like(cols), torch.full_like(cols, ROW + 4), cols], 1)
+        painted = store.restore(session).layout.runs.contains(row)
+        expected = runs.contains(row) | ((cols >= first) & (cols < past))
+        assert first > 0 and past < 2048 and torch.equal(painted, expected)
+        pick(page, "brush")
 
         page.mouse.move(*zoomed_point(page, ROW, COL))  # pan with the middle button
         page.mouse.down(button="middle")

@@ -265,9 +265,11 @@ class Editor {
   extend(event) {
     const s = this.stroke;
     const point = this.gridPoint(event);
+    // A window's strokes stay in view: its margin, loaded for panning, is not on screen.
     const { rows, cols } = this.shape;
-    const clamp = (v, size) => Math.min(Math.max(v, 0), size - 1e-6);
-    const clamped = [clamp(point[0], cols), clamp(point[1], rows)];
+    const { r0, r1, c0, c1 } = this.win ? this.visibleBox() : { r0: 0, r1: rows, c0: 0, c1: cols };
+    const clamp = (v, low, high) => Math.min(Math.max(v, low), high - 1e-6);
+    const clamped = [clamp(point[0], c0, c1), clamp(point[1], r0, r1)];
     s.endCell = [Math.floor(clamped[1]), Math.floor(clamped[0])];
     if (s.tool === "brush") this.brushTo(s.endCell);
     else if (s.tool === "lasso") s.points.push(clamped);
@@ -331,8 +333,9 @@ class Editor {
   finish() {
     const s = this.stroke;
     this.stroke = null;
-    const region = this.region(s);
-    if (!region) return this.draw();
+    const drawn = this.region(s);
+    const region = drawn && this.win ? this.inView(drawn) : drawn;
+    if (!region) return this.win ? this.rebuild() : this.draw();
     if (s.tool !== "brush") {
       const { rows, cols } = this.shape;
       const changed = [];
@@ -350,23 +353,45 @@ class Editor {
     this.wantView(); // a window asked for while drawing waited for the stroke
   }
 
-  // A region of the picture's cells as a region of the head's blocks: the same region when
-  // the picture is the whole head; in a window, a row, column or band is cut to the window
-  // (what the stroke showed), and every region moved to where the window lies.
+  // The picture cells on screen, [r0, r1) x [c0, c1) (a cell partly on screen counts).
+  visibleBox() {
+    const { scale, x, y } = this.local(), dpr = window.devicePixelRatio || 1;
+    const w = this.canvas.width / dpr, h = this.canvas.height / dpr, { rows, cols } = this.shape;
+    return {
+      r0: Math.max(0, Math.floor(-y / scale)), r1: Math.min(rows, Math.ceil((h - y) / scale)),
+      c0: Math.max(0, Math.floor(-x / scale)), c1: Math.min(cols, Math.ceil((w - x) / scale)),
+    };
+  }
+
+  // A stroke's region in a window, cut to the cells on screen (a rect, or a mask of the rest);
+  // null when none is.
+  inView(region) {
+    const { r0, r1, c0, c1 } = this.visibleBox(), { rows, cols } = this.shape;
+    if (region.kind === "rect" || region.kind === "row" || region.kind === "column") {
+      const box = region.kind === "row" ? { row0: region.row, row1: region.row, col0: c0, col1: c1 - 1 }
+        : region.kind === "column" ? { row0: r0, row1: r1 - 1, col0: region.col, col1: region.col }
+        : region;
+      const cut = { kind: "rect", row0: Math.max(box.row0, r0), row1: Math.min(box.row1, r1 - 1),
+        col0: Math.max(box.col0, c0), col1: Math.min(box.col1, c1 - 1) };
+      return cut.row0 <= cut.row1 && cut.col0 <= cut.col1 ? cut : null;
+    }
+    const cells = [];
+    eachCell(region, rows, cols, (i) => {
+      const r = Math.floor(i / cols), c = i % cols;
+      if (r >= r0 && r < r1 && c >= c0 && c < c1) cells.push(i);
+    });
+    return maskRegion(cells, cols);
+  }
+
+  // A region of the picture's cells as a region of the head's blocks: moved to where the
+  // window lies (the same region when the picture is the whole head).
   inHead(region) {
     const win = this.win;
     if (!win) return region;
-    const { rows, cols } = this.shape;
-    let cut = region;
-    if (region.kind === "row") cut = { kind: "rect", row0: region.row, col0: 0, row1: region.row, col1: cols - 1 };
-    if (region.kind === "column") cut = { kind: "rect", row0: 0, col0: region.col, row1: rows - 1, col1: region.col };
-    if (region.kind === "band") {
-      const cells = [];
-      eachCell(region, rows, cols, (i) => cells.push(i));
-      cut = maskRegion(cells, cols);
+    const moved = { ...region, row0: region.row0 + win.row0, col0: region.col0 + win.col0 };
+    if (region.kind === "rect") {
+      Object.assign(moved, { row1: region.row1 + win.row0, col1: region.col1 + win.col0 });
     }
-    const moved = { ...cut, row0: cut.row0 + win.row0, col0: cut.col0 + win.col0 };
-    if (cut.kind === "rect") Object.assign(moved, { row1: cut.row1 + win.row0, col1: cut.col1 + win.col0 });
     return moved;
   }
 
