@@ -29,7 +29,13 @@ from designer.cache import LruCache, head_key, head_keys
 from designer.design import Design
 from designer.layout import TokenStats
 from designer.lints import Lint, lint_design
-from designer.segment_stats import UNTILED, SegmentStats, head_tile_maps, tile_count_stats
+from designer.segment_stats import (
+    UNTILED,
+    SegmentStats,
+    head_tile_maps,
+    run_segment_stats,
+    tile_count_stats,
+)
 
 #: Head dimension the FLOP counts assume (they scale linearly with it).
 HEAD_DIM = 128
@@ -261,6 +267,20 @@ def analyse(
     active = sum(head.active for head in heads)
     stats = tile_count_stats(layout, counts, active, head_dim=HEAD_DIM)
     return Analysis(heads, stats, lints, layout.token_stats())
+
+
+def analyse_runs(design: Design) -> Analysis:
+    """The analysis of a design held as runs, computed on them: tile statistics from the
+    segmentation's tile counts (``run_segment_stats``), lints on runs, and no per-head maps
+    (views draw such a design from its runs)."""
+    stats = run_segment_stats(design.layout, design.effective_start_width, head_dim=HEAD_DIM)
+    return Analysis((), stats, tuple(lint_design(design)), design.layout.token_stats())
+
+
+def cached_runs_analysis(design: Design) -> Analysis:
+    """``analyse_runs(design)``, computed once per design content (and kept as ``analysed``
+    finds it)."""
+    return _ANALYSES.get(analysis_key(design), lambda: analyse_runs(design))
 
 
 def cached_analysis(

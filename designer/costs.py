@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from designer.block_runs import BlockRuns
 from designer.cache import LruCache, head_keys
 from designer.design import Design
 from designer.model_shape import ModelShape
@@ -71,8 +72,11 @@ def attention_costs(design: Design, shape: ModelShape | None = None) -> Costs:
     shape = shape or design.model_shape
     heads, kv_heads = model_heads(design, shape)
     layout, b = design.layout, design.layout.block_size
-    heads_blocks = zip(head_keys(layout), layout.to_numpy(), strict=True)
-    pairs = sum(_head_pairs(key, blocks, b, design.causal) for key, blocks in heads_blocks)
+    if layout.runs is not None:  # held as runs: counted from them, every head at once
+        pairs = _run_pairs(layout.runs, b, design.causal)
+    else:
+        heads_blocks = zip(head_keys(layout), layout.to_numpy(), strict=True)
+        pairs = sum(_head_pairs(key, blocks, b, design.causal) for key, blocks in heads_blocks)
     pairs *= heads // layout.n_heads
     sq, sk = layout.seq_len_q, layout.seq_len_k
     dense_pairs = _causal_pairs(sq, sk) if design.causal else sq * sk
@@ -107,6 +111,18 @@ def _causal_pairs(sq: int, sk: int) -> int:
 def _head_pairs(key: str, blocks: np.ndarray, block_size: int, causal: bool) -> int:
     """Token pairs one head computes (cached by its content key)."""
     return _COUNTS.get((key, block_size, causal), lambda: _count(blocks, block_size, causal))
+
+
+def _run_pairs(runs: BlockRuns, b: int, causal: bool) -> int:
+    """Token pairs of every head held as runs: as ``_count``, a run's blocks left of its
+    row's diagonal counted whole and a diagonal block it covers as ``b(b+1)/2``."""
+    if not causal:
+        return runs.nnz * b * b
+    q_block = (runs.run_rows() % runs.shape[1]).numpy()
+    starts, stops = runs.starts.numpy(), runs.stops.numpy()
+    below = int(np.clip(np.minimum(stops, q_block) - starts, 0, None).sum())
+    diagonal = int(np.count_nonzero((starts <= q_block) & (q_block < stops)))
+    return below * b * b + diagonal * b * (b + 1) // 2
 
 
 def _count(blocks: np.ndarray, b: int, causal: bool) -> int:

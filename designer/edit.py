@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from designer.edit_runs import apply_edit_runs
 from designer.layout import Layout
 from designer.partials import drop_cells, head_map, transposed
 from designer.regions import (
@@ -173,6 +174,8 @@ def apply_edit(layout: Layout, op: Edit) -> Layout:
         return layout.transpose()
     if isinstance(op, CopyHead):
         return layout.with_heads(list(op.targets), layout.select_heads([op.source]))
+    if layout.runs is not None:  # past the dense grid: painted on its runs
+        return apply_edit_runs(layout, op)
     mask = op.region.mask(layout.n_q_blocks, layout.n_k_blocks)
     heads = list(range(layout.n_heads)) if op.heads is None else list(op.heads)
     blocks = layout.blocks.clone()

@@ -7,6 +7,7 @@ import hashlib
 
 import numpy as np
 import streamlit as st
+import torch
 
 from designer.design import Design
 from designer.layout import Layout, causal_offset
@@ -31,6 +32,36 @@ def head_partials(layout: Layout, head: int) -> tuple[np.ndarray | None, str]:
     grid = np.zeros(layout.shape[1:], dtype=bool)
     grid[index[:, 1], index[:, 2]] = True
     return grid, hashlib.blake2b(index.tobytes(), digest_size=12).hexdigest()
+
+
+def partials_key(layout: Layout, head: int) -> str:
+    """A key naming the partial blocks of ``head`` and their token masks ("" when none)."""
+    partials = layout.partials
+    rows = slice(0, 0) if partials is None else partials.head_range(head)
+    if rows.start == rows.stop:
+        return ""
+    digest = hashlib.blake2b(partials.index[rows].numpy().tobytes(), digest_size=12)
+    digest.update(partials.bits[rows].numpy().tobytes())
+    return digest.hexdigest()
+
+
+def window_partials(
+    layout: Layout, head: int, row0: int, col0: int, rows: int, cols: int, step: int = 1
+) -> np.ndarray | None:
+    """Bool ``[ceil(rows / step), ceil(cols / step)]``: the ``step x step`` buckets of a window
+    of ``head`` holding a partial block (None when none does); reads that head's partial
+    blocks alone, never a grid of the head."""
+    partials = layout.partials
+    if partials is None:
+        return None
+    index = partials.index[partials.head_range(head)].numpy()
+    r, c = index[:, 1] - row0, index[:, 2] - col0
+    keep = (r >= 0) & (r < rows) & (c >= 0) & (c < cols)
+    if not keep.any():
+        return None
+    grid = np.zeros((-(-rows // step), -(-cols // step)), dtype=bool)
+    grid[r[keep] // step, c[keep] // step] = True
+    return grid
 
 
 def block_zoom_ui(design: Design, head: int) -> None:
@@ -78,7 +109,7 @@ def _block_picture(design: Design, head: int, row: int, col: int) -> None:
     image = frame(enlarge(token_picture(tokens, inside, masked)[::shrink, ::shrink], grow))
     attended = int((tokens & ~masked).sum())
     kind = "full"
-    if not layout.blocks[head, row, col]:
+    if not _active(layout, head, row, col):
         kind = "empty"
     elif int(tokens.sum()) < int(inside.sum()):
         kind = "partial"
@@ -88,3 +119,10 @@ def _block_picture(design: Design, head: int, row: int, col: int) -> None:
         + (" (causal masks the lighter ones)" if design.causal and masked.any() else "")
     )
     st.image(png_bytes(image), caption=caption, output_format="PNG")
+
+
+def _active(layout: Layout, head: int, row: int, col: int) -> bool:
+    """Whether one block is active, from the grid or the runs."""
+    if layout.runs is not None:
+        return bool(layout.runs.contains(torch.tensor([[head, row, col]]))[0])
+    return bool(layout.blocks[head, row, col])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+import time
 from collections.abc import Callable
 
 import numpy as np
@@ -16,12 +17,13 @@ from designer.analysis import (
     analysis_cost,
     analysis_key,
     cached_analysis,
+    cached_runs_analysis,
     head_tiles,
     runs_with_the_page,
 )
 from designer.design import Design
 from designer.storage import DesignStore, load_default_design
-from ui import keys, state
+from ui import background, keys, state
 from ui.sessions import REGISTRY, freeze_start_up_objects
 from ui.text import plain
 
@@ -90,6 +92,12 @@ def current_analysis() -> tuple[str, Analysis | None]:
     want it runs it here, under a progress bar.
     """
     current = state.design(st.session_state)
+    if current.layout.runs is not None:  # on its runs, beside the page (``background``)
+        key = analysis_key(current)
+        found = analysed(current)
+        if found is None:
+            background.start(key, lambda: cached_runs_analysis(current))
+        return key, found
     if runs_with_the_page(current):
         return cached_analysis(current)
     key = analysis_key(current)
@@ -105,7 +113,11 @@ def current_analysis() -> tuple[str, Analysis | None]:
 
 
 def analysis_offer(key: str) -> None:
-    """Say that the design's tiles and lints are not computed with the page, and offer them."""
+    """Say that the design's tiles and lints are not computed with the page, and offer them
+    (for a design held as runs: show that they are being computed, ``analysis_progress_ui``)."""
+    if state.design(st.session_state).layout.runs is not None:
+        analysis_progress_ui(key)
+        return
     seconds = analysis_cost(state.design(st.session_state))[0] / 1e9
     st.info(
         f"Tiles and lints of a design this large take about {seconds:.0f} s, more than a page "
@@ -116,6 +128,22 @@ def analysis_offer(key: str) -> None:
         f"Segment and lint (about {seconds:.0f} s)", icon=":material/play_arrow:",
         key=f"analyse_{key}", on_click=_ask_analysis, args=(key,),
     )  # fmt: skip
+
+
+@st.fragment(run_every=0.5)
+def analysis_progress_ui(key: str) -> None:
+    """While the background analysis under ``key`` runs: a line saying so, polled twice a
+    second; once it is done, the whole page reruns to show it (or says why it failed)."""
+    job = background.state_of(key)
+    if job is not None and job.error is not None:
+        st.error(plain(f"Statistics and lints failed: {job.error}"), icon=":material/error:")
+        return
+    if job is None or job.done:
+        st.rerun()
+    seconds = time.monotonic() - job.started
+    st.progress(
+        min(0.95, seconds / 5), text=f"Tiles and lints, on the design's runs: {seconds:.1f} s"
+    )
 
 
 def _ask_analysis(key: str) -> None:

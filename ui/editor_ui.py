@@ -18,18 +18,21 @@ import streamlit as st
 
 from designer import changes
 from designer.analysis import HeadTiles, head_view
+from designer.cache import head_keys
 from designer.design import Design
 from designer.edit import ACTIONS, Band, CopyHead, EditOp
+from designer.layout import Layout
 from designer.storage import DesignStore
 from ui import keys, state
-from ui.block_zoom_ui import block_zoom_ui, head_partials
-from ui.canvas import edit_value, head_value, paint_canvas
+from ui.block_zoom_ui import block_zoom_ui, head_partials, partials_key
+from ui.canvas import edit_value, head_value, paint_canvas, view_value
 from ui.canvas.apply import apply_trigger
 from ui.canvas.payload import head_payload
 from ui.canvas.strokes import MAX_STROKES, bits_chars
+from ui.canvas.viewport import View, read_view, whole_head, window_payload
 from ui.common import change_design, show_message
 from ui.figures import legend_html
-from ui.overview_ui import head_legend_entries
+from ui.overview_ui import head_legend_entries, tile_legend
 
 SCOPES = ("this head", "this and chosen heads", "all heads")
 DEFAULTS = {
@@ -46,6 +49,12 @@ HINT = (
     "(not in a text box): B / M / L brush, rectangle, lasso · [ / ] previous, next head · "
     "Ctrl+Z / Ctrl+Shift+Z undo, redo. On the canvas also: R rectangle (elsewhere R is the "
     "page's rerun) · Esc cancel a stroke · wheel zoom · Space or middle button + drag pan."
+)
+
+#: What the canvas of a design held as runs adds to the hint.
+WINDOW_HINT = (
+    "This design is drawn by windows: zoomed out, each pixel shows the share of active blocks "
+    "under it (darker: more); zoom in (wheel) to one pixel a block or more to paint."
 )
 
 
@@ -77,11 +86,15 @@ def editor_ui(store: DesignStore) -> None:
         }
         paint_canvas(
             data, key=keys.PAINT_CANVAS, on_edit=functools.partial(_on_edit, store),
-            on_head=_on_head,
+            on_head=_on_head, on_view=_on_view,
         )  # fmt: skip
-        st.caption(HINT)
-        tiles = head_view(current, head)
-        legend = head_legend_entries(tiles, layout.block_size, partial=layout.partials is not None)
+        st.caption(HINT if layout.runs is None else f"{HINT} {WINDOW_HINT}")
+        partial = layout.partials is not None
+        if layout.runs is None:
+            legend = head_legend_entries(head_view(current, head), layout.block_size,
+                                         partial=partial)  # fmt: skip
+        else:
+            legend = tile_legend([], 0, layout.block_size, partial=partial)
         st.html(legend_html(legend, f"Head {head}"))
     block_zoom_ui(current, head)
 
@@ -170,8 +183,34 @@ def _on_copy(store: DesignStore) -> None:
     change_design(store, keys.COPY_PLACE, lambda current: changes.edit(current, op))
 
 
+def _on_view() -> None:
+    """The canvas asked for another window of its head: keep it for the rerun's payload (a
+    window that cannot be shown is ignored: the canvas keeps what it has)."""
+    session = st.session_state
+    layout = state.design(session).layout
+    try:
+        session[keys.PAINT_VIEW] = (layout.shape, *read_view(view_value(keys.PAINT_CANVAS),
+                                                             layout.shape))  # fmt: skip
+    except (ValueError, TypeError):
+        return
+
+
+def shown_view(session: state.State, layout: Layout, head: int) -> View:
+    """The window of ``head`` the canvas asked for last, or the whole head (zoomed out)."""
+    asked = session.get(keys.PAINT_VIEW)
+    if asked is not None and asked[0] == layout.shape and asked[1] == head:
+        return asked[2]
+    return whole_head(layout.n_q_blocks, layout.n_k_blocks)
+
+
 def _head_data(current: Design, head: int) -> dict:
-    """The canvas payload of one head, from its segmentation cached by content."""
+    """The canvas payload of one head, from its segmentation cached by content; of a design
+    held as runs, the window the canvas shows (``viewport``)."""
+    if current.layout.runs is not None:
+        view = shown_view(st.session_state, current.layout, head)
+        layout = current.layout
+        return _window_payload(head_keys(layout)[head], partials_key(layout, head), view,
+                               _layout=layout, _head=head)  # fmt: skip
     blocks = current.layout.blocks[head].numpy()
     tiles = head_view(current, head)  # untiled when segmenting it costs more than a page may
     partial, partial_key = head_partials(current.layout, head)
@@ -186,3 +225,11 @@ def _head_payload(
 ) -> dict:  # fmt: skip
     """Cached by the head's content keys and start width (the arguments not hashed follow)."""
     return head_payload(_blocks, _tiles.widths, _tiles.odd, _partial)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def _window_payload(
+    key: str, partial_key: str, view: View, *, _layout: Layout, _head: int
+) -> dict:  # fmt: skip
+    """Cached by the head's content keys and the window (the arguments not hashed follow)."""
+    return window_payload(_layout, _head, view)

@@ -23,7 +23,6 @@ from designer.formats.exports import design_file_name, exports
 from designer.formats.reader import BARE_BLOCK_SIZE, MAX_FILE_BYTES
 from designer.layout import MAX_BLOCK_SIZE
 from designer.storage import DesignStore, check_library_name, reason
-from designer.validate import MAX_LAYOUT_CELLS
 from ui import keys, state
 from ui.text import plain
 
@@ -64,24 +63,10 @@ def read_upload(file_name: str, data: bytes, bare_block_size: int) -> LoadedDesi
     """What an uploaded file holds, whatever its kind; designs from files without a name take
     the file's stem as their name. ``bare_block_size`` is used only for a bare tensor."""
     loaded = read_design_file(data, bare_block_size=bare_block_size)
-    refuse_runs(loaded.design)
     if loaded.kind in _UNNAMED_KINDS:
         stem = PurePath(shown_name(file_name)).stem.strip()[:MAX_NAME_CHARS] or "imported"
         loaded = replace(loaded, design=replace(loaded.design, name=stem))
     return loaded
-
-
-def refuse_runs(design: Design) -> None:
-    """Raise ``ValueError`` for a design whose layout is held as row runs: past the grid the
-    app's pages draw, edit and segment, it is used from Python for now."""
-    layout = design.layout
-    if layout.runs is not None:
-        h, m, n = layout.shape
-        raise ValueError(
-            f"its layout of {h} x {m:,} x {n:,} blocks is past the {MAX_LAYOUT_CELLS:,} cells "
-            "the app draws and edits; use it from Python (designer.formats.load_design, "
-            "designer.lints.lint_design, designer.layout_stats.layout_stats)"
-        )
 
 
 def shown_name(file_name: str) -> str:

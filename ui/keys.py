@@ -28,6 +28,8 @@ NOTICES = "notices"
 #: until it sees it done).
 PAINT_CANVAS = "paint_canvas"
 PAINT_DONE = "paint_done"
+#: The window of the painted head the canvas last asked for (a design held as runs).
+PAINT_VIEW = "paint_view"
 #: The page's undo and redo keys on the other tabs (``ui.page_keys``), and ``(client, seq)`` as
 #: ``PAINT_DONE``: the page last heard from and its last step done.
 PAGE_KEYS = "page_keys"

@@ -20,7 +20,7 @@ from designer.model_design import MAX_LAYERS, ModelDesign
 from designer.storage import DesignStore, reason
 from designer.units import flops_text
 from ui import keys, state
-from ui.files_ui import MAX_UPLOAD_MIB, refuse_runs, shown_name
+from ui.files_ui import MAX_UPLOAD_MIB, shown_name
 from ui.sessions import UNREAD
 from ui.text import plain
 
@@ -249,8 +249,6 @@ def _on_upload(store: DesignStore) -> None:
     name = shown_name(upload.name)
     try:
         model = read_model_file(upload.getvalue())
-        for group in model.groups:
-            refuse_runs(group.design)
     except ValueError as error:
         state.say(session, keys.LAYERS_PLACE, f"Could not load {name}: {error}")
         return

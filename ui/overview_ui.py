@@ -7,8 +7,10 @@ import streamlit as st
 
 from designer.analysis import Analysis, HeadTiles
 from designer.cache import head_keys
+from designer.layout import Layout
+from designer.runs_view import window_density
 from ui import keys, state
-from ui.block_zoom_ui import head_partials
+from ui.block_zoom_ui import head_partials, window_partials
 from ui.common import current_analysis
 from ui.figures import legend_html, png_bytes
 from ui.pictures import (
@@ -37,23 +39,32 @@ def overview_ui() -> None:
     """Draw every head of the current design, and the tile-width legend."""
     current = state.design(st.session_state)
     _, analysis = current_analysis()
+    tiled = analysis is not None and bool(analysis.heads)  # a design held as runs has no maps
     by_tiles = st.toggle(
-        "Colour by tile width", value=True, key=keys.SHOW_TILES, disabled=analysis is None,
-        help=None if analysis else "Once segmented (the button above)",
+        "Colour by tile width", value=True, key=keys.SHOW_TILES, disabled=not tiled,
+        help=None if tiled else "Once segmented (the button above); a design past the dense "
+        "grid's size is drawn by its blocks",
     )  # fmt: skip
-    by_tiles = by_tiles and analysis is not None
+    by_tiles = by_tiles and tiled
     layout = current.layout
     scale = thumbnail_scale(max(layout.n_q_blocks, layout.n_k_blocks))
-    heads = analysis.heads if analysis else [None] * layout.n_heads
-    partials = [head_partials(layout, h) for h in range(layout.n_heads)]
-    pictures = [
-        _head_png(
-            name, partial[1], by_tiles, scale, _head=head, _blocks=blocks, _partial=partial[0]
-        )
-        for blocks, head, name, partial in zip(
-            layout.to_numpy(), heads, head_keys(layout), partials, strict=True
-        )
-    ]
+    if layout.runs is not None:  # held as runs: each head pooled from its runs, no tile maps
+        by_tiles = False
+        pictures = [
+            _runs_head_png(name, scale, _layout=layout, _head=h)
+            for h, name in enumerate(head_keys(layout))
+        ]
+    else:
+        heads = analysis.heads if analysis else [None] * layout.n_heads
+        partials = [head_partials(layout, h) for h in range(layout.n_heads)]
+        pictures = [
+            _head_png(
+                name, partial[1], by_tiles, scale, _head=head, _blocks=blocks, _partial=partial[0]
+            )
+            for blocks, head, name, partial in zip(
+                layout.to_numpy(), heads, head_keys(layout), partials, strict=True
+            )
+        ]
     cells = layout.n_q_blocks * layout.n_k_blocks
     active = [s.active_blocks for s in layout.head_stats()]
     captions = [f"head {h} · {count / cells:.1%}" for h, count in enumerate(active)]
@@ -146,4 +157,18 @@ def _head_png(
     image = enlarge(image, grow)
     if _partial is not None:  # a pixel covering any partial block shows it
         image = with_partials(image, max_pool(_partial, shrink), grow)
+    return png_bytes(frame(image))
+
+
+@st.cache_data(max_entries=256, show_spinner=False)
+def _runs_head_png(key: str, scale: tuple[int, int], *, _layout: Layout, _head: int) -> bytes:
+    """One head of a layout held as runs, max-pooled from its runs (``window_density``: a
+    pixel is active when any block under it is), with its partial blocks; cached by content."""
+    shrink, grow = scale
+    m, n = _layout.n_q_blocks, _layout.n_k_blocks
+    pooled = window_density(_layout.runs, _head, 0, 0, m, n, shrink) > 0
+    image = enlarge(plain_pictures(pooled), grow)
+    partial = window_partials(_layout, _head, 0, 0, m, n, shrink)
+    if partial is not None:
+        image = with_partials(image, partial, grow)
     return png_bytes(frame(image))

@@ -115,13 +115,13 @@ class HistoryBox:
         if history is None:
             return 0
         present = history.present.layout
-        seen = {present.blocks.data_ptr()}
+        seen = {tensor.data_ptr() for tensor in _held_tensors(present)}
         if present.partials is not None:
             seen.add(present.partials.bits.data_ptr())
         total = 0
         for design in (*history.past, *history.future):
             layout = design.layout
-            tensors = [layout.blocks]
+            tensors = _held_tensors(layout)
             if layout.partials is not None:  # token masks: the partial blocks' bits
                 tensors += [layout.partials.bits, layout.partials.index]
             for tensor in tensors:
@@ -132,6 +132,13 @@ class HistoryBox:
 
     def __getattr__(self, name: str):  # present, past, future, limit, can_undo, can_redo
         return getattr(self.history, name)
+
+
+def _held_tensors(layout) -> list:
+    """The tensors holding a layout's blocks: its grid, or its runs' arrays."""
+    if layout.runs is None:
+        return [layout.blocks]
+    return [layout.runs.row_ptr, layout.runs.starts, layout.runs.stops]
 
 
 class Registry:

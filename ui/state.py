@@ -16,6 +16,7 @@ from typing import Any
 
 from designer.design import Design
 from designer.history import History
+from designer.layout import Layout
 from designer.storage import (
     NO_AUTOSAVE,
     AutosaveConflict,
@@ -251,10 +252,14 @@ def sized_history(steps: History, new: Design) -> History:
 def history_limit(current: Design) -> int:
     """Undo steps to keep for designs the size of ``current``: ``HISTORY_LIMIT``, fewer for
     layouts so large that the steps would pass ``HISTORY_BYTES`` (at least 2)."""
-    layout = current.layout
-    layout_bytes = layout.blocks.numel()  # one byte per bool block, and any token masks
-    layout_bytes += 0 if layout.partials is None else layout.partials.nbytes
-    return max(2, min(HISTORY_LIMIT, HISTORY_BYTES // layout_bytes))
+    return max(2, min(HISTORY_LIMIT, HISTORY_BYTES // layout_bytes(current.layout)))
+
+
+def layout_bytes(layout: Layout) -> int:
+    """What one layout holds in memory: a byte per bool block (or its runs' bytes), and any
+    token masks."""
+    held = layout.blocks.numel() if layout.runs is None else layout.runs.nbytes
+    return held + (0 if layout.partials is None else layout.partials.nbytes)
 
 
 def replace_design(state: State, new: Design, store: DesignStore) -> bool:

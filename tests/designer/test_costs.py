@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import designer.layout
+from designer.block_runs import BlockRuns
 from designer.costs import attention_costs
 from designer.design import Design
 from designer.layout import Layout
@@ -73,3 +78,16 @@ def test_a_shape_round_trips_and_its_reader_checks_keys():
     assert model_shape_from_dict(shape.to_dict()) == shape
     with pytest.raises(ValueError, match="must have the keys"):
         model_shape_from_dict({"batch": 1})
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 3), st.integers(1, 9), st.integers(1, 9), st.integers(0, 2**32 - 1),
+       st.booleans())  # fmt: skip
+def test_costs_of_a_layout_held_as_runs_are_the_dense_ones(heads, m, n, seed, causal):
+    grid = torch.from_numpy(np.random.default_rng(seed).random((heads, m, n)) < 0.5)
+    dense = Design(Layout(grid, 16), causal=causal)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(designer.layout, "DENSE_CELLS", 0)
+        held = Design(Layout(BlockRuns.from_dense(grid), 16), causal=causal)
+        assert held.layout.runs is not None
+        assert attention_costs(held) == attention_costs(dense)

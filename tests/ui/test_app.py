@@ -550,3 +550,43 @@ def test_a_bad_snapshot_link_says_so_and_starts_a_fresh_session(data_dir):
         at = open_app({"snapshot": bad})
         assert any("Could not open the shared snapshot" in unescaped(t.value) for t in at.toast)
         assert keys.SESSION_QUERY_PARAM in at.query_params and "snapshot" not in at.query_params
+
+
+def test_a_design_held_as_runs_is_shown_analysed_edited_and_kept(data_dir):
+    """32 heads x 128K tokens (2,048^2 blocks, held as runs): every tab draws it, its tiles
+    and lints arrive from the background, a band edit and an undo work on its runs, and a
+    reload finds the edit."""
+    import time
+
+    from designer.analysis import analysed
+    from designer.patterns.attention_sinks import attention_sinks_runs
+
+    runs = attention_sinks_runs(32, 2048, 2048, sink_blocks=1, window_blocks=64)
+    design = Design(Layout(runs, 64), name="long context", causal=True)
+    session = "longcontext-0001"
+    DesignStore(data_dir).autosave(session, design)
+    at = open_app({keys.SESSION_QUERY_PARAM: session}, tab="Paint")
+    assert current(at).layout.runs is not None and not at.error
+    deadline = time.monotonic() + 60
+    while analysed(current(at)) is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for tab in ("Analysis", "Patterns", "Model", "Files", "Paint"):
+        at.session_state["tab"] = tab
+        at.run()
+        assert_clean(at)
+        assert not at.error, [e.value for e in at.error]
+    assert metric(at, "Tiles") != "—"
+    at.selectbox(key=keys.EDIT_HEAD).set_value(3).run()
+    at.segmented_control(key=keys.EDIT_ACTION).set_value("clear").run()
+    at.number_input(key=keys.BAND_LOW).set_value(0).run()
+    at.number_input(key=keys.BAND_HIGH).set_value(10).run()
+    at.button(key="apply_band").click().run()
+    assert_clean(at)
+    counts = current(at).layout.runs.head_counts()
+    assert counts[3] < counts[2] == runs.head_counts()[2]
+    edited = current(at).layout
+    at.button(key="undo").click().run()
+    assert current(at).layout == design.layout
+    at.button(key="redo").click().run()
+    reloaded = open_app({keys.SESSION_QUERY_PARAM: session})
+    assert current(reloaded).layout == edited

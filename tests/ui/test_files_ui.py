@@ -110,9 +110,7 @@ def test_a_bare_tensor_with_a_bad_block_size_is_refused(rng):
         read_upload("layout.pt", data, 0)
 
 
-def test_a_design_held_as_runs_is_refused_saying_where_to_use_it():
+def test_a_design_held_as_runs_loads():
     layout = make_pattern("sliding_window", 32, 2048, 2048, 64, {"window_blocks": 64})
-    data = design_file_bytes(Design(layout, name="long"))
-    with pytest.raises(ValueError, match=r"past the 67,108,864 cells the app draws and edits; "
-                       r"use it from Python \(designer\.formats\.load_design"):  # fmt: skip
-        read_upload("long.pt", data, 64)
+    loaded = read_upload("long.pt", design_file_bytes(Design(layout, name="long")), 64)
+    assert loaded.design.layout.runs is not None and loaded.design.layout == layout

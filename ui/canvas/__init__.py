@@ -41,6 +41,9 @@ JS_FILES = (
 #: fires with the head to show next (the [ and ] keys).
 EDIT_TRIGGER = "edit"
 HEAD_TRIGGER = "head"
+#: The trigger the canvas fires with the window it shows, for a head sent by windows
+#: (``viewport``).
+VIEW_TRIGGER = "view"
 #: Longest JSON text a component may send: the canvas's largest trigger (two whole-grid masks of
 #: a 4096 x 4096-block head, 64 strokes) is under 6 MB.
 MAX_COMPONENT_JSON_CHARS = 16 << 20
@@ -83,12 +86,17 @@ def paint_canvas(
     key: str,
     on_edit: Callable[[], None],
     on_head: Callable[[], None],
+    on_view: Callable[[], None],
 ) -> None:
     """Draw the canvas for ``data`` (``payload.head_payload`` plus the head, the number of
     heads, the action, the heads a stroke applies to, the canvas and stroke last done and the
     trigger's limits); ``on_edit`` runs when strokes arrive, readable with ``edit_value(key)``,
-    and ``on_head`` when the canvas asks for another head, ``head_value(key)``."""
-    _component(key=key, data=data, on_edit_change=on_edit, on_head_change=on_head)
+    ``on_head`` when the canvas asks for another head, ``head_value(key)``, and ``on_view``
+    when it asks for another window of the head, ``view_value(key)``."""
+    _component(
+        key=key, data=data, on_edit_change=on_edit, on_head_change=on_head,
+        on_view_change=on_view,
+    )  # fmt: skip
 
 
 def edit_value(key: str) -> Any:
@@ -101,3 +109,9 @@ def head_value(key: str) -> Any:
     """The head the canvas at ``key`` just asked for (None when it asked for none)."""
     value = st.session_state.get(key)
     return value.get(HEAD_TRIGGER) if value is not None else None
+
+
+def view_value(key: str) -> Any:
+    """The window the canvas at ``key`` just asked for (None when it asked for none)."""
+    value = st.session_state.get(key)
+    return value.get(VIEW_TRIGGER) if value is not None else None

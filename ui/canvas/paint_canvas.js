@@ -36,8 +36,10 @@ const MIN_HATCH_PX = 6; // partial blocks are hatched from this many pixels per 
 const MAX_CELL_PX = 64;
 const STORE_KEY = "blocksparse-designer.paint-tools";
 const editors = new WeakMap();
-// Asks Python for another head (the trigger `head`: the head to show), from [ and ].
+// Asks Python for another head (the trigger `head`: the head to show), from [ and ], and for
+// another window of a head sent by windows (the trigger `view`, see viewport.py).
 const headTrigger = { send: null };
+const VIEW_WAIT_MS = 120; // a window is asked for once the view rests this long
 
 export default function paintCanvas({ data, parentElement, setTriggerValue }) {
   headTrigger.send = setTriggerValue;
@@ -78,8 +80,13 @@ class Editor {
   // ---------------------------------------------------------------- data from Python
   update(data) {
     const { rows, cols, head } = data;
-    const reshaped = !this.shape || this.shape.rows !== rows || this.shape.cols !== cols;
-    if (reshaped || this.shape.head !== head) this.cancel();
+    // A head sent by windows (a design held as runs): `window` says where the picture lies in
+    // the head and how many blocks a side each of its cells shows; the view stays the head's.
+    const full = { rows: data.full_rows || rows, cols: data.full_cols || cols };
+    const win = data.window || null;
+    const reshaped = !this.full || this.full.rows !== full.rows || this.full.cols !== full.cols;
+    const moved = JSON.stringify(win) !== JSON.stringify(this.win || null);
+    if (reshaped || moved || this.shape.head !== head) this.cancel();
     // Every rerun sends the head again: when its picture and the strokes on top are as drawn
     // (a widget changed, or the page reran for another reason), nothing is decoded or redrawn.
     const unchanged = !reshaped && samePicture(this.data, data) && this.shape.head === head;
@@ -88,7 +95,11 @@ class Editor {
     this.data = data;
     this.action = data.action;
     this.shape = { rows, cols, head };
-    Object.assign(this.canvas.dataset, { rows, cols, head, action: data.action }); // for tests
+    this.full = full;
+    this.win = win;
+    const { rows: fullRows, cols: fullCols } = full;
+    Object.assign(this.canvas.dataset, { rows: fullRows, cols: fullCols, head, action: data.action });
+    this.canvas.dataset.window = win ? `${win.row0} ${win.col0} ${win.rows} ${win.cols} ${win.step}` : "";
     this.layout(reshaped);
     if (unchanged && outbox.queue.length === queued) {
       this.canvas.dataset.done = String(outbox.done);
@@ -98,8 +109,11 @@ class Editor {
     const token = ++this.loading;
     this.canvas.dataset.ready = "false";
     const partial = data.partial ? inflate(data.partial) : Promise.resolve(null);
-    Promise.all([inflate(data.cells), inflate(data.codes), partial]).then(([bits, runs, part]) => {
+    const density = data.density ? inflate(data.density) : Promise.resolve(null);
+    const parts = [inflate(data.cells), inflate(data.codes), partial, density];
+    Promise.all(parts).then(([bits, runs, part, shares]) => {
       if (token !== this.loading) return; // a newer head arrived meanwhile
+      this.density = shares; // zoomed out: each cell's share of active blocks, 1 to 255
       this.base = unpackBits(bits, rows * cols);
       this.partial = part && unpackBits(part, rows * cols); // token masks inside: drawn lighter
       this.canvas.dataset.partial = String(this.partial ? this.partial.reduce((a, b) => a + b) : 0);
@@ -117,6 +131,7 @@ class Editor {
       this.canvas.dataset.done = String(outbox.done);
       this.showPending();
       if (this.pointer) this.showCell(this.pointer); // the readout follows the new tiles
+      this.wantView();
     });
   }
 
@@ -124,9 +139,11 @@ class Editor {
   rebuild() {
     const { rows, cols } = this.shape;
     this.shown = this.base.slice();
+    const { rows: fullRows, cols: fullCols } = this.full;
     for (const { draw } of outbox.queue) {
-      const here = draw && draw.head === this.shape.head && draw.rows === rows && draw.cols === cols;
-      if (here) eachCell(draw.region, rows, cols, (i) => this.apply(i, draw.action));
+      const here = draw && draw.head === this.shape.head && draw.rows === fullRows &&
+        draw.cols === fullCols && !this.density;
+      if (here) this.eachShownCell(draw.region, (i) => this.apply(i, draw.action));
     }
     const drawing = this.stroke;
     if (drawing && drawing.visited) for (const i of drawing.visited) this.apply(i, drawing.action);
@@ -144,6 +161,7 @@ class Editor {
   // Every block's pixel in one pass, row by row (16M blocks at 4096²: a call and a division
   // per block cost a second of the page's main thread).
   colourAll() {
+    if (this.density) return this.colourDensity();
     const { rows, cols } = this.shape, scale = this.data.codes_scale, codes = this.codes;
     const { px, shown, base, partial, palette, empty } = this;
     const codeCol = new Int32Array(cols);
@@ -155,6 +173,24 @@ class Editor {
         px[i] = blockPixel(shown[i], base[i], partial && partial[i], code, palette, empty);
       }
     }
+  }
+
+  // Zoomed out: each cell (a bucket of blocks) mixes the empty and the active colour by the
+  // share of its blocks that are active.
+  colourDensity() {
+    const { px, density, empty } = this, full = packRGBA(ACTIVE_RGB);
+    for (let i = 0; i < px.length; i++) px[i] = density[i] ? mixPixel(empty, full, density[i]) : empty;
+  }
+
+  // The cells of a region given in the head's blocks that the picture shows, as picture indices.
+  eachShownCell(region, visit) {
+    const { rows, cols } = this.shape, win = this.win;
+    if (!win) return eachCell(region, rows, cols, visit);
+    const fullCols = this.full.cols;
+    eachCell(region, this.full.rows, fullCols, (i) => {
+      const r = Math.floor(i / fullCols) - win.row0, c = (i % fullCols) - win.col0;
+      if (r >= 0 && r < rows && c >= 0 && c < cols) visit(r * cols + c);
+    });
   }
 
   apply(i, action) {
@@ -179,7 +215,7 @@ class Editor {
 
   // ---------------------------------------------------------------- geometry
   layout(reshaped) {
-    const { rows, cols } = this.shape;
+    const { rows, cols } = this.full;
     const width = Math.max(100, this.root.clientWidth - 2);
     const fit = Math.min(width / cols, MAX_HEIGHT_PX / rows);
     const view = this.view;
@@ -201,6 +237,7 @@ class Editor {
   fit() {
     Object.assign(this.view, { scale: this.view.fit, x: 0, y: 0, fitted: true });
     this.draw();
+    this.wantView();
   }
 
 
@@ -209,6 +246,10 @@ class Editor {
     const point = this.gridPoint(event);
     const cell = this.cellAt(point);
     if (!cell || !this.pixels) return;
+    if (this.density) {
+      this.readout.textContent = "Zoom in (wheel) to one pixel a block or more to paint.";
+      return;
+    }
     const { tool, action } = this;
     const s = { tool, action, head: this.shape.head, startCell: cell, endCell: cell };
     this.stroke = s;
@@ -224,9 +265,11 @@ class Editor {
   extend(event) {
     const s = this.stroke;
     const point = this.gridPoint(event);
+    // A window's strokes stay in view: its margin, loaded for panning, is not on screen.
     const { rows, cols } = this.shape;
-    const clamp = (v, size) => Math.min(Math.max(v, 0), size - 1e-6);
-    const clamped = [clamp(point[0], cols), clamp(point[1], rows)];
+    const { r0, r1, c0, c1 } = this.win ? this.visibleBox() : { r0: 0, r1: rows, c0: 0, c1: cols };
+    const clamp = (v, low, high) => Math.min(Math.max(v, low), high - 1e-6);
+    const clamped = [clamp(point[0], c0, c1), clamp(point[1], r0, r1)];
     s.endCell = [Math.floor(clamped[1]), Math.floor(clamped[0])];
     if (s.tool === "brush") this.brushTo(s.endCell);
     else if (s.tool === "lasso") s.points.push(clamped);
@@ -290,8 +333,9 @@ class Editor {
   finish() {
     const s = this.stroke;
     this.stroke = null;
-    const region = this.region(s);
-    if (!region) return this.draw();
+    const drawn = this.region(s);
+    const region = drawn && this.win ? this.inView(drawn) : drawn;
+    if (!region) return this.win ? this.rebuild() : this.draw();
     if (s.tool !== "brush") {
       const { rows, cols } = this.shape;
       const changed = [];
@@ -302,10 +346,94 @@ class Editor {
       this.repaint(changed);
     }
     this.draw();
-    const { rows, cols } = this.shape;
+    const { rows, cols } = this.full;
     const { heads } = this.data;
-    enqueue({ head: s.head, action: s.action, heads, region, rows, cols });
+    enqueue({ head: s.head, action: s.action, heads, region: this.inHead(region), rows, cols });
     this.showPending();
+    this.wantView(); // a window asked for while drawing waited for the stroke
+  }
+
+  // The picture cells on screen, [r0, r1) x [c0, c1) (a cell partly on screen counts).
+  visibleBox() {
+    const { scale, x, y } = this.local(), dpr = window.devicePixelRatio || 1;
+    const w = this.canvas.width / dpr, h = this.canvas.height / dpr, { rows, cols } = this.shape;
+    return {
+      r0: Math.max(0, Math.floor(-y / scale)), r1: Math.min(rows, Math.ceil((h - y) / scale)),
+      c0: Math.max(0, Math.floor(-x / scale)), c1: Math.min(cols, Math.ceil((w - x) / scale)),
+    };
+  }
+
+  // A stroke's region in a window, cut to the cells on screen (a rect, or a mask of the rest);
+  // null when none is.
+  inView(region) {
+    const { r0, r1, c0, c1 } = this.visibleBox(), { rows, cols } = this.shape;
+    if (region.kind === "rect" || region.kind === "row" || region.kind === "column") {
+      const box = region.kind === "row" ? { row0: region.row, row1: region.row, col0: c0, col1: c1 - 1 }
+        : region.kind === "column" ? { row0: r0, row1: r1 - 1, col0: region.col, col1: region.col }
+        : region;
+      const cut = { kind: "rect", row0: Math.max(box.row0, r0), row1: Math.min(box.row1, r1 - 1),
+        col0: Math.max(box.col0, c0), col1: Math.min(box.col1, c1 - 1) };
+      return cut.row0 <= cut.row1 && cut.col0 <= cut.col1 ? cut : null;
+    }
+    const cells = [];
+    eachCell(region, rows, cols, (i) => {
+      const r = Math.floor(i / cols), c = i % cols;
+      if (r >= r0 && r < r1 && c >= c0 && c < c1) cells.push(i);
+    });
+    return maskRegion(cells, cols);
+  }
+
+  // A region of the picture's cells as a region of the head's blocks: moved to where the
+  // window lies (the same region when the picture is the whole head).
+  inHead(region) {
+    const win = this.win;
+    if (!win) return region;
+    const moved = { ...region, row0: region.row0 + win.row0, col0: region.col0 + win.col0 };
+    if (region.kind === "rect") {
+      Object.assign(moved, { row1: region.row1 + win.row0, col1: region.col1 + win.col0 });
+    }
+    return moved;
+  }
+
+  // A head sent by windows: once the view rests, ask for the window it shows (the visible
+  // blocks and half a view more on each side) when the picture does not cover them at the
+  // zoom's detail (`step`: blocks a side per CSS pixel, a power of 2, 1 from one pixel a block).
+  wantView() {
+    if (!this.win || !headTrigger.send) return;
+    clearTimeout(this.viewTimer);
+    this.viewTimer = setTimeout(() => this.askView(), VIEW_WAIT_MS);
+  }
+
+  askView() {
+    if (!this.win || this.stroke || !headTrigger.send) return;
+    const { scale, x, y } = this.view, { rows, cols } = this.full;
+    const dpr = window.devicePixelRatio || 1;
+    const w = this.canvas.width / dpr, h = this.canvas.height / dpr;
+    const span = (from, to, size) => [Math.max(0, Math.floor(from)), Math.min(size, Math.ceil(to))];
+    const [r0, r1] = span(-y / scale, (h - y) / scale, rows);
+    const [c0, c1] = span(-x / scale, (w - x) / scale, cols);
+    const step = scale >= 1 ? 1 : 2 ** Math.floor(Math.log2(1 / scale));
+    const win = this.win;
+    const covers = win.row0 <= r0 && win.col0 <= c0 && win.row0 + win.rows >= r1 &&
+      win.col0 + win.cols >= c1;
+    if (covers && win.step <= step) return;
+    let margin = 0.5;
+    const box = () => {
+      const mr = Math.ceil((r1 - r0) * margin), mc = Math.ceil((c1 - c0) * margin);
+      const [a0, a1] = span(r0 - mr, r1 + mr, rows), [b0, b1] = span(c0 - mc, c1 + mc, cols);
+      return { row0: a0, col0: b0, rows: a1 - a0, cols: b1 - b0 };
+    };
+    let asked = box();
+    const cells = (b) => Math.ceil(b.rows / step) * Math.ceil(b.cols / step);
+    while (margin > 0 && cells(asked) > this.data.max_window_cells) {
+      margin = Math.max(0, margin - 0.125);
+      asked = box();
+    }
+    const value = { head: this.shape.head, ...asked, step };
+    const text = JSON.stringify(value);
+    if (text === this.askedView) return; // asked already: its window is on the way
+    this.askedView = text;
+    headTrigger.send("view", value);
   }
 
   cancel() {

@@ -68,12 +68,23 @@ function samePicture(a, b) {
   if (!a || !b) return false;
   const keys = ["rows", "cols", "cells", "partial", "codes", "codes_scale", "empty"];
   const same = (x, y) => x.length === y.length && x.every((v, k) => v === y[k]);
-  return keys.every((k) => a[k] === b[k]) && same(a.colours, b.colours) && same(a.dark, b.dark);
+  const sameWindow = a.density === b.density && JSON.stringify(a.window) === JSON.stringify(b.window);
+  return keys.every((k) => a[k] === b[k]) && same(a.colours, b.colours) && same(a.dark, b.dark) &&
+    sameWindow;
 }
 
 // A packed pixel halfway to white: how a partial block shows its colour.
 function lighter(pixel) {
   const mix = (shift) => ((((pixel >> shift) & 255) + 255) >> 1) << shift;
+  return (255 << 24) | mix(16) | mix(8) | mix(0);
+}
+
+// A packed pixel `share` / 255 of the way from `from` to `to`.
+function mixPixel(from, to, share) {
+  const mix = (shift) => {
+    const a = (from >> shift) & 255, b = (to >> shift) & 255;
+    return ((a + (((b - a) * share) / 255)) & 255) << shift;
+  };
   return (255 << 24) | mix(16) | mix(8) | mix(0);
 }
 

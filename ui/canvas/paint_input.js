@@ -7,7 +7,7 @@ Object.assign(Editor.prototype, {
   // Pointer position as fractional (col, row) of the grid.
   gridPoint(event) {
     const box = this.canvas.getBoundingClientRect();
-    const { scale, x, y } = this.view;
+    const { scale, x, y } = this.local();
     const px = (event.clientX - box.left) * (parseFloat(this.canvas.style.width) / box.width);
     const py = (event.clientY - box.top) * (parseFloat(this.canvas.style.height) / box.height);
     return [(px - x) / scale, (py - y) / scale, px, py];
@@ -27,6 +27,15 @@ Object.assign(Editor.prototype, {
       return;
     }
     const [r, c] = cell, i = r * this.shape.cols + c;
+    const { head } = this.shape, win = this.win;
+    if (this.density) {
+      const { step, row0, col0 } = win, share = Math.round((100 * this.density[i]) / 255);
+      const rows = `${row0 + r * step}–${Math.min(this.full.rows, row0 + (r + 1) * step) - 1}`;
+      const cols = `${col0 + c * step}–${Math.min(this.full.cols, col0 + (c + 1) * step) - 1}`;
+      const active = this.density[i] ? `about ${Math.max(1, share)}% active` : "none active";
+      this.readout.textContent = `head ${head} · query blocks ${rows} · key blocks ${cols} · ${active}`;
+      return;
+    }
     let what = "inactive";
     if (this.shown[i] && !this.base[i]) what = "painted, tile on the way";
     else if (this.shown[i]) {
@@ -35,8 +44,8 @@ Object.assign(Editor.prototype, {
       const approx = this.data.codes_scale > 1 ? "≈ " : "";
       what = width ? `tile ${approx}${width}×${width}` : "active, no tile";
     }
-    const { head } = this.shape;
-    this.readout.textContent = `head ${head} · query block ${r} · key block ${c} · ${what}`;
+    const [row, col] = win ? [r + win.row0, c + win.col0] : [r, c];
+    this.readout.textContent = `head ${head} · query block ${row} · key block ${col} · ${what}`;
   },
 
   zoom(event) {
@@ -49,10 +58,11 @@ Object.assign(Editor.prototype, {
     Object.assign(view, { scale, x: px - (px - view.x) * k, y: py - (py - view.y) * k });
     this.clampView();
     this.draw();
+    this.wantView();
   },
 
   clampView() {
-    const view = this.view, { rows, cols } = this.shape;
+    const view = this.view, { rows, cols } = this.full;
     const w = cols * view.fit, h = rows * view.fit;
     view.x = Math.min(0, Math.max(w - cols * view.scale, view.x));
     view.y = Math.min(0, Math.max(h - rows * view.scale, view.y));
@@ -82,6 +92,7 @@ Object.assign(Editor.prototype, {
         pan = { x: event.clientX, y: event.clientY };
         this.clampView();
         this.draw();
+        this.wantView();
       } else if (this.stroke) this.extend(event);
       this.pointer = { clientX: event.clientX, clientY: event.clientY };
       this.showCell(this.pointer);

@@ -101,13 +101,23 @@ Object.assign(Editor.prototype, {
 
 
   // ---------------------------------------------------------------- drawing
+  // The view in the picture's cells: a window of the head (each cell `step` blocks a side) is
+  // drawn where it lies in the head; a whole head is the view itself.
+  local() {
+    const win = this.win;
+    if (!win) return this.view;
+    const { scale, x, y } = this.view;
+    return { scale: scale * win.step, x: x + win.col0 * scale, y: y + win.row0 * scale };
+  },
+
   draw() {
     if (!this.shape) return;
     const ctx = this.ctx, dpr = window.devicePixelRatio || 1;
     const { rows, cols } = this.shape;
-    const { scale, x, y } = this.view;
+    const { scale, x, y } = this.local();
     const w = this.canvas.width / dpr, h = this.canvas.height / dpr;
-    this.canvas.dataset.view = `${scale} ${x} ${y}`; // CSS px per block and offset, for tests
+    const whole = this.view; // CSS px per block and offset in the head, for tests
+    this.canvas.dataset.view = `${whole.scale} ${whole.x} ${whole.y}`;
     ctx.setTransform(dpr, 0, 0, dpr, 0, 0);
     ctx.fillStyle = "#ffffff";
     ctx.fillRect(0, 0, w, h);
@@ -121,17 +131,17 @@ Object.assign(Editor.prototype, {
     ctx.strokeStyle = "rgba(30, 40, 60, 0.35)";
     ctx.setLineDash([3, 3]);
     ctx.lineWidth = 1;
-    const d = Math.min(rows, cols) * scale;
+    const d = Math.min(this.full.rows, this.full.cols) * whole.scale;
     ctx.beginPath();
-    ctx.moveTo(x, y);
-    ctx.lineTo(x + d, y + d);
+    ctx.moveTo(whole.x, whole.y);
+    ctx.lineTo(whole.x + d, whole.y + d);
     ctx.stroke();
     ctx.restore();
     this.drawGuide();
   },
 
   drawGrid(w, h) {
-    const ctx = this.ctx, { rows, cols } = this.shape, { scale, x, y } = this.view;
+    const ctx = this.ctx, { rows, cols } = this.shape, { scale, x, y } = this.local();
     ctx.save();
     ctx.strokeStyle = "rgba(30, 40, 60, 0.12)";
     ctx.lineWidth = 1;
@@ -154,7 +164,7 @@ Object.assign(Editor.prototype, {
 
   // Partial blocks hatched (diagonal strokes inside the block), the visible ones only.
   drawHatch(w, h) {
-    const ctx = this.ctx, { rows, cols } = this.shape, { scale, x, y } = this.view;
+    const ctx = this.ctx, { rows, cols } = this.shape, { scale, x, y } = this.local();
     const c0 = Math.max(0, Math.floor(-x / scale)), c1 = Math.min(cols, Math.ceil((w - x) / scale));
     const r0 = Math.max(0, Math.floor(-y / scale)), r1 = Math.min(rows, Math.ceil((h - y) / scale));
     ctx.save();
@@ -181,7 +191,7 @@ Object.assign(Editor.prototype, {
   drawGuide() {
     const s = this.stroke;
     if (!s || s.tool === "brush") return;
-    const ctx = this.ctx, { scale, x, y } = this.view, { rows, cols } = this.shape;
+    const ctx = this.ctx, { scale, x, y } = this.local(), { rows, cols } = this.shape;
     ctx.save();
     ctx.strokeStyle = "rgba(255, 75, 75, 0.9)";
     ctx.fillStyle = "rgba(255, 75, 75, 0.12)";

@@ -58,11 +58,11 @@ def head_payload(
     return {
         "rows": n_rows,
         "cols": n_cols,
-        "cells": _pack(np.packbits(blocks.astype(bool, copy=False), axis=None).tobytes()),
+        "cells": deflated_base64(np.packbits(blocks.astype(bool, copy=False), axis=None).tobytes()),
         "partial": ""
         if partial is None or not partial.any()
-        else _pack(np.packbits(partial.astype(bool, copy=False), axis=None).tobytes()),
-        "codes": _pack(runs),
+        else deflated_base64(np.packbits(partial.astype(bool, copy=False), axis=None).tobytes()),
+        "codes": deflated_base64(runs),
         "codes_scale": scale,
         "widths": table.tolist(),
         "colours": [width_colour(w) for w in table.tolist()],
@@ -99,7 +99,7 @@ def _run_lengths(values: np.ndarray) -> bytes:
     return values[starts].tobytes() + lengths.tobytes()
 
 
-def _pack(raw: bytes) -> str:
+def deflated_base64(raw: bytes) -> str:
     return base64.b64encode(zlib.compress(raw, 1)).decode("ascii")
 
 

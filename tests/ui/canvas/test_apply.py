@@ -266,3 +266,34 @@ def test_strokes_resent_after_the_server_let_the_history_go_are_not_done_again(s
     send(session, store, *strokes)
     assert np.array_equal(blocks(session, head=slice(None)), after)
     assert strokes_done(session) == (CLIENT, 2)
+
+
+def test_strokes_on_a_128k_token_design_paint_its_runs_within_the_click_budget(store):
+    """A 32 x 2048^2 design held as runs: a brush mask and a rect, as the canvas sends them
+    from a window (cells in the head's blocks), each one undo step and autosaved."""
+    import base64
+    import time
+
+    import torch
+
+    from designer.patterns.attention_sinks import attention_sinks_runs
+
+    runs = attention_sinks_runs(32, 2048, 2048, sink_blocks=1, window_blocks=64)
+    session = {}
+    state.init_session(session, {}, store, lambda: Design(Layout(runs, 64), causal=True))
+    mask = np.zeros((3, 3), dtype=bool)
+    mask[[0, 1, 2], [0, 1, 2]] = True  # a diagonal brush stroke at (1000, 1400)
+    bits = base64.b64encode(np.packbits(mask).tobytes()).decode()
+    brush = {"kind": "mask", "row0": 1000, "col0": 1400, "rows": 3, "cols": 3, "bits": bits}
+    stroke = {**cell(1, 0, 0, action="set"), "region": brush}
+    started = time.process_time()
+    send(session, store, stroke)
+    spent = time.process_time() - started
+    send(session, store, cell(2, 1500, 1480, action="clear", heads=None))
+    layout = state.design(session).layout
+    index = torch.tensor([[0, 1000, 1400], [0, 1001, 1401], [0, 1000, 1401], [5, 1500, 1480]])
+    assert layout.runs.contains(index).tolist() == [True, True, False, False]
+    assert layout.nnz == runs.nnz + 3 - 32
+    assert store.restore(state.session_id(session)).layout == layout
+    assert len(state.history(session).past) == 2
+    assert spent < 1.0  # the target is 0.3 s of server time on an idle machine

@@ -1,0 +1,117 @@
+"""A 32-head x 128K-token design (32 x 2048^2 blocks, held as runs) in a real browser: the
+Paint tab draws it by windows, a zoom asks for a window at full detail, a click paints it, a
+pan and a zoom out redraw it, and a reload finds the stroke in the autosave."""
+
+from __future__ import annotations
+
+import math
+import secrets
+
+import pytest
+import torch
+
+from designer.design import Design
+from designer.layout import Layout
+from designer.patterns.attention_sinks import attention_sinks_runs
+from tests.ui.browser_app import (
+    CANVAS,
+    canvas_pixel,
+    launch,
+    pick,
+    served_for_tests,
+    wait_canvas,
+    zoom_at,
+    zoomed_point,
+)
+
+pytestmark = pytest.mark.e2e
+playwright = pytest.importorskip("playwright.sync_api")
+
+EMPTY = [244, 246, 250]
+ROW, COL = 1000, 1400  # above the window: empty until painted
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    yield from served_for_tests(tmp_path_factory, "long")
+
+
+def window(page) -> list[int]:
+    """The window the canvas shows: row0, col0, rows, cols, step."""
+    return [int(v) for v in page.locator(CANVAS).get_attribute("data-window").split()]
+
+
+def wait_window(page, test, timeout_ms: float = 60_000) -> list[int]:
+    """Wait until the canvas shows (ready) a window for which ``test`` holds."""
+    deadline = page.evaluate("performance.now()") + timeout_ms
+    while page.evaluate("performance.now()") < deadline:
+        canvas = page.locator(CANVAS)
+        if canvas.get_attribute("data-ready") == "true" and test(window(page)):
+            return window(page)
+        page.wait_for_timeout(100)
+    raise TimeoutError(f"no such window came; the canvas shows {window(page)}")
+
+
+def test_paint_pan_zoom_and_reload_a_128k_token_design(server):
+    url, store, log_path = server
+    runs = attention_sinks_runs(32, 2048, 2048, sink_blocks=1, window_blocks=64)
+    session = secrets.token_urlsafe(12)
+    store.autosave(session, Design(Layout(runs, 64), name="long context", causal=True))
+    with playwright.sync_playwright() as driver:
+        page = launch(driver).new_page(viewport={"width": 1480, "height": 1000})
+        page.set_default_timeout(120_000)
+        page.goto(f"{url}/?session={session}")
+        page.get_by_role("tab", name="Paint").click()
+        wait_canvas(page, timeout_s=120)
+        canvas = page.locator(CANVAS)
+        assert (canvas.get_attribute("data-rows"), canvas.get_attribute("data-cols")) == (
+            "2048",
+            "2048",
+        )
+        assert window(page) == [0, 0, 2048, 2048, 2]  # the whole head, zoomed out
+        assert canvas_pixel(page, 500, 480) != EMPTY and canvas_pixel(page, 500, 900) == EMPTY
+
+        zoom_at(page, ROW, COL, notches=5)  # past one pixel a block: full detail of a window
+        shown = wait_window(page, lambda w: w[4] == 1)
+        assert shown[2] < 2048 and shown[0] <= ROW < shown[0] + shown[2]
+        page.mouse.click(*zoomed_point(page, ROW, COL))
+        wait_canvas(page, 1, timeout_s=120)
+        page.locator(f"{CANVAS}[data-pending='0']").wait_for()
+        index = torch.tensor([[0, ROW, COL], [0, ROW, COL + 1]])
+        assert store.restore(session).layout.runs.contains(index).tolist() == [True, False]
+        assert canvas_pixel(page, ROW, COL) != EMPTY
+
+        pick(page, "row")  # a whole row, cut to the blocks on screen
+        page.mouse.click(*zoomed_point(page, ROW + 4, COL))
+        wait_canvas(page, 2, timeout_s=120)
+        page.locator(f"{CANVAS}[data-pending='0']").wait_for()
+        scale, x, _ = map(float, canvas.get_attribute("data-view").split())
+        width = float(canvas.evaluate("c => parseFloat(c.style.width)"))
+        first, past = max(0, math.floor(-x / scale)), min(2048, math.ceil((width - x) / scale))
+        cols = torch.arange(2048)
+        row = torch.stack([torch.zeros_like(cols), torch.full_like(cols, ROW + 4), cols], 1)
+        painted = store.restore(session).layout.runs.contains(row)
+        expected = runs.contains(row) | ((cols >= first) & (cols < past))
+        assert first > 0 and past < 2048 and torch.equal(painted, expected)
+        pick(page, "brush")
+
+        page.mouse.move(*zoomed_point(page, ROW, COL))  # pan with the middle button
+        page.mouse.down(button="middle")
+        page.mouse.move(*zoomed_point(page, ROW - 300, COL - 600), steps=5)
+        page.mouse.up(button="middle")
+        moved = wait_window(page, lambda w: w != shown and w[4] == 1)
+        assert moved[1] > shown[1]  # further right in the head
+        assert canvas_pixel(page, ROW, COL) != EMPTY
+
+        box = canvas.bounding_box()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        for _ in range(8):  # back out: the density picture again
+            page.mouse.wheel(0, 480)
+        wait_window(page, lambda w: w[4] > 1)
+
+        page.reload()
+        page.get_by_role("tab", name="Paint").click()
+        wait_canvas(page, timeout_s=120)
+        assert store.restore(session).layout.runs.contains(index).tolist() == [True, False]
+        assert page.locator('[data-testid="stException"]').count() == 0
+    assert "Traceback" not in log_path.read_text()

@@ -1,0 +1,67 @@
+"""Work that runs beside the page: one thread per key, its result kept where the page finds it.
+
+A design held as runs (past the dense grid) is analysed on its runs in a background thread, so
+no page waits for its statistics and lints: the page starts the job (``start``), shows a
+progress line and polls in a fragment until the job is done (``state_of``), then reruns to show
+the result, which the job leaves in the analysis cache keyed by the design's content. A job is
+started once per key however many pages ask (again if its result left the cache); one that
+fails keeps its reason for the pages.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from designer.threads import lower_priority
+
+#: How far a job's thread steps back when a page's thread wants the core.
+NICENESS = 10
+#: Finished jobs remembered (their results live elsewhere; this keeps their outcome).
+MAX_JOBS = 64
+
+
+@dataclass
+class Job:
+    """A job's outcome so far: when it started, whether it is done, and why it failed."""
+
+    started: float
+    done: bool = False
+    error: str | None = None
+
+
+_JOBS: dict[str, Job] = {}
+_LOCK = threading.Lock()
+
+
+def start(key: str, work: Callable[[], object]) -> Job:
+    """Run ``work`` on a thread of its own unless a job under ``key`` runs already or failed
+    (a job that finished is run again: the caller asks only when its result is gone)."""
+    with _LOCK:
+        job = _JOBS.get(key)
+        if job is not None and (not job.done or job.error is not None):
+            return job
+        if len(_JOBS) >= MAX_JOBS:  # forget the oldest finished ones
+            for old in [k for k, j in _JOBS.items() if j.done][: MAX_JOBS // 2]:
+                del _JOBS[old]
+        job = _JOBS[key] = Job(time.monotonic())
+
+    def run() -> None:
+        lower_priority(NICENESS)
+        try:
+            work()
+        except (ValueError, TypeError, MemoryError) as error:
+            job.error = str(error) or type(error).__name__
+        finally:
+            job.done = True
+
+    threading.Thread(target=run, name=f"background-{key[:12]}", daemon=True).start()
+    return job
+
+
+def state_of(key: str) -> Job | None:
+    """The job under ``key``, if one was started."""
+    with _LOCK:
+        return _JOBS.get(key)
