@@ -68,7 +68,7 @@ from designer.recipe_cost import (
     step_ns,
 )
 from designer.recipe_replay import replay_edit
-from designer.recipe_runs import edit_runs_cost, replay_edit_runs, step_runs_cost
+from designer.recipe_runs import RunsBound, edit_runs_cost, replay_edit_runs, step_runs_cost
 from designer.recipe_size import check_size, compact, edit_size, snapshot_edits, step_size
 from designer.threads import one_thread
 from designer.validate import (
@@ -287,13 +287,13 @@ class Recipe:
             if not isinstance(step, RecipeStep):
                 raise TypeError(f"steps[{i}] must be a RecipeStep, got {type(step).__name__}")
             fit_heads(f"steps[{i}].heads", step.heads or (), self.n_heads)
-        ns, chars, values, transient, head_runs = 0, 0, 0, 0, 0
+        ns, chars, values, transient, bound = 0, 0, 0, 0, RunsBound()
         for i, step in enumerate(steps):
             heads = self.n_heads if step.heads is None else len(step.heads)
             if as_runs:
                 with error_context(f"steps[{i}] ({step.pattern})"):
-                    *step_cost, head_runs = step_runs_cost(
-                        step.pattern, step.params, heads, shape, step.combine, head_runs
+                    *step_cost, bound = step_runs_cost(
+                        step.pattern, step.params, heads, shape, step.combine, bound
                     )
             elif PATTERNS[step.pattern].family == "token":
                 with error_context(f"steps[{i}] ({step.pattern})"):
@@ -311,7 +311,7 @@ class Recipe:
             new_shape = _edited_shape(i, op, shape)
             if as_runs:
                 with error_context(f"edits[{i}]"):
-                    edit_ns_, edit_bytes_, head_runs = edit_runs_cost(op, shape, head_runs)
+                    edit_ns_, edit_bytes_, bound = edit_runs_cost(op, shape, bound)
             else:
                 edit_ns_, edit_bytes_ = edit_ns(op, shape), edit_bytes(op, shape)
             ns += edit_ns_
@@ -320,7 +320,7 @@ class Recipe:
             chars, values = chars + size[0] + 1, values + size[1] + 1
             shape = new_shape
         transposes = sum(isinstance(op, Transpose) for op in edits)
-        cost = RecipeCost(ns, transposes, chars, transient, values, head_runs)
+        cost = RecipeCost(ns, transposes, chars, transient, values, tuple(bound))
         check_budget(*_build_estimate(cost, shape, as_runs), runs=as_runs)
         check_size(chars, values)
         object.__setattr__(self, "steps", steps)
@@ -440,16 +440,16 @@ class Recipe:
         shape = _edited_shape(len(self.edits), op, before)
         cost, (chars, values) = self.__dict__["_cost"], edit_size(op)
         if self.as_runs:
-            op_ns, op_bytes, head_runs = edit_runs_cost(op, before, cost.head_runs)
+            op_ns, op_bytes, bound = edit_runs_cost(op, before, RunsBound(*cost.runs))
         else:
-            op_ns, op_bytes, head_runs = edit_ns(op, before), edit_bytes(op, before), 0
+            op_ns, op_bytes, bound = edit_ns(op, before), edit_bytes(op, before), RunsBound()
         cost = RecipeCost(
             cost.ns + op_ns,
             cost.transposes + isinstance(op, Transpose),
             cost.chars + chars + 1,
             max(cost.transient_bytes, op_bytes),
             cost.values + values + 1,
-            head_runs,
+            tuple(bound),
         )
         check_budget(*_build_estimate(cost, shape, self.as_runs), runs=self.as_runs)
         check_size(cost.chars, cost.values)

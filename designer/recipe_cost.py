@@ -96,15 +96,15 @@ Shape = tuple[int, int, int]
 class RecipeCost(NamedTuple):
     """A recipe's estimates so far: build nanoseconds before the final copy, transposes (the
     copy's rate), characters in a file, the largest step or edit temporaries in bytes, values
-    in a file (commas + 1), and for a recipe built as row runs (``recipe_runs``) the most runs
-    one head may have."""
+    in a file (commas + 1), and for a recipe built as row runs the bounds on its runs
+    (``recipe_runs.RunsBound``: all of them, the most in one head)."""
 
     ns: int = 0
     transposes: int = 0
     chars: int = 0
     transient_bytes: int = 0
     values: int = 0
-    head_runs: int = 0
+    runs: tuple[int, int] = (0, 0)
 
 
 def _layout_heads(pattern: str, params: Any, n_heads: int) -> int:

@@ -5,15 +5,16 @@ is built as row runs (``designer.block_runs``): each step's pattern by its runs 
 (``registry.pattern_runs``), steps combined by the runs algebra, edits painted as runs of
 their regions (``replay_edit_runs``). Nothing it does is counted in cells, so a 1M-token design
 costs its runs, not its 8.6 G cells. Estimates are made before anything is built (a file could
-otherwise ask for minutes of work), from upper bounds on the runs of one head:
+otherwise ask for minutes of work), from upper bounds on the runs (``RunsBound``: all of
+them, and the most in one head, which a copied head brings):
 
-- a step makes ``M x intervals_per_row`` intervals per head (``intervals_per_row``: what the
-  pattern's runs builder emits for its parameters) at ``NS_PER_INTERVAL``, and combining it in
-  sweeps the runs of both sides at ``NS_PER_RUN`` (a union, intersection or difference never
+- a step makes ``M x intervals_per_row`` intervals in each of its heads (what the pattern's
+  runs builder emits for its parameters) at ``NS_PER_INTERVAL``, and combining it in sweeps
+  the runs of both sides at ``NS_PER_RUN`` (a union, intersection or difference never
   has more runs than its two sides together);
 - an edit paints its region's intervals in its heads (a rectangle one per row, a band one per
-  row, a cell list one per cell), and sweeps them with the layout's runs (twice for a toggle);
-  a ``CopyHead`` copies every head's runs once;
+  row, a cell list one per cell), and sweeps them with the layout's runs (three times for a
+  toggle); a ``CopyHead`` copies every head's runs once;
 - memory: ``BYTES_PER_RUN`` per run swept at once (the sort keys, coverage sums and the runs
   made), within ``recipe_cost.MAX_BUILD_BYTES``.
 
@@ -32,7 +33,7 @@ follow the blocks, not the runs) are refused past a dense grid, saying what can 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
@@ -45,8 +46,9 @@ from designer.regions import Band, Bitmap, Cells, Column, Rect, Row
 #: included), and per run swept when combining.
 NS_PER_INTERVAL = 100
 NS_PER_RUN = 300
-#: Peak bytes per run swept at once.
+#: Peak bytes per run swept at once, and per run copied (a head copied: 57 measured).
 BYTES_PER_RUN = 240
+COPY_BYTES_PER_RUN = 96
 
 Shape = tuple[int, int, int]
 
@@ -84,11 +86,18 @@ def _each(value: Any, n_heads: int) -> list[int]:
     return list(value) if isinstance(value, (list, tuple)) else [value] * n_heads
 
 
+class RunsBound(NamedTuple):
+    """Upper bounds on a layout's runs: all of them, and the most in one head."""
+
+    total: int = 0
+    head: int = 0
+
+
 def step_runs_cost(
-    pattern: str, params: Any, heads: int, shape: Shape, combine: str, head_runs: int
-) -> tuple[int, int, int]:
-    """``(nanoseconds, peak bytes, head runs after)`` of one step for ``heads`` heads, the
-    layout so far having at most ``head_runs`` runs in any head."""
+    pattern: str, params: Any, heads: int, shape: Shape, combine: str, bound: RunsBound
+) -> tuple[int, int, RunsBound]:
+    """``(nanoseconds, peak bytes, runs bound after)`` of one step for ``heads`` heads, on a
+    layout whose runs are within ``bound``."""
     check_runs_pattern(pattern, shape)
     n_heads, n_q, n_k = shape
     spec = PATTERNS[pattern]
@@ -96,9 +105,10 @@ def step_runs_cost(
     made = n_q * intervals_per_row(pattern, values, n_q, n_k)  # per head
     ns = heads * made * NS_PER_INTERVAL
     if combine == "replace" and heads == n_heads:
-        return ns, heads * made * BYTES_PER_RUN, made
-    swept = n_heads * head_runs + heads * made  # the heads' sweep, then every head restacked
-    return ns + swept * NS_PER_RUN, swept * BYTES_PER_RUN, head_runs + made
+        return ns, heads * made * BYTES_PER_RUN, RunsBound(heads * made, made)
+    swept = bound.total + heads * made  # the heads' sweep, then every head restacked
+    after = RunsBound(bound.total + heads * made, bound.head + made)
+    return ns + swept * NS_PER_RUN, swept * BYTES_PER_RUN, after
 
 
 def region_intervals(region: Any, n_rows: int, n_cols: int) -> tuple[torch.Tensor, ...]:
@@ -137,9 +147,9 @@ def _region_count(region: Any, n_rows: int) -> int:
     return len(region.cells)
 
 
-def edit_runs_cost(op: Edit, shape: Shape, head_runs: int) -> tuple[int, int, int]:
-    """``(nanoseconds, peak bytes, head runs after)`` of one edit on a layout of ``shape``
-    whose heads have at most ``head_runs`` runs each."""
+def edit_runs_cost(op: Edit, shape: Shape, bound: RunsBound) -> tuple[int, int, RunsBound]:
+    """``(nanoseconds, peak bytes, runs bound after)`` of one edit on a layout of ``shape``
+    whose runs are within ``bound``."""
     n_heads, n_rows, _ = shape
     if isinstance(op, Transpose):
         raise ValueError(
@@ -147,16 +157,17 @@ def edit_runs_cost(op: Edit, shape: Shape, head_runs: int) -> tuple[int, int, in
             f"of a transposed layout follow its blocks, not its runs, so its cost is not known "
             f"before it is built; transpose the design's layout (Layout.transpose) instead"
         )
-    swept = n_heads * head_runs
-    if isinstance(op, CopyHead):
-        return 2 * swept * NS_PER_RUN, 2 * swept * BYTES_PER_RUN, head_runs
+    if isinstance(op, CopyHead):  # every head restacked
+        copied = bound.total + len(op.targets) * bound.head
+        return copied * NS_PER_RUN, copied * COPY_BYTES_PER_RUN, RunsBound(copied, bound.head)
     assert isinstance(op, EditOp)
     heads = n_heads if op.heads is None else len(op.heads)
-    painted = _region_count(op.region, n_rows)
+    painted = _region_count(op.region, n_rows) * (2 if op.action == "toggle" else 1)
     sweeps = 3 if op.action == "toggle" else 1  # a toggle: union less intersection
-    ns = (heads * painted * NS_PER_INTERVAL) + sweeps * (swept + heads * painted) * NS_PER_RUN
-    after = head_runs + painted * (2 if op.action == "toggle" else 1)
-    return ns, (swept + heads * painted) * BYTES_PER_RUN, after  # one sweep at a time
+    swept = bound.total + heads * painted
+    ns = heads * painted * NS_PER_INTERVAL + sweeps * swept * NS_PER_RUN
+    after = RunsBound(swept, bound.head + painted)
+    return ns, swept * BYTES_PER_RUN, after  # one sweep at a time
 
 
 def replay_edit_runs(runs: BlockRuns, op: Edit) -> BlockRuns:
