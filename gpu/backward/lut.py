@@ -100,19 +100,15 @@ def build_backward_lut_runs(
     """``build_backward_lut`` of the layout that ``runs`` holds (with its ``partials``, if
     any), from the forward's tiles (``gpu.forward.run_lut``) regrouped per key tile: no
     ``[H, M, N]`` grid."""
-    counts, entries, n_q_tiles, n_k_tiles = tile_entries_of_runs(
-        runs, block_size, block_m=block_m, block_n=block_n, causal=causal,
-        causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
-    )  # fmt: skip
+    options = {"block_m": block_m, "block_n": block_n, "causal": causal,
+               "causal_offset": causal_offset, "seq_q": seq_q, "seq_k": seq_k}  # fmt: skip
+    counts, entries, n_q_tiles, n_k_tiles = tile_entries_of_runs(runs, block_size, **options)
     n_heads = runs.shape[0]
     token_words = torch.zeros(0, block_n, -(-block_m // 32), dtype=torch.int32)
     tokens = None
     if partials is not None:
-        tokens = token_tiles_of_entries(
-            partials, runs, counts, entries, n_q_tiles, n_k_tiles, block_m=block_m,
-            block_n=block_n, causal=causal, causal_offset=causal_offset, seq_q=seq_q,
-            seq_k=seq_k, by_key_tile=True,
-        )  # fmt: skip
+        tokens = token_tiles_of_entries(partials, runs, counts, entries, n_q_tiles, n_k_tiles,
+                                        **options, by_key_tile=True)  # fmt: skip
     counts, starts, entries = transpose_entries(counts, entries, n_heads, n_q_tiles, n_k_tiles)
     if tokens is not None:
         groups = np.repeat(np.arange(len(counts), dtype=np.int64), counts)

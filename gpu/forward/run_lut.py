@@ -117,17 +117,13 @@ def build_fused_lut_runs(
 ) -> FusedLut:
     """``gpu.forward.lut.build_fused_lut`` of the layout that ``runs`` holds, with its
     ``partials`` (checked by ``gpu.partials.check_partials``) if any."""
-    counts, entries, n_q_tiles, n_k_tiles = tile_entries_of_runs(
-        runs, block_size, block_m=block_m, block_n=block_n, causal=causal,
-        causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
-    )  # fmt: skip
+    options = {"block_m": block_m, "block_n": block_n, "causal": causal,
+               "causal_offset": causal_offset, "seq_q": seq_q, "seq_k": seq_k}  # fmt: skip
+    counts, entries, n_q_tiles, n_k_tiles = tile_entries_of_runs(runs, block_size, **options)
     token_words = torch.zeros(0, block_m, -(-block_n // 32), dtype=torch.int32)
     if partials is not None:
-        tokens = token_tiles_of_entries(
-            partials, runs, counts, entries, n_q_tiles, n_k_tiles, block_m=block_m,
-            block_n=block_n, causal=causal, causal_offset=causal_offset, seq_q=seq_q,
-            seq_k=seq_k, by_key_tile=False,
-        )  # fmt: skip
+        tokens = token_tiles_of_entries(partials, runs, counts, entries, n_q_tiles, n_k_tiles,
+                                        **options, by_key_tile=False)  # fmt: skip
         keys = forward_keys(counts, entries, n_k_tiles)
         counts, entries = token_entries(counts, entries, keys, tokens)
         token_words = tokens.words
