@@ -38,6 +38,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 
+import designer.recipe
 import gpu
 from designer import from_mask_mod
 from designer.edit import CopyHead, EditOp, Rect
@@ -77,17 +78,18 @@ def timed(action, repeats: int) -> tuple[object, dict]:
 
 
 def afresh(recipe: Recipe) -> Recipe:
-    """The same recipe made again, unbuilt."""
+    """The same recipe made again, unbuilt, its steps' patterns not kept from before."""
+    designer.recipe.clear_step_cache()
     return Recipe(**{name: getattr(recipe, name) for name in Recipe.__dataclass_fields__})
 
 
-def recipe_cases(repeats: int) -> dict:
+def recipe_cases(repeats: int, cases: dict[str, int] = CASES) -> dict:
     found = {}
-    for size, n_blocks in CASES.items():
+    for size, n_blocks in cases.items():
         for name, recipe in recipes(n_blocks).items():
             load = os.getloadavg()
             layout, cost = timed(lambda r=recipe: afresh(r).build(), repeats)
-            runs = layout.runs
+            runs = layout.to_runs()
             found[f"{size}: {name}"] = row = {
                 **cost, "estimate_s": recipe.build_ns / 1e9, "active_blocks": layout.nnz,
                 "runs": runs.n_runs, "cells": layout.cells,
@@ -121,26 +123,28 @@ def plan_tables(layout) -> None:
     planned.backward_lut(128, 128)
 
 
-def token_cases(repeats: int) -> dict:
+def token_cases(repeats: int, n_blocks: int = 2048, heads: tuple[int, ...] = (HEADS, 8)) -> dict:
+    """The token cases at ``n_blocks``^2 blocks: the window at the first of ``heads``, the
+    aligned window and sinks at each."""
     found: dict = {}
-    tokens = 2048 * BLOCK
+    tokens = n_blocks * BLOCK
     started, load = time.perf_counter(), os.getloadavg()
     try:
-        from_mask_mod(window, heads=HEADS, seq_q=tokens, seq_k=tokens, block_size=BLOCK,
+        from_mask_mod(window, heads=heads[0], seq_q=tokens, seq_k=tokens, block_size=BLOCK,
                       causal=True)  # fmt: skip
         refusal = None
     except ValueError as error:
         refusal = str(error)
     took = time.perf_counter() - started
-    found["from_mask_mod 1,000-token window, 32 x 128K"] = {
+    found[f"from_mask_mod 1,000-token window, {heads[0]} x {tokens // 1024}K"] = {
         "refused": refusal,
         "wall_s": took,
         "load_before": load,
     }
-    print(f"1,000-token window at 32 x 128K: {refusal} ({took:.2f} s)")
-    for heads in (HEADS, 8):
+    print(f"1,000-token window at {heads[0]} x {tokens // 1024}K: {refusal} ({took:.2f} s)")
+    for count in heads:
         load = os.getloadavg()
-        layout, made = timed(lambda h=heads: from_mask_mod(
+        layout, made = timed(lambda h=count: from_mask_mod(
             aligned_window_and_sinks, heads=h, seq_q=tokens, seq_k=tokens, block_size=BLOCK,
             causal=True), repeats)  # fmt: skip
         row = {"from_mask_mod": made, "partial_blocks": layout.n_partial,
@@ -150,8 +154,9 @@ def token_cases(repeats: int) -> dict:
             runs=lay.to_runs(), block_size=BLOCK, partials=lay.partials)), repeats)  # fmt: skip
         if layout.runs is None:
             _, row["plan_tables_dense"] = timed(lambda lay=layout: plan_tables(lay), repeats)
-        found[f"4K-aligned window + 10-token sinks, {heads} x 128K"] = row
-        print(f"{heads} x 128K aligned window + sinks: {layout.n_partial:,} partial blocks "
+        size = f"{count} x {tokens // 1024}K"
+        found[f"4K-aligned window + 10-token sinks, {size}"] = row
+        print(f"{size} aligned window + sinks: {layout.n_partial:,} partial blocks "
               f"({row['held_as']}), from_mask_mod {made['wall_s']:.2f} s, tables from runs "
               f"{row['plan_tables_from_runs']['wall_s']:.2f} s"
               + (f", dense {row['plan_tables_dense']['wall_s']:.2f} s"

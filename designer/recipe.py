@@ -215,6 +215,11 @@ _STEPS = LruCache(STEP_CACHE_CELLS, size=lambda made: made.nbytes if isinstance(
     ttl_seconds=STEP_CACHE_SECONDS)  # fmt: skip
 
 
+def clear_step_cache() -> None:
+    """Forget the step patterns kept (for measurements of a build from nothing)."""
+    _STEPS.clear()
+
+
 def _step_layout(
     step: RecipeStep, n_heads: int, n_q: int, n_k: int, block_size: int, seq: tuple | None
 ) -> Layout | BlockRuns:
