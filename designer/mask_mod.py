@@ -18,6 +18,11 @@ read past its table). ``b`` is 0: a layout has no batch dimension.
 Work is bounded before it is done: more than ``MAX_EVAL_PAIRS`` token pairs to evaluate is
 refused, saying how many, and partial blocks past ``partials.MAX_PARTIAL_BYTES`` too.
 
+Long contexts: the bounds are a dense grid of the heads the ``mask_mod`` tells apart (one, when
+it ignores ``h``), at most ``MAX_LAYOUT_CELLS`` cells; a layout larger than a dense grid holds
+(``layout.DENSE_CELLS``: 32 heads x 128K tokens of a head-independent window) is then its one
+head's layout copied to every head, held as row runs, with each head's partial blocks.
+
 With ``causal=True`` the layout is meant for a causal design (``Design(causal=True)``,
 ``gpu.plan(causal=True)``), whose closed-form rule masks above the diagonal: a block whose
 allowed pairs are exactly the causal ones (the diagonal of a causal document mask) is stored as
@@ -45,10 +50,11 @@ from designer.threads import one_thread
 from designer.validate import (
     MAX_BLOCKS,
     MAX_HEADS,
+    MAX_LAYOUT_CELLS,
     check_bool,
     check_choice,
     check_int,
-    check_layout_shape,
+    check_runs_shape,
 )
 
 MaskMod = Callable[..., torch.Tensor]
@@ -92,7 +98,7 @@ def _lengths(heads: int, seq_q: int, seq_k: int, block_size: int) -> tuple[int, 
     block = check_int("block_size", block_size, low=1, high=MAX_BLOCK_SIZE)
     seq_q = check_int("seq_q", seq_q, low=1, high=MAX_BLOCKS * block)
     seq_k = check_int("seq_k", seq_k, low=1, high=MAX_BLOCKS * block)
-    check_layout_shape(heads, -(-seq_q // block), -(-seq_k // block))
+    check_runs_shape(heads, -(-seq_q // block), -(-seq_k // block))
     return heads, seq_q, seq_k, block
 
 
@@ -117,6 +123,22 @@ def head_dependent(mask_mod: MaskMod, heads: int) -> bool:
     return heads > 1 and len(shape) == 3 and shape[0] == heads
 
 
+def _check_bounds_grid(shown: int, m: int, n: int) -> None:
+    """Refuse bounds past a dense grid's cells, saying what would fit."""
+    if shown * m * n <= MAX_LAYOUT_CELLS:
+        return
+    if shown > 1:
+        raise ValueError(
+            f"this mask_mod reads the head, so it is bounded on a grid of {shown} heads x {m} x "
+            f"{n} blocks ({shown * m * n:,} cells), more than the {MAX_LAYOUT_CELLS:,} allowed; "
+            f"use fewer heads or larger blocks, or a mask_mod that is the same on every head"
+        )
+    raise ValueError(
+        f"a mask_mod is bounded on a grid of {m} x {n} blocks, at most {MAX_LAYOUT_CELLS:,} "
+        f"cells, got {m * n:,}; use larger blocks or shorter sequences"
+    )
+
+
 def tile_bounds(
     mask_mod: MaskMod, *, heads: int, seq_q: int, seq_k: int, block_size: int
 ) -> TileBounds:
@@ -125,6 +147,7 @@ def tile_bounds(
     heads, seq_q, seq_k, b = _lengths(heads, seq_q, seq_k, block_size)
     m, n = -(-seq_q // b), -(-seq_k // b)
     shown = heads if head_dependent(mask_mod, heads) else 1
+    _check_bounds_grid(shown, m, n)
     full = torch.zeros(shown, m, n, dtype=torch.bool)
     unknown = torch.zeros(shown, m, n, dtype=torch.bool)
     tables: dict = {}

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from designer.block_runs import BlockRuns
 from designer.cache import LruCache
 from designer.edit import (
     Bitmap,
@@ -53,7 +54,7 @@ from designer.mask_mod import (
     evaluation_cost,
 )
 from designer.partials import row_bytes
-from designer.patterns.registry import PATTERNS, make_pattern, token_bounds
+from designer.patterns.registry import PATTERNS, make_pattern, pattern_runs, token_bounds
 from designer.recipe_cost import (
     COPY_NS,
     RecipeCost,
@@ -67,14 +68,18 @@ from designer.recipe_cost import (
     step_ns,
 )
 from designer.recipe_replay import replay_edit
+from designer.recipe_runs import RunsBound, edit_runs_cost, replay_edit_runs, step_runs_cost
 from designer.recipe_size import check_size, compact, edit_size, snapshot_edits, step_size
 from designer.threads import one_thread
 from designer.validate import (
+    MAX_LAYOUT_CELLS,
     check_choice,
     check_float,
     check_int,
     check_keys,
     check_layout_shape,
+    check_run_counts,
+    check_runs_shape,
     error_context,
     token_length,
 )
@@ -87,6 +92,8 @@ MAX_EDITS = 10_000
 #: Most items in one list-valued parameter, and the longest string parameter.
 MAX_PARAM_ITEMS = 4096
 MAX_PARAM_CHARS = 200
+#: Recipes of more cells are built as row runs (``recipe_runs``): past a dense grid.
+RUNS_CELLS = MAX_LAYOUT_CELLS
 
 
 # --------------------------------------------------------------------------- parameters
@@ -202,26 +209,37 @@ def _edited_shape(index: int, op: Any, shape: Shape) -> Shape:
 #: changing one step of a large design (a seed, say) then regenerates that step alone.
 STEP_CACHE_CELLS = 256 << 20
 STEP_CACHE_SECONDS = 15 * 60
-_STEPS = LruCache(STEP_CACHE_CELLS, size=lambda made: made.blocks.numel() + (
+_STEPS = LruCache(STEP_CACHE_CELLS, size=lambda made: made.nbytes if isinstance(
+    made, BlockRuns) else made.blocks.numel() + (
     made.partials.nbytes if made.partials is not None else 0),
     ttl_seconds=STEP_CACHE_SECONDS)  # fmt: skip
 
 
+def clear_step_cache() -> None:
+    """Forget the step patterns kept (for measurements of a build from nothing)."""
+    _STEPS.clear()
+
+
 def _step_layout(
-    step: RecipeStep, n_heads: int, n_q: int, n_k: int, block_size: int, seq: tuple
-) -> Layout:
+    step: RecipeStep, n_heads: int, n_q: int, n_k: int, block_size: int, seq: tuple | None
+) -> Layout | BlockRuns:
     """The ``[n_heads, n_q, n_k]`` layout of one step, generated once per its arguments
-    (read-only: builds combine it into their own grid); ``seq`` the token lengths."""
+    (read-only: builds combine it into their own grid); ``seq`` the token lengths, or
+    ``None`` for the step's row runs (``pattern_runs``)."""
     token = PATTERNS[step.pattern].family == "token"
-    key = (step.pattern, step.params, n_heads, n_q, n_k, block_size, seq if token else None)
+    key = (step.pattern, step.params, n_heads, n_q, n_k, block_size, seq if token else None,
+           seq is None)  # fmt: skip
     params = step.params.to_plain()
+    if seq is None:
+        return _STEPS.get(key, lambda: pattern_runs(step.pattern, n_heads, n_q, n_k, params))
     lengths = {"seq_q": seq[0], "seq_k": seq[1]} if token else {}
     return _STEPS.get(
         key, lambda: make_pattern(step.pattern, n_heads, n_q, n_k, block_size, params, **lengths)
     )
 
 
-def _combined(current: Layout, made: Layout, how: str) -> Layout:
+def _combined(current: Layout | BlockRuns, made: Layout | BlockRuns, how: str) -> Any:
+    """``current`` combined with ``made`` (two layouts, or two ``BlockRuns``: one algebra)."""
     if how == "union":
         return current.union(made)
     if how == "intersect":
@@ -257,7 +275,10 @@ class Recipe:
     seq_k: int | None = None
 
     def __post_init__(self) -> None:
-        shape = check_layout_shape(self.n_heads, self.n_q_blocks, self.n_k_blocks)
+        shape = check_runs_shape(self.n_heads, self.n_q_blocks, self.n_k_blocks)
+        as_runs = shape[0] * shape[1] * shape[2] > RUNS_CELLS
+        if not as_runs:
+            check_layout_shape(*shape)
         for name, value in zip(("n_heads", "n_q_blocks", "n_k_blocks"), shape, strict=True):
             object.__setattr__(self, name, value)
         block_size = check_int("block_size", self.block_size, low=1, high=MAX_BLOCK_SIZE)
@@ -271,10 +292,15 @@ class Recipe:
             if not isinstance(step, RecipeStep):
                 raise TypeError(f"steps[{i}] must be a RecipeStep, got {type(step).__name__}")
             fit_heads(f"steps[{i}].heads", step.heads or (), self.n_heads)
-        ns, chars, values, transient = 0, 0, 0, 0
+        ns, chars, values, transient, bound = 0, 0, 0, 0, RunsBound()
         for i, step in enumerate(steps):
             heads = self.n_heads if step.heads is None else len(step.heads)
-            if PATTERNS[step.pattern].family == "token":
+            if as_runs:
+                with error_context(f"steps[{i}] ({step.pattern})"):
+                    *step_cost, bound = step_runs_cost(
+                        step.pattern, step.params, heads, shape, step.combine, bound
+                    )
+            elif PATTERNS[step.pattern].family == "token":
                 with error_context(f"steps[{i}] ({step.pattern})"):
                     step_cost = token_step_cost(step, heads, shape, block_size, seq)
             else:
@@ -288,18 +314,25 @@ class Recipe:
         edits = tuple(compact(op) if isinstance(op, EditOp) else op for op in edits)
         for i, op in enumerate(edits):
             new_shape = _edited_shape(i, op, shape)
-            ns += edit_ns(op, shape)
-            transient = max(transient, edit_bytes(op, shape))
+            if as_runs:
+                with error_context(f"edits[{i}]"):
+                    edit_ns_, edit_bytes_, bound = edit_runs_cost(op, shape, bound)
+            else:
+                edit_ns_, edit_bytes_ = edit_ns(op, shape), edit_bytes(op, shape)
+            ns += edit_ns_
+            transient = max(transient, edit_bytes_)
             size = edit_size(op)
             chars, values = chars + size[0] + 1, values + size[1] + 1
             shape = new_shape
         transposes = sum(isinstance(op, Transpose) for op in edits)
-        check_budget(ns + copy_ns(shape, transposes), build_bytes(shape, transient))
+        cost = RecipeCost(ns, transposes, chars, transient, values, tuple(bound))
+        check_budget(*_build_estimate(cost, shape, as_runs), runs=as_runs)
         check_size(chars, values)
         object.__setattr__(self, "steps", steps)
         object.__setattr__(self, "edits", edits)
         self.__dict__["_shape_after_edits"] = shape  # what the next edit must fit
-        self.__dict__["_cost"] = RecipeCost(ns, transposes, chars, transient, values)
+        self.__dict__["_cost"] = cost
+        self.__dict__["_as_runs"] = as_runs
 
     @property
     def token_lengths(self) -> tuple[int, int]:
@@ -313,11 +346,40 @@ class Recipe:
         """The layout this recipe makes (built once, then shared: layouts are immutable)."""
         return self._layout
 
+    @property
+    def as_runs(self) -> bool:
+        """Whether this recipe is built as row runs (past a dense grid, ``recipe_runs``)."""
+        return self.__dict__["_as_runs"]
+
     @functools.cached_property
     def _layout(self) -> Layout:
-        """Steps and edits applied in place to one working grid, then one ``Layout`` made."""
+        """Steps and edits applied in place to one working grid, then one ``Layout`` made (or,
+        past a dense grid, combined as row runs)."""
         with one_thread():
-            return self._built()
+            return self._built_runs() if self.as_runs else self._built()
+
+    def _built_runs(self) -> Layout:
+        """Steps made as row runs and combined by the runs algebra, then the edits painted as
+        runs (``recipe_runs``): no dense grid at any point, one ``Layout`` at the end."""
+        runs = BlockRuns.empty(self.n_heads, self.n_q_blocks, self.n_k_blocks)
+        for i, step in enumerate(self.steps):
+            heads = None if step.heads is None else list(step.heads)
+            with error_context(f"steps[{i}] ({step.pattern})"):
+                made = _step_layout(
+                    step, self.n_heads if heads is None else len(heads), self.n_q_blocks,
+                    self.n_k_blocks, self.block_size, None,
+                )  # fmt: skip
+                if heads is None:
+                    runs = _combined(runs, made, step.combine)
+                else:
+                    runs = runs.with_heads(heads, _combined(runs.select_heads(heads), made,
+                                                            step.combine))  # fmt: skip
+                check_run_counts(runs.nnz, runs.n_runs)
+        for i, op in enumerate(self.edits):
+            with error_context(f"edits[{i}]"):
+                runs = replay_edit_runs(runs, op)
+                check_run_counts(runs.nnz, runs.n_runs)
+        return Layout(runs, self.block_size, None, *self.token_lengths)
 
     def _built(self) -> Layout:
         """Block-level steps combine in place on one grid; where partial blocks take part, the
@@ -362,33 +424,39 @@ class Recipe:
         stays cheap however long the edit list grows. When one more edit would pass a limit of
         the readers (build time, size in a file, number of edits), the recipe flattens first
         (``flattened``), and if even that is too large, into a snapshot of the layout with
-        ``op`` applied: the design is kept exactly, its steps and edits become its layout.
+        ``op`` applied: the design is kept exactly, its steps and edits become its layout. A
+        recipe past a dense grid has no snapshot (its bitmaps would be the grid): the edit
+        past its limits is refused (``RecipeTooLarge``) and the recipe stays as it was.
         """
         op = compact(op)
         try:
             return self._extended(op)
         except RecipeTooLarge:
-            pass
+            if self.as_runs:  # past a dense grid there is no flat form: the limit stands
+                raise
         try:
             return self.flattened()._extended(op)
         except RecipeTooLarge:
-            return _snapshot(apply_edit(self.build(), op))
+            return _snapshot(_edited(self.build(), op, self.as_runs))
 
     def _extended(self, op: Edit) -> Recipe:
         edits = tuple(_check_items("edits", (*self.edits, op), MAX_EDITS))
         before = self.__dict__["_shape_after_edits"]
         shape = _edited_shape(len(self.edits), op, before)
         cost, (chars, values) = self.__dict__["_cost"], edit_size(op)
+        if self.as_runs:
+            op_ns, op_bytes, bound = edit_runs_cost(op, before, RunsBound(*cost.runs))
+        else:
+            op_ns, op_bytes, bound = edit_ns(op, before), edit_bytes(op, before), RunsBound()
         cost = RecipeCost(
-            cost.ns + edit_ns(op, before),
+            cost.ns + op_ns,
             cost.transposes + isinstance(op, Transpose),
             cost.chars + chars + 1,
-            max(cost.transient_bytes, edit_bytes(op, before)),
+            max(cost.transient_bytes, op_bytes),
             cost.values + values + 1,
+            tuple(bound),
         )
-        check_budget(
-            cost.ns + copy_ns(shape, cost.transposes), build_bytes(shape, cost.transient_bytes)
-        )
+        check_budget(*_build_estimate(cost, shape, self.as_runs), runs=self.as_runs)
         check_size(cost.chars, cost.values)
         extended = object.__new__(Recipe)  # fields already checked: no __post_init__ again
         extended.__dict__.update(
@@ -396,9 +464,10 @@ class Recipe:
             edits=edits,
             _shape_after_edits=shape,
             _cost=cost,
+            _as_runs=self.as_runs,
         )
         if "_layout" in self.__dict__:
-            extended.__dict__["_layout"] = apply_edit(self._layout, op)
+            extended.__dict__["_layout"] = _edited(self._layout, op, self.as_runs)
         return extended
 
     @property
@@ -427,8 +496,7 @@ class Recipe:
     @property
     def build_ns(self) -> int:
         """The estimated nanoseconds of ``build()`` from scratch, its final copy included."""
-        cost = self.cost
-        return cost.ns + copy_ns(self.__dict__["_shape_after_edits"], cost.transposes)
+        return _build_estimate(self.cost, self.shape_after_edits, self.as_runs)[0]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready dict that ``recipe_from_dict`` reads back to an equal recipe (the token
@@ -463,9 +531,32 @@ def token_step_cost(
     return ns, 16 * min(pairs, CHUNK_PAIRS) + 3 * partial_bytes + heads * n_q * n_k
 
 
+def _build_estimate(cost: RecipeCost, shape: Shape, as_runs: bool) -> tuple[int, int]:
+    """``(nanoseconds, bytes)`` of a whole build: a dense grid adds its final copy and the grid
+    itself; runs are counted in ``cost`` already."""
+    if as_runs:
+        return cost.ns, cost.transient_bytes
+    return cost.ns + copy_ns(shape, cost.transposes), build_bytes(shape, cost.transient_bytes)
+
+
+def _edited(layout: Layout, op: Edit, as_runs: bool) -> Layout:
+    """``layout`` after ``op``: on its runs for a recipe past a dense grid."""
+    if not as_runs:
+        return apply_edit(layout, op)
+    runs = replay_edit_runs(layout.to_runs(), op)
+    return Layout(runs, layout.block_size, None, layout.seq_q, layout.seq_k)
+
+
 def _snapshot(layout: Layout) -> Recipe:
     """A flat recipe that builds ``layout`` (already built: it is ``layout`` itself); a layout
-    with partial blocks has none (edits paint whole blocks), so it raises ``RecipeTooLarge``."""
+    with partial blocks has none (edits paint whole blocks), nor has one past a dense grid
+    (its bitmaps would be the grid), so either raises ``RecipeTooLarge``."""
+    if layout.cells > RUNS_CELLS:
+        raise RecipeTooLarge(
+            f"this design's recipe is at its limits (build time, size or edits), and a layout "
+            f"of {layout.cells:,} cells, past a dense grid, cannot be flattened into bitmap "
+            f"edits; drop some edits or steps"
+        )
     if layout.partials is not None:
         raise RecipeTooLarge(
             "this design's recipe is at its limits (build time, size or edits), and its partial "

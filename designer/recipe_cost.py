@@ -95,14 +95,16 @@ Shape = tuple[int, int, int]
 
 class RecipeCost(NamedTuple):
     """A recipe's estimates so far: build nanoseconds before the final copy, transposes (the
-    copy's rate), characters in a file, the largest step or edit temporaries in bytes, and
-    values in a file (commas + 1)."""
+    copy's rate), characters in a file, the largest step or edit temporaries in bytes, values
+    in a file (commas + 1), and for a recipe built as row runs the bounds on its runs
+    (``recipe_runs.RunsBound``: all of them, the most in one head)."""
 
     ns: int = 0
     transposes: int = 0
     chars: int = 0
     transient_bytes: int = 0
     values: int = 0
+    runs: tuple[int, int] = (0, 0)
 
 
 def _layout_heads(pattern: str, params: Any, n_heads: int) -> int:
@@ -180,20 +182,25 @@ class RecipeTooLarge(ValueError):
     flattens the recipe rather than refusing the edit (``Recipe.with_edit``)."""
 
 
-def check_budget(ns: int, memory: int = 0) -> None:
+def check_budget(ns: int, memory: int = 0, *, runs: bool = False) -> None:
     """Raise ``RecipeTooLarge`` giving the estimate and the limit if a recipe is over budget in
-    time (``ns``) or memory (``memory`` bytes)."""
+    time (``ns``) or memory (``memory`` bytes); ``runs``: a recipe built as row runs, whose
+    estimates come from its runs (``recipe_runs``)."""
     if ns > MAX_BUILD_SECONDS * 1e9:
+        source = "its steps' and edits' runs" if runs else "its steps, edits and random draws"
+        advice = "fewer or narrower steps and edits" if runs else "fewer steps, edits or random"
+        advice += "" if runs else " blocks"
         raise RecipeTooLarge(
-            f"recipe would take about {ns / 1e9:.1f} s to build (estimated from its steps, edits "
-            f"and random draws), more than the limit of {MAX_BUILD_SECONDS:.1f} s; use fewer "
-            f"steps, edits or random blocks at this size"
+            f"recipe would take about {ns / 1e9:.1f} s to build (estimated from {source}), "
+            f"more than the limit of {MAX_BUILD_SECONDS:.1f} s; use {advice} at this size"
         )
     if memory > MAX_BUILD_BYTES:
+        source = "its steps' and edits' runs" if runs else "its steps and grid"
+        advice = "fewer or narrower steps and edits" if runs else "a smaller grid for these"
+        advice += "" if runs else " patterns"
         raise RecipeTooLarge(
-            f"recipe would need about {memory / 2**20:,.0f} MiB to build (estimated from its "
-            f"steps and grid), more than the limit of {MAX_BUILD_BYTES >> 20} MiB; use a smaller "
-            f"grid for these patterns"
+            f"recipe would need about {memory / 2**20:,.0f} MiB to build (estimated from "
+            f"{source}), more than the limit of {MAX_BUILD_BYTES >> 20} MiB; use {advice}"
         )
 
 

@@ -116,6 +116,32 @@ def dense_blocks(runs: RunArrays, max_cells: int) -> torch.Tensor:
     return torch.from_numpy(grid.reshape(runs.shape))
 
 
+def run_keys(runs: RunArrays) -> np.ndarray:
+    """int64 ``[R]``: each run's ``row·(N + 1) + start``, sorted over all runs (what
+    ``contains`` searches)."""
+    rows = np.repeat(np.arange(len(runs.row_ptr) - 1, dtype=np.int64), np.diff(runs.row_ptr))
+    return rows * (runs.shape[2] + 1) + runs.starts
+
+
+def contains(
+    runs: RunArrays, keys: np.ndarray, head: np.ndarray, q_block: np.ndarray, k_block: np.ndarray
+) -> np.ndarray:
+    """Bool: whether each block ``(head, q_block, k_block)`` (integer arrays that broadcast,
+    inside the shape) is active; ``keys`` is ``run_keys(runs)``. A binary search per block.
+
+    >>> runs = check_runs(RunArrays((1, 1, 4), np.array([0, 1]), np.array([1]), np.array([3])))
+    >>> contains(runs, run_keys(runs), np.array(0), np.array(0), np.arange(4)).tolist()
+    [False, True, True, False]
+    """
+    head, q_block, k_block = np.broadcast_arrays(head, q_block, k_block)
+    row = head.astype(np.int64) * runs.shape[1] + q_block
+    wanted = row * (runs.shape[2] + 1) + k_block
+    at = np.searchsorted(keys, wanted, side="right") - 1
+    run = np.maximum(at, 0)
+    inside = (at >= runs.row_ptr[row]) & (k_block < runs.stops[run] if len(keys) else False)
+    return inside & (at >= 0)
+
+
 def repeat_heads(runs: RunArrays, n_heads: int) -> RunArrays:
     """A one-head ``runs`` repeated as ``n_heads`` equal heads."""
     if runs.shape[0] != 1:

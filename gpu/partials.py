@@ -31,12 +31,14 @@ full tile reads nothing. A token tile that lets nothing through is dropped from 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
+from designer.run_arrays import RunArrays, contains, run_keys
 from designer.validate import check_int
 from gpu.runtime import is_cupy
 
@@ -71,8 +73,11 @@ class Partials:
         return np.array_equal(self.index, other.index) and np.array_equal(self.bits, other.bits)
 
 
-def check_partials(partials: Any, blocks: torch.Tensor, block_size: int) -> Partials | None:
-    """The checked ``partials`` of a bool ``[H, M, N]`` layout, or None when there are none.
+def check_partials(
+    partials: Any, blocks: torch.Tensor | RunArrays, block_size: int
+) -> Partials | None:
+    """The checked ``partials`` of a bool ``[H, M, N]`` layout or of its checked row runs
+    (``designer.run_arrays``), or None when there are none.
 
     ``partials`` is ``(index, bits)`` (torch tensors, numpy or CuPy arrays) or an object with
     ``index`` and ``bits`` attributes (a ``designer`` ``PartialBlocks``). Every check names what
@@ -133,7 +138,10 @@ def check_partials(partials: Any, blocks: torch.Tensor, block_size: int) -> Part
             "partials index must be sorted by (head, q_block, k_block) and unique; row "
             f"{at} {index[at].tolist()} follows {index[at - 1].tolist()}"
         )
-    active = blocks.numpy()[index[:, 0], index[:, 1], index[:, 2]]
+    if isinstance(blocks, RunArrays):
+        active = contains(blocks, run_keys(blocks), index[:, 0], index[:, 1], index[:, 2])
+    else:
+        active = blocks.numpy()[index[:, 0], index[:, 1], index[:, 2]]
     if not active.all():
         at = int(np.flatnonzero(~active)[0])
         raise ValueError(
@@ -213,10 +221,83 @@ def token_tiles(
     """The token tiles of a table of ``block_m x block_n`` tiles whose cell mask words are
     ``cell_words`` (``gpu.forward.lut.tile_masks``). ``by_key_tile`` gives the backward's form:
     tiles numbered in (head, key tile, query tile) order, rows over keys."""
+    head, q_tile, k_tile, cell = _pieces(partials, block_m, block_n, seq_q, seq_k)
+    word = cell_words[head, q_tile, k_tile]
+    live = (word >> cell.astype(np.uint64)) & np.uint64(1) == 1  # the cell is computed
+    grid = np.zeros(cell_words.shape, dtype=bool)
+    grid[head[live], q_tile[live], k_tile[live]] = True
+    order = grid.transpose(0, 2, 1) if by_key_tile else grid
+    found = np.nonzero(order)  # the kernel's walk order
+    tiles = np.stack(found, axis=1)
+    if by_key_tile:
+        tiles = tiles[:, [0, 2, 1]]  # back to (head, q_tile, k_tile)
+    context = _Expansion(partials, blocks.numpy(), block_m, block_n, causal, causal_offset,
+                         seq_q, seq_k)  # fmt: skip
+    packed, empty = context.words(tiles, by_key_tile)
+    ids = np.full(cell_words.shape, -1, dtype=np.int32)
+    kept = ~empty
+    ids[tuple(tiles[kept].T)] = np.arange(int(kept.sum()), dtype=np.int32)
+    dropped = np.zeros(cell_words.shape, dtype=bool)
+    dropped[tuple(tiles[empty].T)] = True
+    return TokenTiles(ids, packed, dropped)
+
+
+@dataclass(frozen=True)
+class RunTokenTiles:
+    """``TokenTiles`` of a table built from row runs, by the tiles' keys ``(head · q_tiles +
+    q_tile) · k_tiles + k_tile`` (int64) instead of grids: ``keys`` of the token tiles kept,
+    in the order the kernel walks its table (row ``i`` of ``words`` is token tile ``i``), and
+    ``dropped``, the sorted keys of those that let nothing through."""
+
+    keys: np.ndarray
+    words: torch.Tensor
+    dropped: np.ndarray
+
+
+def run_token_tiles(
+    partials: Partials,
+    runs: RunArrays,
+    tile_keys: np.ndarray,
+    tile_words: np.ndarray,
+    *,
+    n_q_tiles: int,
+    n_k_tiles: int,
+    block_m: int,
+    block_n: int,
+    causal: bool,
+    causal_offset: int,
+    seq_q: int,
+    seq_k: int,
+    by_key_tile: bool,
+) -> RunTokenTiles:
+    """``token_tiles`` of a layout held as ``runs``, whose active tiles are the sorted int64
+    ``tile_keys`` (as ``RunTokenTiles``) with uint64 cell mask words ``tile_words``: the same
+    token tiles, numbered alike, their words equal, with no grid of tiles or blocks."""
+    head, q_tile, k_tile, cell = _pieces(partials, block_m, block_n, seq_q, seq_k)
+    keys = (head * n_q_tiles + q_tile) * n_k_tiles + k_tile
+    at = np.minimum(np.searchsorted(tile_keys, keys), max(len(tile_keys) - 1, 0))
+    found = tile_keys[at] == keys if len(tile_keys) else np.zeros(len(keys), dtype=bool)
+    word = np.where(found, tile_words[at] if len(tile_keys) else 0, np.uint64(0))
+    live = found & ((word >> cell.astype(np.uint64)) & np.uint64(1) == 1)
+    unique = np.unique(keys[live])  # (head, q_tile, k_tile) order
+    rows, k_tiles = np.divmod(unique, n_k_tiles)
+    tiles = np.stack([*np.divmod(rows, n_q_tiles), k_tiles], axis=1)
+    if by_key_tile:  # (head, k_tile, q_tile) order
+        order = np.lexsort((tiles[:, 1], tiles[:, 2], tiles[:, 0]))
+        tiles, unique = tiles[order], unique[order]
+    context = _Expansion(partials, runs, block_m, block_n, causal, causal_offset, seq_q, seq_k)
+    packed, empty = context.words(tiles, by_key_tile)
+    return RunTokenTiles(unique[~empty], packed, np.sort(unique[empty]))
+
+
+def _pieces(
+    partials: Partials, block_m: int, block_n: int, seq_q: int, seq_k: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(head, q_tile, k_tile, cell)`` of every (partial block, tile) piece inside the
+    lengths: a block covers one cell of a tile, or one in each tile it spans."""
     block = partials.block_size
     sub_rows, sub_cols = min(block, block_m), min(block, block_n)
     per_row = block_n // sub_cols
-    # every (partial block, tile) piece: a block covers one cell, or one per tile it spans
     span_q, span_k = max(1, block // block_m), max(1, block // block_n)
     head = np.repeat(partials.index[:, 0], span_q * span_k)
     q_first = np.repeat(partials.index[:, 1] * block, span_q * span_k)
@@ -227,43 +308,7 @@ def token_tiles(
     head, q_first, k_first = head[inside], q_first[inside], k_first[inside]
     q_tile, k_tile = q_first // block_m, k_first // block_n
     cell = ((q_first % block_m) // sub_rows) * per_row + (k_first % block_n) // sub_cols
-    word = cell_words[head, q_tile, k_tile]
-    live = (word >> cell.astype(np.uint64)) & np.uint64(1) == 1  # the cell is computed
-    grid = np.zeros(cell_words.shape, dtype=bool)
-    grid[head[live], q_tile[live], k_tile[live]] = True
-    order = grid.transpose(0, 2, 1) if by_key_tile else grid
-    found = np.nonzero(order)  # the kernel's walk order
-    tiles = np.stack(found, axis=1)
-    if by_key_tile:
-        tiles = tiles[:, [0, 2, 1]]  # back to (head, q_tile, k_tile)
-    rows, columns = (block_n, block_m) if by_key_tile else (block_m, block_n)
-    row_words = -(-columns // 32)
-    n_bytes = len(tiles) * rows * row_words * 4
-    if n_bytes > MAX_TOKEN_TILE_BYTES:
-        raise ValueError(
-            f"the partial blocks touch {len(tiles):,} kernel tiles of {block_m} x {block_n}, "
-            f"{n_bytes:,} bytes of token masks; a table holds at most {MAX_TOKEN_TILE_BYTES:,}"
-        )
-    words = np.zeros((len(tiles), rows, row_words * 4), dtype=np.uint8)
-    chunk = max(1, _CELLS_PER_PASS // (block_m * block_n))
-    context = _Expansion(partials, blocks.numpy(), block_m, block_n, causal, causal_offset,
-                         seq_q, seq_k)  # fmt: skip
-    empty = np.zeros(len(tiles), dtype=bool)
-    for first in range(0, len(tiles), chunk):
-        masks = context.masks(tiles[first : first + chunk])  # [C, block_m, block_n]
-        empty[first : first + chunk] = ~masks.any((1, 2))
-        if by_key_tile:
-            masks = masks.transpose(0, 2, 1)
-        padded = np.zeros((*masks.shape[:2], row_words * 32), dtype=bool)
-        padded[..., : masks.shape[2]] = masks
-        words[first : first + chunk] = np.packbits(padded, axis=-1, bitorder="little")
-    ids = np.full(cell_words.shape, -1, dtype=np.int32)
-    kept = ~empty
-    ids[tuple(tiles[kept].T)] = np.arange(int(kept.sum()), dtype=np.int32)
-    dropped = np.zeros(cell_words.shape, dtype=bool)
-    dropped[tuple(tiles[empty].T)] = True
-    packed = words[kept].view("<i4") if kept.any() else np.zeros((0, rows, row_words), np.int32)
-    return TokenTiles(ids, torch.from_numpy(np.ascontiguousarray(packed)), dropped)
+    return head, q_tile, k_tile, cell
 
 
 @dataclass(frozen=True)
@@ -271,13 +316,48 @@ class _Expansion:
     """What ``token_tiles`` needs to expand a batch of tiles into their token masks."""
 
     partials: Partials
-    blocks: np.ndarray
+    blocks: np.ndarray | RunArrays
     block_m: int
     block_n: int
     causal: bool
     causal_offset: int
     seq_q: int
     seq_k: int
+
+    @functools.cached_property
+    def _run_keys(self) -> np.ndarray:
+        return run_keys(self.blocks)
+
+    def words(self, tiles: np.ndarray, by_key_tile: bool) -> tuple[torch.Tensor, np.ndarray]:
+        """``(words, empty)`` of token tiles ``(head, q_tile, k_tile)`` ``[T, 3]``: int32
+        ``[kept, rows, row_words]`` token masks of the tiles that let something through (the
+        module doc gives the form), and bool ``[T]``, those that let nothing through."""
+        rows, columns = self.block_m, self.block_n
+        if by_key_tile:
+            rows, columns = columns, rows
+        row_words = -(-columns // 32)
+        n_bytes = len(tiles) * rows * row_words * 4
+        if n_bytes > MAX_TOKEN_TILE_BYTES:
+            raise ValueError(
+                f"the partial blocks touch {len(tiles):,} kernel tiles of {self.block_m} x "
+                f"{self.block_n}, {n_bytes:,} bytes of token masks; a table holds at most "
+                f"{MAX_TOKEN_TILE_BYTES:,}"
+            )
+        words = np.zeros((len(tiles), rows, row_words * 4), dtype=np.uint8)
+        chunk = max(1, _CELLS_PER_PASS // (self.block_m * self.block_n))
+        empty = np.zeros(len(tiles), dtype=bool)
+        for first in range(0, len(tiles), chunk):
+            masks = self.masks(tiles[first : first + chunk])  # [C, block_m, block_n]
+            empty[first : first + chunk] = ~masks.any((1, 2))
+            if by_key_tile:
+                masks = masks.transpose(0, 2, 1)
+            padded = np.zeros((*masks.shape[:2], row_words * 32), dtype=bool)
+            padded[..., : masks.shape[2]] = masks
+            words[first : first + chunk] = np.packbits(padded, axis=-1, bitorder="little")
+        kept = ~empty
+        none = np.zeros((0, rows, row_words), np.int32)
+        packed = words[kept].view("<i4") if kept.any() else none
+        return torch.from_numpy(np.ascontiguousarray(packed)), empty
 
     def masks(self, tiles: np.ndarray) -> np.ndarray:
         """bool ``[C, block_m, block_n]``: the token rule on tiles ``(head, q_tile, k_tile)``.
@@ -294,7 +374,11 @@ class _Expansion:
         k_block = (k_tile * self.block_n + np.arange(0, self.block_n, sub_cols)) // block
         inside = (q_block < n_q_blocks)[:, :, None] & (k_block < n_k_blocks)[:, None, :]
         q_block, k_block = np.minimum(q_block, n_q_blocks - 1), np.minimum(k_block, n_k_blocks - 1)
-        active = self.blocks[head[:, :, None], q_block[:, :, None], k_block[:, None, :]] & inside
+        at_cells = (head[:, :, None], q_block[:, :, None], k_block[:, None, :])
+        if isinstance(self.blocks, RunArrays):
+            active = contains(self.blocks, self._run_keys, *at_cells) & inside
+        else:
+            active = self.blocks[at_cells] & inside
         keys = ((head * n_q_blocks + q_block) * n_k_blocks)[:, :, None] + k_block[:, None, :]
         at = np.minimum(np.searchsorted(self.partials.keys, keys), self.partials.count - 1)
         partial = self.partials.keys[at] == keys  # [C, cells down, cells across]

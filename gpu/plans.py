@@ -242,9 +242,10 @@ class BlockSparsePlan:
     def tile_work(self, block_m: int, block_n: int) -> tuple[int, int]:
         """Active key tiles and work items of the forward's table for these tiles (what a
         build's cost is counted in; the table is built on first use, except for a layout
-        given by runs, whose work is counted from its runs without the table)."""
-        if self.runs is None or (block_m, block_n) in self._luts:
-            return self.forward_lut(block_m, block_n).work
+        given by runs without partial blocks, whose work is counted from its runs without the
+        table)."""
+        if self.runs is None or self.n_partials or (block_m, block_n) in self._luts:
+            return self.forward_lut(block_m, block_n).work  # token tiles may be dropped
         from gpu.forward.run_lut import tile_work_of_runs
 
         found = self._work.get((block_m, block_n))  # no lock: fused() asks under the lock
@@ -267,13 +268,11 @@ class BlockSparsePlan:
     def _table(self, cache: dict, build: Any, block_m: int, block_n: int) -> Any:
         found = cache.get((block_m, block_n))
         if found is None:
-            layout, partials = self._blocks, {"partials": self._partials}
-            if self.runs is not None:  # runs carry no partial blocks (``plan`` checked)
-                layout, partials = self.runs, {}
+            layout = self._blocks if self.runs is None else self.runs
             found = cache[block_m, block_n] = build(
                 layout, self.block_size, block_m=block_m, block_n=block_n, causal=self.causal,
                 causal_offset=self.causal_offset, seq_q=self.seq_q, seq_k=self.seq_k,
-                **partials,
+                partials=self._partials,
             ).to(self.device)  # fmt: skip
         return found
 
@@ -296,8 +295,8 @@ def plan(
         layout: a ``designer.Layout`` or a ``[H or 1, M, N]`` 0/1 torch tensor, numpy or CuPy
             array (one head serves every query head), or a layout object whose ``runs``
             attribute holds its row runs (``shape``, ``row_ptr``, ``starts``, ``stops``; see
-            ``designer.run_arrays``): its tables are then built from the runs, never from a
-            dense grid (partial blocks are not taken with runs yet).
+            ``designer.run_arrays``): its tables are then built from the runs and its
+            partial blocks, never from a dense grid.
         block_size: tokens per block side; taken from a ``Layout`` (must agree if given).
         causal: also mask keys past each query inside blocks, aligned by ``causal_alignment``
             (``"top_left"``: ``k <= q``; ``"bottom_right"``: ``k <= q + Sk - Sq``).
@@ -322,10 +321,9 @@ def plan(
         blocks, block_size = layout_blocks(layout, block_size)
     seq_q, seq_k = (_layout_value(name, value, layout) for name, value in
                     (("seq_q", seq_q), ("seq_k", seq_k)))  # fmt: skip
-    if runs is None:
-        checked = _layout_partials(partials, layout, blocks, block_size)
-    else:
-        blocks, checked = runs, _no_partials(partials, layout)
+    if runs is not None:
+        blocks = runs
+    checked = _layout_partials(partials, layout, blocks, block_size)
     causal = check_bool("causal", causal)
     causal_alignment = check_choice("causal_alignment", causal_alignment, CAUSAL_ALIGNMENTS)
     _, n_q_blocks, n_k_blocks = blocks.shape
@@ -355,7 +353,7 @@ def _layout_value(name: str, given: Any, layout: Any) -> Any:
 
 
 def _layout_partials(
-    given: Any, layout: Any, blocks: torch.Tensor, block_size: int
+    given: Any, layout: Any, blocks: torch.Tensor | RunArrays, block_size: int
 ) -> Partials | None:
     """The checked partials given, or the layout's own (the two must agree)."""
     checked = check_partials(given, blocks, block_size)
@@ -390,19 +388,6 @@ def layout_runs(layout: Any, block_size: int | None) -> tuple[RunArrays | None, 
     if 0 in runs.shape:
         raise ValueError(f"layout must have at least one head and block, got {list(runs.shape)}")
     return runs, check_int("block_size", block_size, low=1)
-
-
-def _no_partials(given: Any, layout: Any) -> None:
-    """Refuse partial blocks beside row runs: their tables are not built from runs yet."""
-    for found in (given, getattr(layout, "partials", None)):
-        if found is None:
-            continue
-        index = found.index if hasattr(found, "bits") else found[0]
-        if len(index):
-            raise ValueError(
-                "partials are not supported for a layout held by row runs yet; plan its "
-                "dense blocks, or leave the partial blocks out"
-            )
 
 
 def layout_blocks(

@@ -66,7 +66,14 @@ def check_rebuilds(recipe: Recipe, layout: Layout) -> None:
             f"recipe builds a {list(built.shape)} layout with block_size {built.block_size}, "
             f"but the layout is {list(layout.shape)} with block_size {layout.block_size}"
         )
-    if not torch.equal(built.blocks, layout.blocks):  # counted only when they differ
+    if built.runs is not None or layout.runs is not None:  # past a dense grid: by their runs
+        if built.to_runs() != layout.to_runs():
+            differ = built.to_runs().difference(layout.to_runs()).nnz
+            differ += layout.to_runs().difference(built.to_runs()).nnz
+            raise ValueError(
+                f"recipe does not rebuild the layout: {differ:,} of {layout.cells:,} blocks differ"
+            )
+    elif not torch.equal(built.blocks, layout.blocks):  # counted only when they differ
         differ = int(np.count_nonzero(built.to_numpy() != layout.to_numpy()))
         raise ValueError(
             f"recipe does not rebuild the layout: {differ} of {layout.blocks.numel()} blocks differ"

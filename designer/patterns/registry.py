@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from designer.block_runs import BlockRuns
 from designer.cache import LruCache
 from designer.layout import MAX_BLOCK_SIZE, Layout
 from designer.mask_mod import TileBounds, layout_of_bounds, tile_bounds
@@ -33,7 +34,7 @@ from designer.validate import (
     token_length,
 )
 
-__all__ = ["PATTERNS", "ParamSpec", "PatternSpec", "make_pattern"]
+__all__ = ["PATTERNS", "ParamSpec", "PatternSpec", "make_pattern", "pattern_runs"]
 
 #: The modules of this package that hold no patterns of their own.
 NOT_PATTERNS = ("registry", "specs")
@@ -117,36 +118,17 @@ def make_pattern(
     """
     spec = PATTERNS[check_choice("pattern", name, tuple(PATTERNS))]
     n_heads, n_q_blocks, n_k_blocks = check_runs_shape(n_heads, n_q_blocks, n_k_blocks)
+    shape = (n_heads, n_q_blocks, n_k_blocks)
     as_runs = n_heads * n_q_blocks * n_k_blocks > MAX_LAYOUT_CELLS
-    if as_runs and spec.build_runs is None:
-        raise ValueError(
-            f"{spec.label} ({name!r}) is made on a dense grid, at most {MAX_LAYOUT_CELLS:,} "
-            f"cells, got {n_heads * n_q_blocks * n_k_blocks:,} {[n_heads, n_q_blocks, n_k_blocks]}"
-            f"; past that, use a pattern made as row runs: {', '.join(RUNS_PATTERNS)}"
-        )
-    if not as_runs:
+    if as_runs:
+        check_runs_pattern(spec.name, shape)
+    else:
         check_layout_shape(n_heads, n_q_blocks, n_k_blocks)
     block_size = check_int("block_size", block_size, low=1, high=MAX_BLOCK_SIZE)
-    if not isinstance(params, Mapping):
-        raise TypeError(f"params must be a mapping of names to values, got {type(params).__name__}")
-    allowed = [param.name for param in spec.params]
-    unknown = sorted(str(key) for key in params if key not in allowed)
-    if unknown:
-        raise ValueError(
-            f"pattern {name!r} has no parameters {unknown}; allowed: {', '.join(allowed) or 'none'}"
-        )
-    if spec.square_only and n_q_blocks != n_k_blocks:
-        raise ValueError(
-            f"{spec.label} ({name!r}) is self-attention: it needs as many query blocks as key "
-            f"blocks (DeepSpeed layouts are square), got {n_q_blocks} and {n_k_blocks}"
-        )
-    values = {
-        param.name: param.check(params.get(param.name, param.default), n_heads)
-        for param in spec.params
-    }
+    values = _checked(spec, shape, params)
     if as_runs:
         with one_thread():
-            return Layout(spec.build_runs(n_heads, n_q_blocks, n_k_blocks, values), block_size)
+            return Layout(spec.build_runs(*shape, values), block_size)
     if spec.rule is None:
         return Layout(spec.build(n_heads, n_q_blocks, n_k_blocks, block_size, values), block_size)
     seq_q = token_length("seq_q", seq_q, n_q_blocks, block_size)
@@ -155,3 +137,53 @@ def make_pattern(
     bounds = token_bounds(name, values, block_size, seq_q, seq_k)
     with one_thread():
         return layout_of_bounds(rule, bounds, n_heads, seq_q, seq_k, block_size)
+
+
+def pattern_runs(
+    name: str, n_heads: int, n_q_blocks: int, n_k_blocks: int, params: Mapping[str, Any]
+) -> BlockRuns:
+    """The blocks of pattern ``name`` as row runs at any size, by a pattern of ``RUNS_PATTERNS``
+    (the others refuse, naming those), checked as ``make_pattern`` checks them: what a layout
+    past a dense grid is made of, with no dense grid at any size."""
+    spec = PATTERNS[check_choice("pattern", name, tuple(PATTERNS))]
+    shape = check_runs_shape(n_heads, n_q_blocks, n_k_blocks)
+    check_runs_pattern(spec.name, shape)
+    values = _checked(spec, shape, params)
+    with one_thread():
+        return spec.build_runs(*shape, values)
+
+
+def check_runs_pattern(name: str, shape: tuple[int, int, int]) -> None:
+    """Refuse pattern ``name`` past a dense grid unless it is made as row runs, naming those."""
+    spec = PATTERNS[name]
+    if spec.build_runs is None:
+        raise ValueError(
+            f"{spec.label} ({spec.name!r}) is made on a dense grid, at most "
+            f"{MAX_LAYOUT_CELLS:,} cells, got {shape[0] * shape[1] * shape[2]:,} {list(shape)}; "
+            f"past that, use a pattern made as row runs: {', '.join(RUNS_PATTERNS)}"
+        )
+
+
+def _checked(
+    spec: PatternSpec, shape: tuple[int, int, int], params: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Every parameter's checked value (defaults filled in) for a layout of ``shape``."""
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a mapping of names to values, got {type(params).__name__}")
+    allowed = [param.name for param in spec.params]
+    unknown = sorted(str(key) for key in params if key not in allowed)
+    if unknown:
+        raise ValueError(
+            f"pattern {spec.name!r} has no parameters {unknown}; allowed: "
+            f"{', '.join(allowed) or 'none'}"
+        )
+    n_heads, n_q_blocks, n_k_blocks = shape
+    if spec.square_only and n_q_blocks != n_k_blocks:
+        raise ValueError(
+            f"{spec.label} ({spec.name!r}) is self-attention: it needs as many query blocks as "
+            f"key blocks (DeepSpeed layouts are square), got {n_q_blocks} and {n_k_blocks}"
+        )
+    return {
+        param.name: param.check(params.get(param.name, param.default), n_heads)
+        for param in spec.params
+    }

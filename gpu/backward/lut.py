@@ -17,7 +17,12 @@ import torch
 
 from designer.run_arrays import RunArrays
 from gpu.forward.lut import cell_sizes, entries_on, grouped_entries, masked_tiles
-from gpu.forward.run_lut import tile_entries_of_runs, transpose_entries
+from gpu.forward.run_lut import (
+    tile_entries_of_runs,
+    token_entries,
+    token_tiles_of_entries,
+    transpose_entries,
+)
 from gpu.partials import Partials
 
 
@@ -90,18 +95,30 @@ def build_backward_lut_runs(
     causal_offset: int = 0,
     seq_q: int | None = None,
     seq_k: int | None = None,
+    partials: Partials | None = None,
 ) -> BackwardLut:
-    """``build_backward_lut`` of the layout that ``runs`` holds (no partials), from the
-    forward's tiles (``gpu.forward.run_lut``) regrouped per key tile: no ``[H, M, N]`` grid."""
-    counts, entries, n_q_tiles, n_k_tiles = tile_entries_of_runs(
-        runs, block_size, block_m=block_m, block_n=block_n, causal=causal,
-        causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
-    )  # fmt: skip
+    """``build_backward_lut`` of the layout that ``runs`` holds (with its ``partials``, if
+    any), from the forward's tiles (``gpu.forward.run_lut``) regrouped per key tile: no
+    ``[H, M, N]`` grid."""
+    options = {"block_m": block_m, "block_n": block_n, "causal": causal,
+               "causal_offset": causal_offset, "seq_q": seq_q, "seq_k": seq_k}  # fmt: skip
+    counts, entries, n_q_tiles, n_k_tiles = tile_entries_of_runs(runs, block_size, **options)
     n_heads = runs.shape[0]
+    token_words = torch.zeros(0, block_n, -(-block_m // 32), dtype=torch.int32)
+    tokens = None
+    if partials is not None:
+        tokens = token_tiles_of_entries(partials, runs, counts, entries, n_q_tiles, n_k_tiles,
+                                        **options, by_key_tile=True)  # fmt: skip
     counts, starts, entries = transpose_entries(counts, entries, n_heads, n_q_tiles, n_k_tiles)
-    no_words = torch.zeros(0, block_n, -(-block_m // 32), dtype=torch.int32)
-    return backward_lut(counts, starts, torch.from_numpy(entries), no_words, n_heads, n_q_tiles,
-                        n_k_tiles, cell_sizes(block_size, block_m, block_n))  # fmt: skip
+    if tokens is not None:
+        groups = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        heads, k_tiles = np.divmod(groups, n_k_tiles)
+        keys = (heads * n_q_tiles + entries[:, 0]) * n_k_tiles + k_tiles
+        counts, entries = token_entries(counts, entries, keys, tokens)
+        starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
+        token_words = tokens.words
+    return backward_lut(counts, starts, torch.from_numpy(entries), token_words, n_heads,
+                        n_q_tiles, n_k_tiles, cell_sizes(block_size, block_m, block_n))  # fmt: skip
 
 
 def backward_lut(

@@ -7,7 +7,10 @@ memory that follow the active blocks: a compiled walk over each query tile's blo
 visits every cell of every run once (``tile_entries``), so a 32-head design of 16,384² blocks
 costs its blocks, never its 8.6 G cells. Runs are ``designer.run_arrays.RunArrays``.
 
-Partial blocks (token masks) are not read here: ``gpu.plan`` refuses them for runs.
+Partial blocks (token masks, ``gpu.partials``) become token tiles as in the dense tables:
+``token_entries`` finds the tiles the partial blocks touch among the entries by their keys
+(``gpu.partials.run_token_tiles``), flags and numbers them, and drops those that let nothing
+through, so the work follows the partial blocks too.
 
 >>> from designer.run_arrays import RunArrays
 >>> runs = RunArrays((1, 2, 2), np.array([0, 1, 2]), np.array([0, 0], np.int32),
@@ -28,10 +31,12 @@ from gpu.forward.lut import (
     FLAG_DIAGONAL,
     FLAG_KEY_BOUND,
     FLAG_PARTIAL,
+    FLAG_TOKENS,
     FusedLut,
     fused_lut,
     tile_cells,
 )
+from gpu.partials import Partials, RunTokenTiles, run_token_tiles
 
 
 def tile_work_of_runs(
@@ -108,16 +113,85 @@ def build_fused_lut_runs(
     causal_offset: int = 0,
     seq_q: int | None = None,
     seq_k: int | None = None,
+    partials: Partials | None = None,
 ) -> FusedLut:
-    """``gpu.forward.lut.build_fused_lut`` of the layout that ``runs`` holds (no partials)."""
-    counts, entries, n_q_tiles, n_k_tiles = tile_entries_of_runs(
-        runs, block_size, block_m=block_m, block_n=block_n, causal=causal,
-        causal_offset=causal_offset, seq_q=seq_q, seq_k=seq_k,
-    )  # fmt: skip
+    """``gpu.forward.lut.build_fused_lut`` of the layout that ``runs`` holds, with its
+    ``partials`` (checked by ``gpu.partials.check_partials``) if any."""
+    options = {"block_m": block_m, "block_n": block_n, "causal": causal,
+               "causal_offset": causal_offset, "seq_q": seq_q, "seq_k": seq_k}  # fmt: skip
+    counts, entries, n_q_tiles, n_k_tiles = tile_entries_of_runs(runs, block_size, **options)
+    token_words = torch.zeros(0, block_m, -(-block_n // 32), dtype=torch.int32)
+    if partials is not None:
+        tokens = token_tiles_of_entries(partials, runs, counts, entries, n_q_tiles, n_k_tiles,
+                                        **options, by_key_tile=False)  # fmt: skip
+        keys = forward_keys(counts, entries, n_k_tiles)
+        counts, entries = token_entries(counts, entries, keys, tokens)
+        token_words = tokens.words
     starts = np.concatenate(([0], np.cumsum(counts)[:-1]))
-    no_words = torch.zeros(0, block_m, -(-block_n // 32), dtype=torch.int32)
-    return fused_lut(counts, starts, torch.from_numpy(entries), no_words, n_q_tiles, n_k_tiles,
-                     tile_cells(block_size, block_m, block_n)[:2])  # fmt: skip
+    return fused_lut(counts, starts, torch.from_numpy(entries), token_words, n_q_tiles,
+                     n_k_tiles, tile_cells(block_size, block_m, block_n)[:2])  # fmt: skip
+
+
+def forward_keys(counts: np.ndarray, entries: np.ndarray, n_k_tiles: int) -> np.ndarray:
+    """int64 ``[E]``: the tile key ``(head · q_tiles + q_tile) · k_tiles + k_tile`` of each
+    entry of ``tile_entries`` (grouped per (head, q_tile), key order: the keys are sorted)."""
+    groups = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    return groups * n_k_tiles + entries[:, 0]
+
+
+def token_tiles_of_entries(
+    partials: Partials,
+    runs: RunArrays,
+    counts: np.ndarray,
+    entries: np.ndarray,
+    n_q_tiles: int,
+    n_k_tiles: int,
+    *,
+    block_m: int,
+    block_n: int,
+    causal: bool,
+    causal_offset: int,
+    seq_q: int | None,
+    seq_k: int | None,
+    by_key_tile: bool,
+) -> RunTokenTiles:
+    """The token tiles of the forward's entries of ``tile_entries`` (the backward's with
+    ``by_key_tile``): ``gpu.partials.run_token_tiles`` on their keys and mask words."""
+    _, n_q_blocks, n_k_blocks = runs.shape
+    block = partials.block_size
+    halves = [np.ascontiguousarray(entries[:, i]).view(np.uint32).astype(np.uint64)
+              for i in (2, 3)]  # fmt: skip
+    return run_token_tiles(
+        partials, runs, forward_keys(counts, entries, n_k_tiles),
+        halves[0] | (halves[1] << np.uint64(32)), n_q_tiles=n_q_tiles, n_k_tiles=n_k_tiles,
+        block_m=block_m, block_n=block_n, causal=causal, causal_offset=causal_offset,
+        seq_q=n_q_blocks * block if seq_q is None else seq_q,
+        seq_k=n_k_blocks * block if seq_k is None else seq_k, by_key_tile=by_key_tile,
+    )  # fmt: skip
+
+
+def token_entries(
+    counts: np.ndarray, entries: np.ndarray, keys: np.ndarray, tokens: RunTokenTiles
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(counts, entries)`` of a table whose entries have tile ``keys`` (any order), with the
+    token tiles of ``tokens`` as ``(tile, FLAG_TOKENS, token tile, 0)`` and the dropped ones
+    removed (``counts`` per group less them), as ``gpu.forward.lut.masked_tiles`` does."""
+    kept = tokens.keys
+    entries = entries.copy()
+    if len(kept):
+        sorter = np.argsort(kept)
+        at = sorter[np.minimum(np.searchsorted(kept, keys, sorter=sorter), len(kept) - 1)]
+        token = kept[at] == keys
+        entries[token, 1] = FLAG_TOKENS
+        entries[token, 2] = at[token]
+        entries[token, 3] = 0
+    if not len(tokens.dropped):
+        return counts, entries
+    at = np.minimum(np.searchsorted(tokens.dropped, keys), len(tokens.dropped) - 1)
+    dropped = tokens.dropped[at] == keys
+    groups = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+    counts = counts - np.bincount(groups[dropped], minlength=len(counts))
+    return counts, entries[~dropped]
 
 
 @njit(cache=True, nogil=True)

@@ -151,3 +151,29 @@ def test_unbounded_work_is_refused_with_its_estimate():
     message = re.escape(f"needs {pairs:,} token pairs evaluated")
     with pytest.raises(ValueError, match=message):
         from_mask_mod(opaque, heads=16, seq_q=65536, seq_k=65536, block_size=64)
+
+
+def test_past_a_dense_grid_one_heads_layout_is_copied_as_runs(monkeypatch):
+    import designer.layout
+
+    rule = rules(np.random.default_rng(4), 3, 40)[0]  # a window, the same on every head
+    dense = from_mask_mod(rule, heads=3, seq_q=40, seq_k=37, block_size=8)
+    monkeypatch.setattr(designer.layout, "DENSE_CELLS", 0)  # held as runs at any size
+    layout = from_mask_mod(rule, heads=3, seq_q=40, seq_k=37, block_size=8)
+    assert layout.runs is not None and dense.runs is None and layout.n_partial > 0
+    assert layout.partials == dense.partials and layout.to_runs() == dense.to_runs()
+    assert torch.equal(layout.token_mask(), brute_force(rule, 3, 40, 37))
+
+
+def test_long_context_token_windows_are_refused_by_their_partial_masks():
+    """32 heads x 128K tokens (2,048^2 blocks of 64): each head keeps its own partial blocks,
+    and a 1,000-token window has two or three per block row: past the 32 MiB they may take."""
+    window = lambda b, h, q, k: (q >= k) & (q - k < 1000)  # noqa: E731
+    with pytest.raises(ValueError, match=r"partial blocks of 64 tokens would take .* 32.0 MiB"):
+        from_mask_mod(window, heads=32, seq_q=1 << 17, seq_k=1 << 17, block_size=64)
+    per_head = torch.arange(32) * 64
+    reads_head = lambda b, h, q, k: (q >= k) & (q - k < per_head[h])  # noqa: E731
+    with pytest.raises(ValueError, match=r"reads the head, so it is bounded on a grid of 32 heads"):
+        from_mask_mod(reads_head, heads=32, seq_q=1 << 17, seq_k=1 << 17, block_size=64)
+    with pytest.raises(ValueError, match=r"bounded on a grid of 16384 x 16384 blocks"):
+        from_mask_mod(window, heads=1, seq_q=1 << 20, seq_k=1 << 20, block_size=64)

@@ -221,7 +221,7 @@ def test_bad_params_are_refused(params, error, message):
         (lambda: RecipeStep("causal", heads=(0, 0)), ValueError, "heads must not repeat a head"),
         (lambda: RecipeStep("causal", heads=[]), ValueError, r"heads must have 1 to 1024 items"),
         (lambda: Recipe(0, 4, 4, 16), ValueError, r"n_heads must be in \[1, 1024\], got 0"),
-        (lambda: Recipe(1024, 4096, 4096, 16), ValueError, "must be <= 67,108,864"),
+        (lambda: Recipe(1024, 8192, 4096, 16), ValueError, r"n_heads \* n_q_blocks must be <="),
         (lambda: Recipe(1, 4, 4, 0), ValueError, r"block_size must be in \[1, 4096\], got 0"),
         (lambda: Recipe(1, 4, 4, 16.0), TypeError, "block_size must be an integer, got float"),
         (
