@@ -14,6 +14,10 @@ Every recipe reads back: one past a limit of the readers (its estimated build ti
 a file, its number of edits) is refused when made, and ``with_edit`` flattens a recipe rather
 than pass one (``recipe_size``), so painting never makes a design that cannot be saved.
 
+A recipe past a dense grid (more than ``RUNS_CELLS`` cells: 32 heads x 128K tokens and up) is
+built as row runs instead, from patterns made as runs, its estimates counted in runs
+(``recipe_runs``); its layout is held as runs and never made dense.
+
 >>> from designer.edit import EditOp, Row
 >>> recipe = Recipe(2, 4, 4, 64, steps=(RecipeStep("causal"),))
 >>> recipe.with_edit(EditOp("clear", Row(0), heads=(1,))).build().blocks.sum().item()

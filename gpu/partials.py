@@ -48,6 +48,8 @@ MAX_PARTIAL_BYTES = 1 << 28
 MAX_TOKEN_TILE_BYTES = 1 << 30
 #: Token tiles expanded at once (bounds the expansion's scratch to ~2 ** 24 cells a pass).
 _CELLS_PER_PASS = 1 << 24
+#: The byte whose first ``n`` keys (low bits) are set, for ``n`` in 0..8.
+LOW_BITS = np.array([(1 << n) - 1 for n in range(9)], dtype=np.uint8)
 
 
 @dataclass(frozen=True)
@@ -347,11 +349,13 @@ class _Expansion:
         chunk = max(1, _CELLS_PER_PASS // (self.block_m * self.block_n))
         empty = np.zeros(len(tiles), dtype=bool)
         for first in range(0, len(tiles), chunk):
-            masks = self.masks(tiles[first : first + chunk])  # [C, block_m, block_n]
-            empty[first : first + chunk] = ~masks.any((1, 2))
-            if by_key_tile:
-                masks = masks.transpose(0, 2, 1)
-            padded = np.zeros((*masks.shape[:2], row_words * 32), dtype=bool)
+            mask = self.mask_bytes(tiles[first : first + chunk])  # [C, block_m, block_n / 8]
+            empty[first : first + chunk] = ~mask.any((1, 2))
+            if not by_key_tile:  # the bytes are the rows' words already
+                words[first : first + chunk, :, : mask.shape[2]] = mask
+                continue
+            masks = np.unpackbits(mask, axis=2, bitorder="little").transpose(0, 2, 1)
+            padded = np.zeros((*masks.shape[:2], row_words * 32), dtype=np.uint8)
             padded[..., : masks.shape[2]] = masks
             words[first : first + chunk] = np.packbits(padded, axis=-1, bitorder="little")
         kept = ~empty
@@ -359,12 +363,13 @@ class _Expansion:
         packed = words[kept].view("<i4") if kept.any() else none
         return torch.from_numpy(np.ascontiguousarray(packed)), empty
 
-    def masks(self, tiles: np.ndarray) -> np.ndarray:
-        """bool ``[C, block_m, block_n]``: the token rule on tiles ``(head, q_tile, k_tile)``.
+    def mask_bytes(self, tiles: np.ndarray) -> np.ndarray:
+        """uint8 ``[C, block_m, block_n / 8]``: the token rule on tiles ``(head, q_tile,
+        k_tile)``, each query row's keys as little-endian bits, 8 keys a byte.
 
         Blocks are looked up once per cell of the tile (a block or the part of one in it),
-        their bits read a byte (8 keys) at a time, then the lengths and the causal limit
-        applied per token.
+        their bits read a byte at a time, then the lengths and the causal limit applied a byte
+        at a time too (the keys of a byte kept are its first ``n``: ``LOW_BITS[n]``).
         """
         block, bits = self.partials.block_size, self.partials.bits
         _, n_q_blocks, n_k_blocks = self.blocks.shape
@@ -394,8 +399,10 @@ class _Expansion:
         byte = np.where(per_byte(partial), byte, np.uint8(0xFF)) & np.where(
             per_byte(active), np.uint8(0xFF), np.uint8(0)
         )
-        allowed = np.unpackbits(byte, axis=2, bitorder="little").astype(bool)
-        allowed &= (q < self.seq_q)[:, :, None] & (k < self.seq_k)[:, None, :]
-        if self.causal:
-            allowed &= k[:, None, :] <= q[:, :, None] + self.causal_offset
-        return allowed
+        first_key = k[:, None, ::8]  # [C, 1, block_n / 8]
+        kept = np.clip(self.seq_k - first_key, 0, 8)
+        if self.causal:  # keys k <= q + offset
+            reach = q[:, :, None] + (self.causal_offset + 1) - first_key
+            kept = np.minimum(kept, np.clip(reach, 0, 8))
+        rows = np.where(q < self.seq_q, np.uint8(0xFF), np.uint8(0))[:, :, None]
+        return byte & LOW_BITS[kept] & rows
