@@ -101,6 +101,8 @@ def _wait_healthy(url: str, process: subprocess.Popen, log_path: Path) -> None:
 
 # --------------------------------------------------------------------------- the paint canvas
 CANVAS = '[data-testid="paint-canvas"]'
+#: The colour of an empty block on the canvas.
+EMPTY = [244, 246, 250]
 
 
 def canvas_point(page, row: float, col: float) -> tuple[float, float]:

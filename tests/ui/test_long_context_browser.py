@@ -15,6 +15,7 @@ from designer.layout import Layout
 from designer.patterns.attention_sinks import attention_sinks_runs
 from tests.ui.browser_app import (
     CANVAS,
+    EMPTY,
     canvas_pixel,
     launch,
     pick,
@@ -27,7 +28,6 @@ from tests.ui.browser_app import (
 pytestmark = pytest.mark.e2e
 playwright = pytest.importorskip("playwright.sync_api")
 
-EMPTY = [244, 246, 250]
 ROW, COL = 1000, 1400  # above the window: empty until painted
 
 

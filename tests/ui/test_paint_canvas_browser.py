@@ -20,6 +20,7 @@ from designer.formats import load_design
 from designer.storage import load_default_design
 from tests.ui.browser_app import (
     CANVAS,
+    EMPTY,
     canvas_pixel,
     canvas_point,
     drag,
@@ -34,8 +35,6 @@ from tests.ui.browser_app import (
 
 pytestmark = pytest.mark.e2e
 playwright = pytest.importorskip("playwright.sync_api")
-
-EMPTY = [244, 246, 250]
 
 
 @pytest.fixture(scope="module")
