@@ -3,9 +3,11 @@
 The designs of ``benchmarks/long_context.py`` (``gpu.bench.cases.long_context_design``: 32 heads,
 a causal window of 4,096 tokens plus a sink, blocks of 64) at 128K and 1M tokens. Each step is
 timed REPEATS times on one torch thread (median wall and CPU seconds, the largest extra peak
-memory): the forward's BlockMask (compact kv lists, the closed-form ``mask_mod``), the same
-with the transposed lists a backward reads, the lists FA4 takes (one entry per key tile), and
-the export file (``block_mask_tensors``, saved). A step past the lists' budget says so.
+memory): the forward's BlockMask (the closed-form ``mask_mod``; its kv lists one entry per key
+tile where they fit, compact past that), the same with the transposed lists a backward reads
+(one entry per tile: compiled Flex's backward cannot read compact ones), the compact forward
+lists alone, and the export file (``block_mask_tensors``, saved). A step past the lists'
+budget says so.
 
     python benchmarks/runs_block_mask.py [--out benchmarks/results/<date>-runs-block-mask-cpu.json]
 """
@@ -43,7 +45,9 @@ def steps(layout) -> dict:
     return {
         "forward mask": lambda: runs_block_mask(layout, causal=True, q_lists=False),
         "backward mask": lambda: runs_block_mask(layout, causal=True),
-        "FA4 lists": lambda: runs_block_mask(layout, causal=True, width="tiles"),
+        "compact forward": lambda: runs_block_mask(
+            layout, causal=True, width="compact", q_lists=False
+        ),
         "file": saved_file,
     }
 

@@ -150,7 +150,7 @@ def block_mask_tensors(layout: Layout, *, causal: bool = False) -> dict[str, Any
     _check_layout(layout)
     causal = check_bool("causal", causal)
     if layout.runs is not None:  # the lists from the runs, and the runs themselves
-        arguments = runs_kv_arguments(layout, causal, q_lists=False)
+        arguments = runs_kv_arguments(layout, causal, width="tiles", q_lists=False)
         kept = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
         return {
             **{key: arguments[key] for key in kept},

@@ -18,15 +18,16 @@ what to load instead, and one whose making alone would take more than ``MAX_EXPO
 memory is ``unavailable``, saying why. So is a format that holds a dense grid (DeepSpeed's
 layout, MIT's ``base_blockmask``) for a long-context design held as row runs, whose grid is past
 what one may hold: its Design (.pt) and CSR files keep it. Its FlexAttention BlockMask file is
-made from the runs (``runs_block_mask``): tile lists as wide as its longest row and the runs
+made from the runs (``runs_block_mask``): tile lists one entry per key tile wide, as
+``BlockMask.from_kv_blocks`` reads them (it transposes them by their width), and the runs
 themselves under ``"layout"``, which ``read_design_file`` reads back exactly; a runs design with
 partial blocks, or with blocks that straddle Flex's tiles, cannot be listed so and says why.
 """
 
 from __future__ import annotations
 
-import io
 import re
+import tempfile
 import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -56,6 +57,9 @@ from designer.validate import MAX_LAYOUT_CELLS
 
 #: Most memory making one download may take (its tensors and their bytes, a few times over).
 MAX_EXPORT_BYTES = 512 << 20
+#: Peak bytes a tile takes while a runs design's BlockMask lists are made (measured: 336 MB for
+#: the 33.5M tiles of 32 heads x 128K tokens), their archive spilling to a temporary file.
+LIST_BUILD_BYTES = 12
 #: What a ``torch.save`` archive adds to its tensors' bytes, at most (pickle, zip records).
 ARCHIVE_BYTES = 1 << 16
 
@@ -229,7 +233,7 @@ def exports(design: Design) -> list[Export]:
 def _block_mask_availability(layout, tiles: int, cells: int) -> dict[str, str | None]:
     """``unavailable`` and ``note`` of the BlockMask file: a dense layout's lists and packed
     grid, or a layout held as row runs, whose lists come from its runs (``runs_block_mask``)
-    at as many entries a row as its longest row has tiles, and which stores its runs."""
+    one entry per key tile wide, and which stores its runs."""
     if layout.runs is None:
         plain = 8 * tiles + cells // 8
         return {
@@ -250,11 +254,8 @@ def _block_mask_availability(layout, tiles: int, cells: int) -> dict[str, str | 
             "download the Design (.pt), which keeps them",
             "note": None,
         }
-    runs, ratio = layout.runs, tile // layout.block_size
-    longest = int(runs.row_counts().max()) // ratio + 2  # a row's tiles, at most
-    tile_rows = layout.n_heads * -(-layout.seq_len_q // tile)
-    plain = 2 * 4 * tile_rows * (longest + 1) + runs.nbytes
-    return {"unavailable": _too_costly("BlockMask tile lists", 4 * plain),
+    plain = 8 * tiles + layout.runs.nbytes  # two int32 lists one entry per key tile wide
+    return {"unavailable": _too_costly("BlockMask tile lists", LIST_BUILD_BYTES * tiles),
             "note": _size_note(plain, plain)}  # fmt: skip
 
 
@@ -362,8 +363,10 @@ def csr_tensors(design: Design, dtype: torch.dtype = torch.int64) -> dict[str, A
 
 
 def _torch_bytes(content: Any) -> bytes:
-    """``torch.save`` of ``content``, deflated when plain it would pass an upload's limit."""
-    buffer = io.BytesIO()
-    torch.save(content, buffer)
-    data = buffer.getvalue()
-    return deflated(data) if len(data) > MAX_FILE_BYTES else data
+    """``torch.save`` of ``content``, deflated when plain it would pass an upload's limit (the
+    plain archive then spills to a temporary file rather than being held in memory)."""
+    with tempfile.SpooledTemporaryFile(max_size=MAX_FILE_BYTES) as archive:
+        torch.save(content, archive)
+        size = archive.tell()
+        archive.seek(0)
+        return deflated(archive) if size > MAX_FILE_BYTES else archive.read()

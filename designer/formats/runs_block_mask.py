@@ -3,15 +3,21 @@
 The tile lists come from the runs (``runs_tiles``): ``kv_num_blocks`` / ``kv_indices`` of the
 partial tiles, ``full_kv_*`` of the full ones (where compiled Flex skips ``mask_mod``), and the
 transposed ``q_*`` lists the backward reads, made from the transposed tile runs rather than
-by ``from_kv_blocks``, which would expand them into the ``[B, H, Mt, Nt]`` tile grid. Lists are
-compact (the longest row's tiles plus one) unless ``width="tiles"``: FA4, the FLASH backend,
-checks that its lists have one entry per key tile, which takes ``H·Mt·Nt`` int32 four times.
-Flex's lists are rectangular, so even compact ones are as wide as their longest row: the ``q``
-lists as the most-attended key tile, and a sink is attended by every query (``H·Nt·Mt``
-entries: 134 MB at 32 heads x 128K tokens, 8.6 GB at 1M). They are made only when asked
-(``q_lists``; the forward never reads them), and lists past ``MAX_LIST_ENTRIES`` are refused.
-Flex's kernels read lists by their strides, any width; torch's own helpers ``BlockMask.to_dense``
-and ``to_string`` assume lists as wide as the key tiles, so call them on ``width="tiles"``.
+by ``from_kv_blocks``, which would expand them into the ``[B, H, Mt, Nt]`` tile grid.
+
+The lists' width (``width``): ``"tiles"``, one entry per key (query) tile, the width
+``create_block_mask`` gives and the one torch's own helpers read (``from_kv_blocks`` transposes
+by it; ``to_dense``, ``to_string``); FA4, the FLASH backend, checks it. ``"compact"``, the
+longest row's tiles plus one, which Flex's Triton forward reads by its strides: on the H200
+(torch 2.11, ``tools/probes/flex_long_context.py``) its compiled backward raised an illegal
+address on compact lists at 32K and 128K tokens and ran on ``"tiles"`` ones, so a BlockMask
+with compact lists is forward only (``q_lists=False``). ``"auto"`` (the default) takes
+``"tiles"`` where the lists fit ``MAX_LIST_ENTRIES`` (``H·Mt·Nt`` int32 a list) and compact
+forward lists past it. Lists are rectangular, so even compact ones are as wide as their
+longest row: the ``q`` lists as the most-attended key tile, and a sink is attended by every
+query. The ``q`` lists are made only when asked (``q_lists``; the forward never reads them),
+and lists past ``MAX_LIST_ENTRIES`` are refused: at 32 heads x 1M tokens only the compact
+forward lists fit.
 
 ``mask_mod`` reads no dense table either:
 
@@ -53,8 +59,9 @@ from designer.validate import check_choice
 
 #: Most runs in one block row that ``runs_mask_mod`` reads (unrolled, per token pair).
 MAX_MASK_RUNS = 8
-#: ``runs_block_mask``'s list widths: compact, or one entry per key tile (FA4's check).
-WIDTHS = ("compact", "tiles")
+#: ``runs_block_mask``'s list widths: compact, one entry per key tile (FA4's check), or the
+#: second where it fits.
+WIDTHS = ("compact", "tiles", "auto")
 #: Most int32 entries a BlockMask's lists may hold together (1 GiB).
 MAX_LIST_ENTRIES = 1 << 28
 
@@ -193,6 +200,8 @@ def runs_kv_arguments(
     lists = {("", "kv"): (partial, n_k), ("full_", "kv"): (full, n_k)}
     if q_lists:
         lists |= {("", "q"): (partial.transpose(), n_q), ("full_", "q"): (full.transpose(), n_q)}
+    if width == "auto":
+        width = "tiles" if _tiles_fit(layout, len(lists)) else "compact"
     widths = {key: count if width == "tiles" else _longest(tiles) + 1
               for key, (tiles, count) in lists.items()}  # fmt: skip
     entries = sum(tiles.shape[0] * tiles.shape[1] * widths[key]
@@ -215,6 +224,13 @@ def runs_kv_arguments(
     return arguments
 
 
+def _tiles_fit(layout: Layout, lists: int) -> bool:
+    """Whether ``lists`` lists one entry per tile wide fit ``MAX_LIST_ENTRIES``."""
+    tile = flex_tile_size(layout.block_size)
+    tiles = layout.n_heads * -(-layout.seq_len_q // tile) * -(-layout.seq_len_k // tile)
+    return lists * tiles <= MAX_LIST_ENTRIES
+
+
 def _longest(tiles: BlockRuns) -> int:
     counts = tiles.row_counts()
     return int(counts.max()) if counts.numel() else 0
@@ -227,13 +243,27 @@ def runs_block_mask(
     seq_lengths: tuple[int, int] | None = None,
     causal_offset: int = 0,
     device: str | torch.device = "cpu",
-    width: str = "compact",
+    width: str = "auto",
     mask_mod: Callable[..., torch.Tensor] | None = None,
     q_lists: bool = True,
 ) -> BlockMask:
     """The ``BlockMask`` of a runs ``layout`` on ``device`` (see the module doc), with
     ``mask_mod`` (default: ``layout_runs_mask_mod``); without ``q_lists`` it runs forward
-    only."""
+    only. Raises ``ValueError`` for ``q_lists`` on compact lists, which Flex's compiled
+    backward cannot read."""
+    check_choice("width", width, WIDTHS)
+    if width == "auto":
+        width = "tiles" if _tiles_fit(layout, 4 if q_lists else 2) else "compact"
+    if width == "compact" and q_lists:
+        raise ValueError(
+            "a BlockMask for the backward needs lists one entry per tile wide: Flex's compiled "
+            "backward reads compact ones out of range (on the H200, torch 2.11); "
+            + ("pass width='tiles', or q_lists=False for a forward-only BlockMask"
+               if _tiles_fit(layout, 4) else
+               f"those of this {layout.n_heads}-head layout would pass the "
+               f"{MAX_LIST_ENTRIES:,}-entry budget, so only a forward-only BlockMask "
+               "(q_lists=False) can be made")
+        )  # fmt: skip
     arguments = runs_kv_arguments(layout, causal, seq_lengths, causal_offset, width=width,
                                   q_lists=q_lists)  # fmt: skip
     if mask_mod is None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import shutil
 import stat
 import zipfile
 from typing import IO, Any
@@ -41,6 +42,8 @@ MAX_PICKLE_BYTES = 1 << 20
 #: Most bytes an archive may unpack to: a bool layout of the largest size (64 MiB) and room for
 #: its settings or index lists. Reading it stays within a few hundred MB.
 MAX_UNPACKED_BYTES = (1 << 26) + (32 << 20)
+#: Bytes ``deflated`` copies at a time.
+COPY_CHUNK = 4 << 20
 
 
 def read_torch_file(
@@ -133,16 +136,20 @@ def check_archive(
             )
 
 
-def deflated(data: bytes) -> bytes:
-    """A ``torch.save`` archive with its entries deflated: ``torch.load`` reads it as it is, and
-    a sparse layout's tensors shrink many times (level 1: fast, most of the gain)."""
+def deflated(archive: bytes | IO[bytes]) -> bytes:
+    """A ``torch.save`` archive (its bytes, or a binary file holding them) with its entries
+    deflated: ``torch.load`` reads it as it is, and a sparse layout's tensors shrink many times
+    (level 1: fast, most of the gain). Entries are streamed, so a large archive in a file costs
+    little memory beyond the result."""
+    source_file = io.BytesIO(archive) if isinstance(archive, bytes) else archive
     out = io.BytesIO()
     with (
-        zipfile.ZipFile(io.BytesIO(data)) as source,
+        zipfile.ZipFile(source_file) as source,
         zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED, compresslevel=1) as target,
     ):
         for entry in source.infolist():
-            target.writestr(entry.filename, source.read(entry))
+            with source.open(entry) as reader, target.open(entry.filename, "w") as writer:
+                shutil.copyfileobj(reader, writer, COPY_CHUNK)
     return out.getvalue()
 
 

@@ -30,8 +30,9 @@ A layout held as row runs (a long-context design, past a dense grid's size) has 
 reduce or gather from: ``runs_variants`` offers the ``runs`` form (its runs read in place, any
 layout with at most ``MAX_MASK_RUNS`` runs a row) and, for a causal window plus sinks, the
 ``sinks`` closed form, and ``FlexSession.prepare_runs`` builds their BlockMask from the runs
-(``designer.formats.runs_block_mask``), lists compact on Triton and one entry per key tile on
-FLASH (FA4 checks that width). Each such case compiles its own ``mask_mod``.
+(``designer.formats.runs_block_mask``), lists one entry per key tile wide on FLASH (FA4 checks
+that width) and on Triton where they fit (compact past that). Each such case compiles its own
+``mask_mod``.
 
 FlexAttention compiles once per distinct ``mask_mod`` function, tile, backend and shape. So each
 ``mask_mod`` is built once per session and reads its parameters (the layout, the causal flag,
@@ -354,8 +355,9 @@ class FlexSession:
     ) -> FlexCall:
         """The call of a ``runs`` or ``sinks`` variant on a layout held as row runs: its
         BlockMask built from the runs (``runs_block_mask``; lists one entry per key tile wide
-        on FLASH, whose FA4 checks that width; the transposed lists only for a ``backward``),
-        never from a dense grid."""
+        on FLASH, whose FA4 checks that width, and on Triton where that fits, as
+        ``create_block_mask`` makes them; the transposed lists only for a ``backward``), never
+        from a dense grid."""
         from torch.nn.attention.flex_attention import flex_attention
 
         if variant.mask not in (RUNS, SINKS):
@@ -370,7 +372,7 @@ class FlexSession:
             else:
                 mask_mod = runs_mask_mod(runs, block, causal=causal, device=device,
                                          spare_rows=variant.tile_size // block)  # fmt: skip
-            width = "tiles" if variant.backend == FLASH else "compact"
+            width = "tiles" if variant.backend == FLASH else "auto"
             block_mask = runs_block_mask(layout, causal=causal, device=device, width=width,
                                          mask_mod=mask_mod, q_lists=backward)  # fmt: skip
         except ValueError as error:

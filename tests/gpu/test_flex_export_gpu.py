@@ -15,8 +15,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from designer.formats import to_block_mask
+import designer.layout
+from designer.formats import block_mask_tensors, to_block_mask
+from designer.formats.runs_block_mask import sinks_window_mask_mod
 from designer.layout import Layout
+from designer.patterns.attention_sinks import attention_sinks_runs
 from gpu.reference import dense_masked_attention, dense_masked_attention_backward
 from tests.gpu.flex_backends import BACKENDS, KERNEL_OPTIONS
 from tests.gpu.oracle import relative_error
@@ -71,7 +74,13 @@ def test_compiled_flex_gives_the_layouts_attention_and_gradients(
     leaves = [t.clone().requires_grad_() for t in (q, k, v)]
     out = compiled_flex(*leaves, block_mask=mask, kernel_options=KERNEL_OPTIONS[backend])
     out.backward(grad)
-    rule = {"causal": causal, "causal_alignment": alignment}
+    _check(out, leaves, (q, k, v, grad), blocks, block, causal=causal,
+           causal_alignment=alignment)  # fmt: skip
+
+
+def _check(out, leaves, inputs, blocks, block, **rule) -> None:
+    """Out and the leaves' gradients against the fp64 reference of ``blocks``."""
+    q, k, v, grad = inputs
     expected = dense_masked_attention(q, k, v, blocks, block, **rule)
     gradients = dense_masked_attention_backward(q, k, v, grad, blocks, block, **rule)
     assert torch.isfinite(out).all()
@@ -80,3 +89,33 @@ def test_compiled_flex_gives_the_layouts_attention_and_gradients(
         assert torch.isfinite(leaf.grad).all(), name
         errors[name] = relative_error(leaf.grad, want)
     assert max(errors.values()) <= TOLERANCE, errors
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("from_file", [False, True])
+def test_a_design_held_as_runs_trains_in_compiled_flex(compiled_flex, monkeypatch, backend,
+                                                       from_file):  # fmt: skip
+    """A long-context design's BlockMask (made from its runs) and its file, read by
+    ``from_kv_blocks``: compiled Flex's backward read compact lists out of range on the H200,
+    so both are one entry per tile wide."""
+    from torch.nn.attention.flex_attention import BlockMask
+
+    monkeypatch.setattr(designer.layout, "DENSE_CELLS", 0)  # held as runs, as past the cap
+    layout = Layout(attention_sinks_runs(2, 24, 24, sink_blocks=1, window_blocks=4), 64)
+    assert layout.runs is not None
+    if from_file:
+        tensors = block_mask_tensors(layout, causal=True)
+        tensors.pop("layout")
+        lists = {key: value.cuda() if isinstance(value, torch.Tensor) else value
+                 for key, value in tensors.items()}  # fmt: skip
+        mask_mod = sinks_window_mask_mod(64, 1, 4, causal=True)
+        mask = BlockMask.from_kv_blocks(**lists, mask_mod=mask_mod)
+    else:
+        mask = to_block_mask(layout, causal=True, device="cuda")
+    cuda = torch.Generator(device="cuda").manual_seed(7)
+    q, k, v, grad = (torch.randn(1, 2, 1536, 64, generator=cuda, device="cuda",
+                                 dtype=torch.bfloat16) for _ in range(4))  # fmt: skip
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = compiled_flex(*leaves, block_mask=mask, kernel_options=KERNEL_OPTIONS[backend])
+    out.backward(grad)
+    _check(out, leaves, (q, k, v, grad), layout.to_runs().to_dense(), 64, causal=True)

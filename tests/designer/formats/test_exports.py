@@ -163,9 +163,15 @@ def test_a_design_held_as_runs_offers_what_holds_it_and_says_why_not_the_grids()
         assert "dense [heads, q_blocks, k_blocks] grid" in why and "1 x 8,200 x 8,200" in why
         assert "download the CSR (row_ptr, col_idx) or the Design (.pt)" in why and len(why) < 400
     assert load_design(files["long.pt"].build()).layout == layout
-    assert files["long_blockmask.pt"].unavailable is None  # its lists come from the runs
-    loaded = read_design_file(io.BytesIO(files["long_blockmask.pt"].build())).design
-    assert loaded.layout == layout and loaded.causal
+    why = files["long_blockmask.pt"].unavailable  # lists one entry per tile: 67 M tiles
+    assert "BlockMask tile lists" in why and "download the Design (.pt)" in why
+    wide = make_pattern("attention_sinks", 4, 4200, 4200, 64, params)  # 70.6 M cells, 17.6 M tiles
+    assert wide.runs is not None
+    mask_file = by_name(Design(wide, name="long", causal=True))["long_blockmask.pt"]
+    assert mask_file.unavailable is None  # its lists come from the runs
+    assert "Too large to load back here" in mask_file.note  # 141 MB unpacked; small ones do
+    tensors = torch.load(io.BytesIO(mask_file.build()), weights_only=True)
+    assert tensors["kv_indices"].shape == (1, 4, 2100, 2100)  # as from_kv_blocks reads them
     csr = load(files["long_csr.pt"].build())
     assert from_csr(csr["row_ptr"], csr["col_idx"], csr["n_k_blocks"], csr["block_size"]) == layout
     for export in files.values():

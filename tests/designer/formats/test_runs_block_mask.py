@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from torch.nn.attention.flex_attention import create_mask, flex_attention
+from torch.nn.attention.flex_attention import BlockMask, create_mask, flex_attention
 
 import designer.layout
 from designer.block_runs import BlockRuns
@@ -18,6 +18,7 @@ from designer.formats import block_mask_tensors, from_block_mask, read_design_fi
 from designer.formats.flex_tiles import flex_tile_size, tile_classes
 from designer.formats.runs_block_mask import (
     MAX_MASK_RUNS,
+    runs_block_mask,
     runs_kv_arguments,
     runs_mask_mod,
     sinks_window,
@@ -167,11 +168,35 @@ def test_wide_lists_past_their_budget_are_refused(monkeypatch):
     with pytest.raises(ValueError, match=r"would hold 64 int32 entries, more than the 60 "
                                          r"allowed.*one entry per key tile"):  # fmt: skip
         runs_kv_arguments(layout, True, width="tiles", q_lists=False)
+    auto = runs_kv_arguments(layout, True, width="auto", q_lists=False)  # past the cap: compact
+    assert torch.equal(auto["kv_indices"], compact["kv_indices"])
+    monkeypatch.setattr(module, "MAX_LIST_ENTRIES", 64)
+    wide = runs_kv_arguments(layout, True, width="auto", q_lists=False)  # within it: tiles
+    assert wide["kv_indices"].shape == (1, 2, 4, 4)
     monkeypatch.setattr(module, "MAX_LIST_ENTRIES", 100)
     sink = Layout(attention_sinks_runs(2, 16, 16, sink_blocks=1, window_blocks=1), 64)
     assert runs_kv_arguments(sink, True, q_lists=False)["kv_indices"].shape[-1] == 3
     with pytest.raises(ValueError, match="the most-attended key tile"):  # a sink: every query
         runs_kv_arguments(sink, True)
+
+
+def test_a_backward_block_mask_takes_lists_one_entry_per_tile_or_is_refused(monkeypatch):
+    """Compiled Flex's backward reads compact lists out of range (the H200 probe): a BlockMask
+    with q lists is tiles wide, and past the lists' budget only a forward one is made."""
+    import designer.formats.runs_block_mask as module
+
+    layout = Layout(BlockRuns.from_dense(torch.ones(2, 8, 8, dtype=torch.bool).tril()), 64)
+    mask = runs_block_mask(layout, causal=True)
+    assert mask.kv_indices.shape == mask.q_indices.shape == (1, 2, 4, 4)
+    with pytest.raises(ValueError, match="pass width='tiles', or q_lists=False"):
+        runs_block_mask(layout, causal=True, width="compact")
+    assert runs_block_mask(layout, causal=True, width="compact", q_lists=False).kv_indices.shape \
+        == (1, 2, 4, 2)  # fmt: skip
+    monkeypatch.setattr(module, "MAX_LIST_ENTRIES", 63)  # 2 tiles-wide lists of 32: not 4
+    forward = runs_block_mask(layout, causal=True, q_lists=False)
+    assert forward.kv_indices.shape == (1, 2, 4, 2) and forward.q_indices is None
+    with pytest.raises(ValueError, match="only a forward-only BlockMask"):
+        runs_block_mask(layout, causal=True)
 
 
 @pytest.fixture
@@ -215,6 +240,15 @@ def test_the_block_mask_file_of_a_runs_design_reads_back_exactly(runs_form):
     torch.save(tensors, buffer)
     loaded = read_design_file(io.BytesIO(buffer.getvalue())).design
     assert loaded.layout == layout and loaded.causal
+    plain = {key: value for key, value in tensors.items() if key != "layout"}
+    rebuilt = BlockMask.from_kv_blocks(**plain)  # torch transposes the lists by their width
+    want = runs_kv_arguments(layout, True, width="tiles")
+    for name in ("q", "full_q"):
+        num = getattr(rebuilt, f"{name}_num_blocks")
+        assert torch.equal(num, want[f"{name}_num_blocks"])
+        assert _listed(num, getattr(rebuilt, f"{name}_indices")) == _listed(
+            num, want[f"{name}_indices"]
+        )
     tensors["kv_indices"][0, 1, 3, 0] += 1
     buffer = io.BytesIO()
     torch.save(tensors, buffer)
