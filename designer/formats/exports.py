@@ -57,9 +57,12 @@ from designer.validate import MAX_LAYOUT_CELLS
 
 #: Most memory making one download may take (its tensors and their bytes, a few times over).
 MAX_EXPORT_BYTES = 512 << 20
-#: Peak bytes a tile takes while a runs design's BlockMask lists are made (measured: 336 MB for
-#: the 33.5M tiles of 32 heads x 128K tokens), their archive spilling to a temporary file.
-LIST_BUILD_BYTES = 12
+#: Peak bytes a tile takes while a runs design's BlockMask file is made, its archive spilling to
+#: a temporary file (measured: 336 MB for the lists of the 33.5M tiles of 32 heads x 128K
+#: tokens, 400-450 MB for the whole file).
+LIST_BUILD_BYTES = 14
+#: Bytes of a tensor file's archive held in memory before it spills to a temporary file.
+SPOOL_BYTES = 16 << 20
 #: What a ``torch.save`` archive adds to its tensors' bytes, at most (pickle, zip records).
 ARCHIVE_BYTES = 1 << 16
 
@@ -365,7 +368,7 @@ def csr_tensors(design: Design, dtype: torch.dtype = torch.int64) -> dict[str, A
 def _torch_bytes(content: Any) -> bytes:
     """``torch.save`` of ``content``, deflated when plain it would pass an upload's limit (the
     plain archive then spills to a temporary file rather than being held in memory)."""
-    with tempfile.SpooledTemporaryFile(max_size=MAX_FILE_BYTES) as archive:
+    with tempfile.SpooledTemporaryFile(max_size=SPOOL_BYTES) as archive:
         torch.save(content, archive)
         size = archive.tell()
         archive.seek(0)

@@ -209,10 +209,11 @@ def runs_kv_arguments(
     if entries > MAX_LIST_ENTRIES:
         raise ValueError(
             f"the BlockMask lists of this {heads} x {n_q:,} x {n_k:,}-tile layout would hold "
-            f"{entries:,} int32 entries, more than the {MAX_LIST_ENTRIES:,} allowed: Flex's lists "
-            "are rectangular, as wide as their longest row (the q lists the backward reads: the "
-            "most-attended key tile)" + ("; FA4 (the FLASH backend) checks that they have one "
-                                         "entry per key tile" if width == "tiles" else "")
+            f"{entries:,} int32 entries, more than the {MAX_LIST_ENTRIES:,} allowed: "
+            + ("they are one entry per tile wide, as from_kv_blocks, Flex's compiled backward "
+               "and FA4 (the FLASH backend) read them" if width == "tiles" else
+               "Flex's lists are rectangular, as wide as their longest row (the q lists the "
+               "backward reads: the most-attended key tile)")
         )  # fmt: skip
     arguments: dict[str, Any] = {"seq_lengths": tuple(lengths), "BLOCK_SIZE": (tile, tile)}
     for prefix in ("", "full_"):

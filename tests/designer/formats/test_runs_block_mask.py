@@ -166,7 +166,7 @@ def test_wide_lists_past_their_budget_are_refused(monkeypatch):
     compact = runs_kv_arguments(layout, True, q_lists=False)  # 2 x 4 rows of 2 + 4 entries
     assert compact["kv_indices"].shape == (1, 2, 4, 2) and compact["q_indices"] is None
     with pytest.raises(ValueError, match=r"would hold 64 int32 entries, more than the 60 "
-                                         r"allowed.*one entry per key tile"):  # fmt: skip
+                                         r"allowed: they are one entry per tile wide"):  # fmt: skip
         runs_kv_arguments(layout, True, width="tiles", q_lists=False)
     auto = runs_kv_arguments(layout, True, width="auto", q_lists=False)  # past the cap: compact
     assert torch.equal(auto["kv_indices"], compact["kv_indices"])
