@@ -57,6 +57,7 @@
 #include "attention_common.cuh"
 #include "attention_bwd_scores.cuh"
 #include "hopper.cuh"
+#include "key_walk.cuh"
 #include "params.cuh"
 #include "token_mask.cuh"
 #include "wgmma.cuh"
@@ -112,51 +113,10 @@ struct Shared {
   __device__ unsigned q_empty(int stage) const { return bars + 8 * (1 + kStages + stage); }
 };
 
-// The walk of one CTA: query heads [head, end_head) of its kv group, for each the entries of
-// its list for this key tile, in order. Start with head = first head - 1 and count = 0.
-struct KeyWalk {
-  int head, end_head, first, count, n;
-  // Move to the next step; false when the walk is over.
-  __device__ bool next(const int2* lists, int shared_layout, int n_k_tiles, int k_tile) {
-    ++n;
-    while (n >= count) {
-      if (++head >= end_head) return false;
-      const int2 list = __ldg(lists + (shared_layout ? 0 : head) * n_k_tiles + k_tile);
-      first = list.x;
-      count = list.y;
-      n = 0;
-    }
-    return true;
-  }
-  __device__ int entry() const { return first + n; }
-};
-
-// This CTA's key tile, batch element, kv head and query heads. With key_tiles_inner the grid
-// walks the key tiles (in the table's order) of one (batch, kv head, split) before the next, so
-// the CTAs on the GPU at once share that head's Q, dO and dQ in L2; else it walks every
-// (batch, kv head, split) of a key tile before the next key tile.
-struct Tile {
-  int k_tile, b, kv_head, split, first_head, end_head;
-  __device__ explicit Tile(const HopperBackwardParams& p) {
-    const int per_tile = p.batch * p.kv_heads * p.n_splits;
-    const int tile_index = p.key_tiles_inner ? blockIdx.x % p.n_k_tiles : blockIdx.x / per_tile;
-    k_tile = __ldg(p.order + tile_index);
-    int rest = p.key_tiles_inner ? blockIdx.x / p.n_k_tiles : blockIdx.x % per_tile;
-    b = rest % p.batch;
-    rest /= p.batch;
-    split = rest % p.n_splits;
-    kv_head = rest / p.n_splits;
-    const int heads = p.kv_group / p.n_splits;
-    first_head = kv_head * p.kv_group + split * heads;
-    end_head = first_head + heads;
-  }
-  __device__ KeyWalk walk() const { return KeyWalk{first_head - 1, end_head, 0, 0, 0}; }
-};
-
 // The producer's single thread: K and V, then Q, dO, lse2, Δ (and a token tile's words, TOKENS)
 // of every step into the ring.
 __device__ __forceinline__ void produce(const HopperBackwardParams& p, const Shared& sh,
-                                        const Tile& tile) {
+                                        const KeyTile& tile) {
   KeyWalk walk = tile.walk();
   bool have = walk.next(p.lists, p.shared_layout, p.n_k_tiles, tile.k_tile);
   const int bits = p.broadcast;
@@ -239,7 +199,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(1024) Bits128 shared_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(shared_raw);
   const Shared sh(shared_address(shared_raw));
-  const Tile tile(params);
+  const KeyTile tile(params);
   const int warp = warp_index();
   if (threadIdx.x == 0) {
     barrier_init(sh.kv_full(), 1);

@@ -102,6 +102,13 @@ def test_every_kernel_source_opens_with_a_comment_and_sits_beside_its_launcher()
         assert runtime.source_beside(str(launcher)) == source
 
 
+def test_no_kernel_source_passes_400_lines():
+    """Longer sources split their helpers into headers (``gpu/include``, or beside them)."""
+    for source in runtime.kernel_sources():
+        lines = runtime.kernel_source(source).count("\n")
+        assert lines <= 400, (source, lines)
+
+
 def test_each_source_gets_the_shared_headers_and_its_own():
     forward = dict(runtime.kernel_headers("forward/sm90.cu"))
     assert {"attention_common.cuh", "hopper.cuh", "wgmma.cuh", "persistent_units.cuh"} <= set(
