@@ -112,7 +112,7 @@ class BlockSparsePlan:
             for head_dim in HEAD_DIMS:
                 config = choose_config(
                     head_dim=head_dim, dtype=torch.bfloat16, wgmma=self._hopper,
-                    work=self.tile_work,
+                    work=self.tile_work, tokens=self.n_partials > 0,
                 )  # fmt: skip
                 self.forward_lut(config.block_m, config.block_n)
 
@@ -166,6 +166,7 @@ class BlockSparsePlan:
             config = choose_config(
                 head_dim=head_dim, dtype=dtype, wgmma=self._hopper,
                 k_row_stride=k_row_stride, v_row_stride=v_row_stride, work=self.tile_work,
+                tokens=self.n_partials > 0,
             )  # fmt: skip
             return plan_forward(self, config)
 

@@ -145,6 +145,7 @@ CASES = (
     Case("backward", "fp16", 64, 64, 256, 384, q_heads=4, backward_build="sm90_separate"),
     Case("forward", "bf16", 128, 64, 1000, 1000, q_heads=4, token_window=301),
     Case("forward", "fp16", 64, 16, 300, 300, token_window=37, causal=True),
+    Case("forward", "bf16", 64, 64, 2048, 2048, q_heads=4, token_window=1201),  # D=64 token build
     Case("backward", "bf16", 128, 64, 1000, 1000, q_heads=4, token_window=301),
     Case("backward", "fp16", 64, 32, 300, 300, token_window=37, causal=True),
     Case("sdd", "bf16", 64, 64, 256, 256, causal=True),

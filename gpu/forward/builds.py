@@ -52,6 +52,15 @@ HOPPER_BUILDS = {
     128: (({"block_n": 128}, 1.0),
           ({**ONE_CONSUMER, "block_n": 64}, 682 / 537)),
 }  # fmt: skip
+#: Layouts with token tiles (partial blocks) choose from these where a head dim has them: at D=64
+#: the default's tiles with two stages, whose shared memory has room for the token slots. On the
+#: H200 (tools/probes/partial_tiles.py, every tile a token tile; checks/2026-12-01-h200-partial-
+#: tiles-backward.json, then ...-2026-12-02-h200-partial-tiles-d64-token-build.json) it ran dense
+#: 2.72 and 2.70 ms against 3.00 and 3.01 for three stages reading the words from global memory,
+#: and the 1000-token window 0.222-0.224 against 0.238 (blocks 64 and 128).
+HOPPER_TOKEN_BUILDS = {
+    64: (({**ONE_CONSUMER, "block_n": 128, "stages": 2}, 1.0), HOPPER_BUILDS[64][1]),
+}
 # A work unit's fixed cost in its build's tiles: the Q load, the first S and the last P V that
 # nothing overlaps, the epilogue. Fitted on the band layouts below (time = tile area x cost plus
 # units x this many tiles): 2.2 for 64 x 128, 2.5 for 64 x 64 at 3 CTAs per SM, 2.8 for 128 x 128.
@@ -94,20 +103,24 @@ def choose_config(
     k_row_stride: int | None = None,
     v_row_stride: int | None = None,
     work: Callable[[int, int], tuple[int, int]] | None = None,
+    tokens: bool = False,
 ) -> KernelConfig | HopperConfig:
     """The kernel build we use for ``head_dim`` and ``dtype``.
 
     ``wgmma`` picks the Hopper kernel (a plan sets it on compute capability 9.0), which reads
-    any strides through TMA: the first of ``HOPPER_BUILDS``, or given ``work(block_m,
-    block_n)`` (the layout's active tiles and work items at that tiling), the build whose
-    costed tile area is least, each item counting ``UNIT_TILES`` more tiles. The ``mma.sync``
-    kernel compiles the K and V row strides in (None: contiguous rows).
+    any strides through TMA: the first of ``HOPPER_BUILDS`` (of ``HOPPER_TOKEN_BUILDS`` where it
+    has the head dim, for a layout with ``tokens`` tiles), or given ``work(block_m, block_n)``
+    (the layout's active tiles and work items at that tiling), the build whose costed tile area
+    is least, each item counting ``UNIT_TILES`` more tiles. The ``mma.sync`` kernel compiles the
+    K and V row strides in (None: contiguous rows).
     """
     name = dtype_name(dtype)
     check_choice("head_dim", head_dim, HEAD_DIMS)
     if check_bool("wgmma", wgmma):
-        builds = [(HopperConfig(name, head_dim, **settings), cost)
-                  for settings, cost in HOPPER_BUILDS[head_dim]]  # fmt: skip
+        table = HOPPER_BUILDS[head_dim]
+        if check_bool("tokens", tokens):
+            table = HOPPER_TOKEN_BUILDS.get(head_dim, table)
+        builds = [(HopperConfig(name, head_dim, **settings), cost) for settings, cost in table]
         if work is None:
             return builds[0][0]
 
@@ -125,14 +138,18 @@ def choose_config(
 
 
 def hopper_token_paths(dtype: str, head_dim: int) -> list[HopperConfig]:
-    """Each Hopper build a plan may take for ``head_dim``, then the same builds with the other
-    token-word path (``token_stages``) where their shared memory allows it: what the partial-tile
-    tests and probe run."""
-    builds = [HopperConfig(dtype, head_dim, **settings) for settings, _ in HOPPER_BUILDS[head_dim]]
+    """Each Hopper build a plan may take for ``head_dim`` (with and without token tiles), then
+    the same builds with the other token-word path (``token_stages``) where their shared memory
+    allows it: what the partial-tile tests and probe run."""
+    tables = (HOPPER_BUILDS[head_dim], HOPPER_TOKEN_BUILDS.get(head_dim, ()))
+    builds = list(dict.fromkeys(HopperConfig(dtype, head_dim, **settings)
+                                for table in tables for settings, _ in table))  # fmt: skip
     others = []
     for config in builds:
         try:
-            others.append(dataclasses.replace(config, token_stages=not config.token_stages))
+            other = dataclasses.replace(config, token_stages=not config.token_stages)
         except ValueError:  # no room for the slots
             continue
+        if other not in builds:
+            others.append(other)
     return builds + others

@@ -12,7 +12,7 @@ import torch
 
 import gpu
 from gpu.backward.builds import BUILDS, choose_backward_build
-from gpu.forward.builds import HOPPER_BUILDS, choose_config
+from gpu.forward.builds import HOPPER_BUILDS, HOPPER_TOKEN_BUILDS, choose_config
 from gpu.forward.sm90 import HopperConfig
 from gpu.support import DTYPES
 from tests.scripts import ROOT, load_script
@@ -178,7 +178,8 @@ def test_cases_cover_what_they_claim(sanitize):
 
 
 def test_forward_cases_plan_every_hopper_build(sanitize):
-    """On Hopper the plans of the forward cases choose each build of ``HOPPER_BUILDS``."""
+    """On Hopper the plans of the forward cases choose each build of ``HOPPER_BUILDS`` and of
+    ``HOPPER_TOKEN_BUILDS`` (those with partial blocks)."""
     chosen = set()
     for case in sanitize.CASES:
         if case.kind != "forward" or case.mma_sync or case.empty:
@@ -190,11 +191,12 @@ def test_forward_cases_plan_every_hopper_build(sanitize):
             seq_q=case.seq_q, seq_k=case.seq_k, partials=partials, device="cpu",
         )  # fmt: skip
         config = choose_config(head_dim=case.head_dim, dtype=DTYPES[case.dtype], wgmma=True,
-                               work=plan.tile_work)  # fmt: skip
+                               work=plan.tile_work, tokens=plan.n_partials > 0)  # fmt: skip
         chosen.add(dataclasses.replace(config, dtype="bf16"))
     builds = {
         HopperConfig("bf16", head_dim, **settings)
-        for head_dim, options in HOPPER_BUILDS.items()
+        for table in (HOPPER_BUILDS, HOPPER_TOKEN_BUILDS)
+        for head_dim, options in table.items()
         for settings, _ in options
     }
     assert chosen == builds

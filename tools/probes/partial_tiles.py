@@ -11,9 +11,9 @@ causal window keeps about 1000.5 · 16384 pairs a head (6 % of S²): 0.17 ms at 
    every active block stored as partial with all bits set (through ``gpu.plan(partials=)``),
    so each tile the kernel visits is a token tile that reads its words and masks. Layouts:
    dense (block 128) and the 1000-token window's blocks (64 and 128, causal). One layout head
-   serves the 16 heads. Per forward build (on Hopper each build a plan may take, with its token
-   words through the K stages and from global memory where both fit, and D=64's two-stage
-   64 x 128 build with stages; elsewhere the mma.sync build) and for every backward build
+   serves the 16 heads. Per forward build (on Hopper each build a plan may take, with or without
+   token tiles, with its token words through the K stages and from global memory where both
+   fit; elsewhere the mma.sync build) and for every backward build
    (``fused``, and on Hopper the sm90 builds, which compile their token-tile path for the
    partial plan only): both times and their ratio (target <= 1.15); outputs (the backward's
    dk and dv; dq sums by atomics or bulk reductions, except in ``sm90_separate``) must agree
@@ -49,7 +49,7 @@ from gpu.backward.builds import BUILDS
 from gpu.bench.metrics import attention_flops, median, step_flops, tflops
 from gpu.bench.report import environment
 from gpu.bench.timing import CudaEventTimer
-from gpu.forward.builds import ONE_CONSUMER, choose_config, hopper_token_paths
+from gpu.forward.builds import choose_config, hopper_token_paths
 from gpu.forward.launch import plan_forward, run_fused
 from gpu.forward.sm90 import HopperConfig
 from gpu.partials import split_token_mask
@@ -114,10 +114,7 @@ def forward_builds(head_dim: int) -> list:
     """The forward builds the cost is measured on (the module doc)."""
     if not is_hopper(torch.device("cuda")):
         return [choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=False)]
-    builds = hopper_token_paths("bf16", head_dim)
-    if head_dim == 64:
-        builds.append(HopperConfig("bf16", 64, **{**ONE_CONSUMER, "block_n": 128}))
-    return builds
+    return hopper_token_paths("bf16", head_dim)
 
 
 def build_label(config) -> str:
