@@ -11,7 +11,9 @@
 // what stays is exactly the design. Python may do the first strokes of a large trigger and leave
 // the rest for later (its budget): those go again at once. A trigger with no answer goes again
 // after a while (a rerun started meanwhile can take its place), and Python skips what it has
-// done already, so every stroke is done once, in order.
+// done already, so every stroke is done once, in order. A head sent by windows may get another
+// window while a stroke is drawn (asked for before it began): that window waits for the stroke's
+// end, so the stroke is committed in the cells it was drawn on.
 //
 // Streamlit loads one module: paint_cells.js (helpers), paint_outbox.js (the strokes not yet
 // done), this file (the editor's state and strokes), paint_view.js (its toolbar and drawing) and
@@ -63,6 +65,7 @@ class Editor {
   constructor(parent) {
     this.parent = parent;
     this.stroke = null;
+    this.deferred = null; // Python's data that arrived during a stroke, shown after it
     this.view = { scale: 1, x: 0, y: 0, fit: 1, fitted: true };
     this.shape = null;
     this.loading = 0;
@@ -86,6 +89,13 @@ class Editor {
     const win = data.window || null;
     const reshaped = !this.full || this.full.rows !== full.rows || this.full.cols !== full.cols;
     const moved = JSON.stringify(win) !== JSON.stringify(this.win || null);
+    if (moved && this.stroke && !reshaped && this.shape.head === head) {
+      // Another window of this head (asked for before the stroke began): the stroke's cells
+      // are this picture's, so the new window waits until the stroke is committed or cancelled.
+      this.deferred = data;
+      return;
+    }
+    this.deferred = null;
     if (reshaped || moved || this.shape.head !== head) this.cancel();
     // Every rerun sends the head again: when its picture and the strokes on top are as drawn
     // (a widget changed, or the page reran for another reason), nothing is decoded or redrawn.
@@ -335,7 +345,11 @@ class Editor {
     this.stroke = null;
     const drawn = this.region(s);
     const region = drawn && this.win ? this.inView(drawn) : drawn;
-    if (!region) return this.win ? this.rebuild() : this.draw();
+    if (!region) {
+      if (this.win) this.rebuild();
+      else this.draw();
+      return this.showDeferred();
+    }
     if (s.tool !== "brush") {
       const { rows, cols } = this.shape;
       const changed = [];
@@ -350,7 +364,15 @@ class Editor {
     const { heads } = this.data;
     enqueue({ head: s.head, action: s.action, heads, region: this.inHead(region), rows, cols });
     this.showPending();
+    this.showDeferred();
     this.wantView(); // a window asked for while drawing waited for the stroke
+  }
+
+  // The window that arrived while a stroke was drawn, once that stroke is done with.
+  showDeferred() {
+    const data = this.deferred;
+    this.deferred = null;
+    if (data) this.update(data);
   }
 
   // The picture cells on screen, [r0, r1) x [c0, c1) (a cell partly on screen counts).
@@ -440,6 +462,7 @@ class Editor {
     if (!this.stroke) return;
     this.stroke = null;
     if (this.base) this.rebuild();
+    this.showDeferred();
   }
 
   queueStep(op) {
