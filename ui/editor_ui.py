@@ -55,7 +55,9 @@ HINT = (
 #: What the canvas of a design held as runs adds to the hint.
 WINDOW_HINT = (
     "This design is drawn by windows: zoomed out, each pixel shows the share of active blocks "
-    "under it (darker: more); zoom in (wheel) to one pixel a block or more to paint."
+    "under it (darker: more), and the rectangle, row and column tools paint every block under "
+    "the pixels they cover; the brush, lasso and band paint at one pixel a block or more "
+    "(zoom in with the wheel)."
 )
 
 

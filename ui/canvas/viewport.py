@@ -7,8 +7,8 @@ with the trigger ``view``; ``window_payload`` sends that window alone: its block
 share of active blocks per ``step x step`` bucket when zoomed out (``density``), computed from
 the window rows' runs (``designer.runs_view``); once the design's segmentation is done, its
 blocks at step 1 are coloured by their tiles as a dense head's are. Panning inside the window
-costs nothing; past it, or at a finer zoom, the canvas asks again. Strokes are painted at
-full detail only.
+costs nothing; past it, or at a finer zoom, the canvas asks again. Zoomed out, the canvas's
+rectangle, row and column strokes paint every block of the buckets they cover.
 
 >>> whole_head(2048, 2048)
 View(row0=0, col0=0, rows=2048, cols=2048, step=2)
