@@ -28,15 +28,15 @@ from designer.segment import (
     segments_from_scan,
     width_chain,
 )
-from designer.segment_runs_scan import segment_run_heads
+from designer.segment_runs_scan import segment_run_heads, write_tile_codes
 from designer.validate import check_choice, check_int
 
 #: Below this many active blocks a layout is segmented on the calling thread.
 _THREADED_MIN_BLOCKS = 1 << 14
 #: Ranks in a head are int32.
 _MAX_HEAD_BLOCKS = (1 << 31) - 1
-#: Active blocks whose rows ``tile_maps_runs`` holds at once (12 bytes each: 96 MiB).
-_MAP_GROUP_BLOCKS = 1 << 23
+#: Active blocks whose rows ``tile_maps_runs`` holds at once (12 bytes each: 48 MiB).
+_MAP_GROUP_BLOCKS = 1 << 22
 #: The odd-tile flag in a ``RunTileMaps`` code.
 ODD_CODE = 128
 
@@ -140,21 +140,12 @@ def tile_maps_runs(runs: Any, start_width: int) -> RunTileMaps:
             rows, counts = scan.rows(capacity, heads)
             slot = np.concatenate(([0], np.cumsum(capacity)))
             for h in heads.tolist():
-                ranks = first_rank[h] + rows[slot[h] : slot[h + 1], 2]
-                codes[ranks] = _head_codes(counts[h], scan.widths)
+                write_tile_codes(rows[slot[h] : slot[h + 1]], counts[h], scan.widths,
+                                 first_rank[h], ODD_CODE, codes)  # fmt: skip
             tiles[heads] = counts[heads] // (scan.widths * scan.widths)
     for array in (codes, offsets, tiles, active):
         array.flags.writeable = False
     return RunTileMaps(scan.widths, codes, offsets, tiles, active)
-
-
-def _head_codes(counts: np.ndarray, widths: np.ndarray) -> np.ndarray:
-    """The codes of one head's rows in scan order: pass ``p`` emitted ``counts[p]`` rows, in
-    tiles of ``widths[p]²`` rows, every other tile odd."""
-    passes = np.repeat(np.arange(1, widths.size + 1, dtype=np.uint8), counts)
-    index = np.arange(passes.size) - np.repeat(np.cumsum(counts) - counts, counts)
-    odd = (index // np.repeat(widths * widths, counts)) & 1
-    return passes | (odd.astype(np.uint8) * np.uint8(ODD_CODE))
 
 
 def _head_groups(active: np.ndarray, max_blocks: int) -> list[np.ndarray]:
