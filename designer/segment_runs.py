@@ -5,7 +5,8 @@
 ``orig_idx``, both modes), in time and memory that grow with the active blocks: the scan
 (``designer.segment_runs_scan``) keeps its state per active block and per key column, so a
 32-head design of 16,384² blocks segments as fast as its blocks allow. The runs are the arrays
-``designer.run_arrays`` describes.
+``designer.run_arrays`` describes. Views need less than the rows: ``tile_counts_runs`` gives
+the tiles per head and width, ``tile_maps_runs`` the tile of every block, one byte each.
 
 >>> runs = RunArrays((1, 3, 3), np.array([0, 1, 2, 3]), np.zeros(3, np.int32),
 ...                  np.full(3, 3, np.int32))
@@ -104,7 +105,8 @@ class RunTileMaps:
 
     @property
     def nbytes(self) -> int:
-        return sum(a.nbytes for a in (self.widths, self.codes, self.offsets, self.tiles))
+        arrays = (self.widths, self.codes, self.offsets, self.tiles, self.active)
+        return sum(a.nbytes for a in arrays)
 
     def totals(self) -> dict[int, int]:
         """``{width: tiles}`` over every head, for the widths that cut any."""
@@ -149,8 +151,8 @@ def tile_maps_runs(runs: Any, start_width: int) -> RunTileMaps:
 
 
 def _head_groups(active: np.ndarray, max_blocks: int) -> list[np.ndarray]:
-    """Consecutive heads, as few per group as keeps a group within ``max_blocks`` blocks (a
-    head larger than that alone)."""
+    """The heads in groups of consecutive heads holding at most ``max_blocks`` blocks each (a
+    head larger than that on its own)."""
     groups, first, held = [], 0, 0
     for h, n in enumerate(active.tolist()):
         if h > first and held + n > max_blocks:

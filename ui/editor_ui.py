@@ -219,9 +219,9 @@ def _head_data(current: Design, head: int, tiles: RunTileMaps | None) -> dict:
     if current.layout.runs is not None:
         view = shown_view(st.session_state, current.layout, head)
         layout = current.layout
+        tiled_at = None if tiles is None else current.effective_start_width
         return _window_payload(head_keys(layout)[head], partials_key(layout, head), view,
-                               tiles is not None, _layout=layout, _head=head,
-                               _tiles=tiles)  # fmt: skip
+                               tiled_at, _layout=layout, _head=head, _tiles=tiles)  # fmt: skip
     blocks = current.layout.blocks[head].numpy()
     tiles = head_view(current, head)  # untiled when segmenting it costs more than a page may
     partial, partial_key = head_partials(current.layout, head)
@@ -240,9 +240,9 @@ def _head_payload(
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def _window_payload(
-    key: str, partial_key: str, view: View, tiled: bool, *, _layout: Layout, _head: int,
-    _tiles: RunTileMaps | None,
+    key: str, partial_key: str, view: View, start_width: int | None, *, _layout: Layout,
+    _head: int, _tiles: RunTileMaps | None,
 ) -> dict:  # fmt: skip
-    """Cached by the head's content keys, the window and whether it is tiled (the start width
-    is in the analysis the tiles come from; the arguments not hashed follow)."""
+    """Cached by the head's content keys, the window and the start width of its tiles (None:
+    drawn untiled; the arguments not hashed follow)."""
     return window_payload(_layout, _head, view, _tiles)
