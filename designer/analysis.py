@@ -29,11 +29,11 @@ from designer.cache import LruCache, head_key, head_keys
 from designer.design import Design
 from designer.layout import TokenStats
 from designer.lints import Lint, lint_design
+from designer.segment_runs import RunTileMaps, tile_maps_runs
 from designer.segment_stats import (
     UNTILED,
     SegmentStats,
     head_tile_maps,
-    run_segment_stats,
     tile_count_stats,
 )
 
@@ -101,6 +101,14 @@ class Analysis:
     stats: SegmentStats
     lints: tuple[Lint, ...]
     tokens: TokenStats
+    #: Of a design held as runs (no per-head maps): every block's tile, one byte a block.
+    run_tiles: RunTileMaps | None = None
+
+    @property
+    def nbytes(self) -> int:
+        """What the analysis holds in arrays (its per-head maps or run tile maps)."""
+        tiles = 0 if self.run_tiles is None else self.run_tiles.nbytes
+        return sum(head.nbytes for head in self.heads) + tiles
 
     @property
     def widths(self) -> tuple[np.ndarray, ...]:
@@ -118,9 +126,7 @@ _LINTS = LruCache(LINT_CACHE_ENTRIES, ttl_seconds=CACHE_SECONDS)
 _ANALYSES = LruCache(
     ANALYSIS_CACHE_BYTES,
     # A small analysis counts as its share of the entries, so no more than those are kept.
-    size=lambda found: max(
-        sum(head.nbytes for head in found.heads), ANALYSIS_CACHE_BYTES // ANALYSIS_CACHE_ENTRIES
-    ),
+    size=lambda found: max(found.nbytes, ANALYSIS_CACHE_BYTES // ANALYSIS_CACHE_ENTRIES),
     ttl_seconds=CACHE_SECONDS,
 )
 
@@ -270,11 +276,13 @@ def analyse(
 
 
 def analyse_runs(design: Design) -> Analysis:
-    """The analysis of a design held as runs, computed on them: tile statistics from the
-    segmentation's tile counts (``run_segment_stats``), lints on runs, and no per-head maps
-    (views draw such a design from its runs)."""
-    stats = run_segment_stats(design.layout, design.effective_start_width, head_dim=HEAD_DIM)
-    return Analysis((), stats, tuple(lint_design(design)), design.layout.token_stats())
+    """The analysis of a design held as runs, computed on them: the tile of every block
+    (``tile_maps_runs``: the canvas colours its windows from it) and the statistics from its
+    tile counts, lints on runs, and no per-head maps (views draw such a design from its runs)."""
+    layout = design.layout
+    tiles = tile_maps_runs(layout.to_runs(), design.effective_start_width)
+    stats = tile_count_stats(layout, tiles.totals(), layout.nnz, head_dim=HEAD_DIM)
+    return Analysis((), stats, tuple(lint_design(design)), layout.token_stats(), tiles)
 
 
 def cached_runs_analysis(design: Design) -> Analysis:

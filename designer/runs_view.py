@@ -3,7 +3,8 @@
 What a viewer shows of a head too large to send whole (a 16,384^2-block head is 268M cells):
 ``window_blocks`` gives the bool blocks of a ``rows x cols`` window at full detail, and
 ``window_density`` the share of active blocks in each ``step x step`` bucket of it (the picture
-when zoomed out, a pixel a bucket). Both read only the runs of the window's rows: time and
+when zoomed out, a pixel a bucket), and ``window_tile_maps`` the width of each block's tile
+(from the segmentation's ``RunTileMaps``). All read only the runs of the window's rows: time and
 memory follow those runs plus the output, never the head's grid.
 
 The density of a bucket row comes from each run's coverage function ``F(x) = clip(x - start,
@@ -26,15 +27,19 @@ from typing import NamedTuple
 import numpy as np
 
 from designer.block_runs import BlockRuns
+from designer.segment_runs import ODD_CODE, RunTileMaps
+from designer.segment_stats import UNTILED
 from designer.validate import check_int
 
 
 class WindowRuns(NamedTuple):
-    """The runs of a window, clipped to it: local row, first and past-last local column."""
+    """The runs of a window, clipped to it: local row, first and past-last local column, and
+    the index of each among the layout's runs."""
 
     rows: np.ndarray
     starts: np.ndarray
     stops: np.ndarray
+    index: np.ndarray
 
 
 def check_window(
@@ -61,8 +66,8 @@ def window_runs(
     stops = runs.stops.numpy()[ptr[0] : ptr[-1]].astype(np.int64) - col0
     np.clip(starts, 0, cols, out=starts)
     np.clip(stops, 0, cols, out=stops)
-    keep = starts < stops
-    return WindowRuns(local_rows[keep], starts[keep], stops[keep])
+    keep = np.flatnonzero(starts < stops)
+    return WindowRuns(local_rows[keep], starts[keep], stops[keep], ptr[0] + keep)
 
 
 def window_blocks(
@@ -97,3 +102,30 @@ def window_density(
     inside_rows = np.minimum(step, rows - np.arange(bucket_rows) * step)
     inside_cols = np.minimum(step, cols - np.arange(bucket_cols) * step)
     return (active / np.outer(inside_rows, inside_cols)).astype(np.float32)
+
+
+def window_tile_maps(
+    runs: BlockRuns, maps: RunTileMaps, head: int, row0: int, col0: int, rows: int, cols: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(widths uint16, odd bool)`` ``[rows, cols]`` of the window, as
+    ``segment_stats.head_tile_maps`` gives them for the whole head: each block's tile width
+    (0 where inactive, ``UNTILED`` where in no tile) and whether its tile is an odd one, from
+    ``maps`` (``tile_maps_runs`` of these runs)."""
+    if maps.codes.size != runs.nnz or maps.offsets.size != runs.n_runs + 1:
+        raise ValueError(
+            f"maps must be of these runs ({runs.nnz:,} blocks in {runs.n_runs:,} runs), got "
+            f"{maps.codes.size:,} blocks in {maps.offsets.size - 1:,} runs"
+        )
+    found = window_runs(runs, head, row0, col0, rows, cols)
+    lengths = found.stops - found.starts
+    run_of = np.repeat(np.arange(lengths.size), lengths)
+    within = np.arange(run_of.size) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    skipped = found.starts + col0 - runs.starts.numpy()[found.index]  # blocks left of the window
+    codes = maps.codes[(maps.offsets[found.index] + skipped)[run_of] + within]
+    width_of_code = np.array([UNTILED, *maps.widths.tolist()], dtype=np.uint16)
+    flat = found.rows[run_of] * cols + found.starts[run_of] + within
+    widths = np.zeros(rows * cols, dtype=np.uint16)
+    widths[flat] = width_of_code[codes & (ODD_CODE - 1)]
+    odd = np.zeros(rows * cols, dtype=bool)
+    odd[flat] = codes >= ODD_CODE
+    return widths.reshape(rows, cols), odd.reshape(rows, cols)

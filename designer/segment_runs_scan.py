@@ -241,3 +241,19 @@ def _emit_singles(
                         rows[count, 2] = k
                     count += 1
     return count
+
+
+@njit(cache=True, nogil=True)
+def write_tile_codes(rows, counts, widths, first_rank, odd_flag, codes):  # pragma: no cover
+    """Give each of one head's ``rows`` (in scan order: ``counts[p]`` rows of pass ``p``, in
+    tiles of ``widths[p]²``) its tile code at ``codes[first_rank + rank]``: ``p + 1``, plus
+    ``odd_flag`` for every other tile of a pass (``segment_runs.RunTileMaps``)."""
+    at = 0
+    for p in range(widths.size):
+        area = widths[p] * widths[p]
+        for k in range(counts[p]):
+            code = p + 1
+            if (k // area) & 1:
+                code |= odd_flag
+            codes[first_rank + rows[at, 2]] = code
+            at += 1

@@ -6,6 +6,11 @@ progress line and polls in a fragment until the job is done (``state_of``), then
 the result, which the job leaves in the analysis cache keyed by the design's content. A job is
 started once per key however many pages ask (again if its result left the cache); one that
 fails keeps its reason for the pages.
+
+Jobs of one ``lane`` run one at a time: a job asked for while another of its lane runs waits,
+and a newer one takes its place (it is then done with no result: a page that still wants it
+asks again). Painting a long design starts an analysis per stroke; this way a burst of strokes
+costs the analysis running and the one of the last design, not one per stroke side by side.
 """
 
 from __future__ import annotations
@@ -34,11 +39,15 @@ class Job:
 
 _JOBS: dict[str, Job] = {}
 _LOCK = threading.Lock()
+#: Per lane: whether a job of it runs, and the job waiting for it (with its work).
+_RUNNING: set[str] = set()
+_WAITING: dict[str, tuple[str, Job, Callable[[], object]]] = {}
 
 
-def start(key: str, work: Callable[[], object]) -> Job:
-    """Run ``work`` on a thread of its own unless a job under ``key`` runs already or failed
-    (a job that finished is run again: the caller asks only when its result is gone)."""
+def start(key: str, work: Callable[[], object], *, lane: str | None = None) -> Job:
+    """Run ``work`` on a thread of its own unless a job under ``key`` runs (or waits) already or
+    failed (a job that finished is run again: the caller asks only when its result is gone);
+    within ``lane``, after the job running there (see the module docstring)."""
     with _LOCK:
         job = _JOBS.get(key)
         if job is not None and (not job.done or job.error is not None):
@@ -47,7 +56,18 @@ def start(key: str, work: Callable[[], object]) -> Job:
             for old in [k for k, j in _JOBS.items() if j.done][: MAX_JOBS // 2]:
                 del _JOBS[old]
         job = _JOBS[key] = Job(time.monotonic())
+        if lane is not None and lane in _RUNNING:
+            if lane in _WAITING:
+                _WAITING[lane][1].done = True  # superseded: never run
+            _WAITING[lane] = (key, job, work)
+            return job
+        if lane is not None:
+            _RUNNING.add(lane)
+    _launch(key, job, work, lane)
+    return job
 
+
+def _launch(key: str, job: Job, work: Callable[[], object], lane: str | None) -> None:
     def run() -> None:
         lower_priority(NICENESS)
         try:
@@ -56,9 +76,22 @@ def start(key: str, work: Callable[[], object]) -> Job:
             job.error = str(error) or type(error).__name__
         finally:
             job.done = True
+            if lane is not None:
+                _next_in(lane)
 
     threading.Thread(target=run, name=f"background-{key[:12]}", daemon=True).start()
-    return job
+
+
+def _next_in(lane: str) -> None:
+    """Start the job waiting in ``lane``, if any, else mark the lane idle."""
+    with _LOCK:
+        waiting = _WAITING.pop(lane, None)
+        if waiting is None:
+            _RUNNING.discard(lane)
+            return
+    key, job, work = waiting
+    job.started = time.monotonic()
+    _launch(key, job, work, lane)
 
 
 def state_of(key: str) -> Job | None:

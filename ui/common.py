@@ -27,6 +27,10 @@ from ui import background, keys, state
 from ui.sessions import REGISTRY, freeze_start_up_objects
 from ui.text import plain
 
+#: The background lane of analyses on runs: one at a time on a server (two would share its
+#: cores and each take twice as long).
+RUNS_LANE = "runs-analysis"
+
 
 def start_run(store: DesignStore) -> None:
     """Every run begins here: the session's design (once), widget values, pending notices.
@@ -96,7 +100,7 @@ def current_analysis() -> tuple[str, Analysis | None]:
         key = analysis_key(current)
         found = analysed(current)
         if found is None:
-            background.start(key, lambda: cached_runs_analysis(current))
+            background.start(key, lambda: cached_runs_analysis(current), lane=RUNS_LANE)
         return key, found
     if runs_with_the_page(current):
         return cached_analysis(current)

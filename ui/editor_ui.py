@@ -22,6 +22,7 @@ from designer.cache import head_keys
 from designer.design import Design
 from designer.edit import ACTIONS, Band, CopyHead, EditOp
 from designer.layout import Layout
+from designer.segment_runs import RunTileMaps
 from designer.storage import DesignStore
 from ui import keys, state
 from ui.block_zoom_ui import block_zoom_ui, head_partials, partials_key
@@ -30,7 +31,7 @@ from ui.canvas.apply import apply_trigger
 from ui.canvas.payload import head_payload
 from ui.canvas.strokes import MAX_STROKES, bits_chars
 from ui.canvas.viewport import View, read_view, whole_head, window_payload
-from ui.common import change_design, show_message
+from ui.common import analysis_offer, change_design, current_analysis, show_message
 from ui.figures import legend_html
 from ui.overview_ui import head_legend_entries, tile_legend
 
@@ -54,7 +55,9 @@ HINT = (
 #: What the canvas of a design held as runs adds to the hint.
 WINDOW_HINT = (
     "This design is drawn by windows: zoomed out, each pixel shows the share of active blocks "
-    "under it (darker: more); zoom in (wheel) to one pixel a block or more to paint."
+    "under it (darker: more), and the rectangle, row and column tools paint every block under "
+    "the pixels they cover; the brush, lasso and band paint at one pixel a block or more "
+    "(zoom in with the wheel)."
 )
 
 
@@ -71,10 +74,12 @@ def editor_ui(store: DesignStore) -> None:
         head = _tools_ui(store, layout.n_heads)
     with canvas:
         show_message(keys.EDITOR_PLACE)
+        analysis_key, found = current_analysis() if layout.runs is not None else ("", None)
+        tiles = None if found is None else found.run_tiles
         client, done = state.box(session).last_done(keys.PAINT_DONE)
         heads = target_heads(session, layout.n_heads, head)
         data = {
-            **_head_data(current, head),
+            **_head_data(current, head, tiles),
             "head": head,
             "n_heads": layout.n_heads,
             "action": session[keys.EDIT_ACTION],
@@ -89,10 +94,15 @@ def editor_ui(store: DesignStore) -> None:
             on_head=_on_head, on_view=_on_view,
         )  # fmt: skip
         st.caption(HINT if layout.runs is None else f"{HINT} {WINDOW_HINT}")
+        if layout.runs is not None and found is None:  # colours once the tiles are computed
+            analysis_offer(analysis_key)
         partial = layout.partials is not None
         if layout.runs is None:
             legend = head_legend_entries(head_view(current, head), layout.block_size,
                                          partial=partial)  # fmt: skip
+        elif tiles is not None:
+            legend = tile_legend(tiles.head_tiles(head), int(tiles.active[head]),
+                                 layout.block_size, partial=partial)  # fmt: skip
         else:
             legend = tile_legend([], 0, layout.block_size, partial=partial)
         st.html(legend_html(legend, f"Head {head}"))
@@ -203,14 +213,15 @@ def shown_view(session: state.State, layout: Layout, head: int) -> View:
     return whole_head(layout.n_q_blocks, layout.n_k_blocks)
 
 
-def _head_data(current: Design, head: int) -> dict:
+def _head_data(current: Design, head: int, tiles: RunTileMaps | None) -> dict:
     """The canvas payload of one head, from its segmentation cached by content; of a design
-    held as runs, the window the canvas shows (``viewport``)."""
+    held as runs, the window the canvas shows (``viewport``), coloured by ``tiles``."""
     if current.layout.runs is not None:
         view = shown_view(st.session_state, current.layout, head)
         layout = current.layout
+        tiled_at = None if tiles is None else current.effective_start_width
         return _window_payload(head_keys(layout)[head], partials_key(layout, head), view,
-                               _layout=layout, _head=head)  # fmt: skip
+                               tiled_at, _layout=layout, _head=head, _tiles=tiles)  # fmt: skip
     blocks = current.layout.blocks[head].numpy()
     tiles = head_view(current, head)  # untiled when segmenting it costs more than a page may
     partial, partial_key = head_partials(current.layout, head)
@@ -229,7 +240,9 @@ def _head_payload(
 
 @st.cache_data(max_entries=8, show_spinner=False)
 def _window_payload(
-    key: str, partial_key: str, view: View, *, _layout: Layout, _head: int
+    key: str, partial_key: str, view: View, start_width: int | None, *, _layout: Layout,
+    _head: int, _tiles: RunTileMaps | None,
 ) -> dict:  # fmt: skip
-    """Cached by the head's content keys and the window (the arguments not hashed follow)."""
-    return window_payload(_layout, _head, view)
+    """Cached by the head's content keys, the window and the start width of its tiles (None:
+    drawn untiled; the arguments not hashed follow)."""
+    return window_payload(_layout, _head, view, _tiles)

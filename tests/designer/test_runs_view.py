@@ -8,7 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from designer.block_runs import BlockRuns
-from designer.runs_view import window_blocks, window_density
+from designer.runs_view import window_blocks, window_density, window_tile_maps
+from designer.segment_runs import tile_maps_runs
+from designer.segment_stats import head_tile_maps
 
 
 @st.composite
@@ -42,6 +44,26 @@ def test_window_blocks_and_density_match_the_grid(case):
     )
     assert density.shape == expected.shape
     np.testing.assert_allclose(density, expected, atol=1e-6)
+
+
+@settings(max_examples=80, deadline=None)
+@given(windows(), st.integers(0, 8))
+def test_window_tile_maps_cut_the_dense_head_maps(case, start_width):
+    grid, (head, row0, col0, rows, cols), _ = case
+    runs = BlockRuns.from_dense(grid)
+    widths, odd = window_tile_maps(runs, tile_maps_runs(runs, start_width), head, row0, col0,
+                                   rows, cols)  # fmt: skip
+    dense_widths, dense_odd, _ = head_tile_maps(grid[head].numpy(), start_width)
+    cut = (slice(row0, row0 + rows), slice(col0, col0 + cols))
+    assert np.array_equal(widths, dense_widths[cut])
+    assert np.array_equal(odd, dense_odd[cut])
+
+
+def test_window_tile_maps_refuse_maps_of_other_runs():
+    runs = BlockRuns.from_dense(torch.ones(1, 4, 4, dtype=torch.bool))
+    other = tile_maps_runs(BlockRuns.from_dense(torch.eye(4, dtype=torch.bool)[None]), 2)
+    with pytest.raises(ValueError, match="maps must be of these runs"):
+        window_tile_maps(runs, other, 0, 0, 0, 4, 4)
 
 
 @pytest.mark.parametrize(

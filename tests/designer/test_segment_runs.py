@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -10,9 +11,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from designer import segment_runs
 from designer.run_arrays import RunArrays, check_runs, row_counts, run_offsets
 from designer.segment import sdd_segment
-from designer.segment_runs import sdd_segment_runs, tile_counts_runs
+from designer.segment_runs import ODD_CODE, sdd_segment_runs, tile_counts_runs, tile_maps_runs
+from designer.segment_stats import UNTILED, head_tile_maps
 from tests.designer.run_layouts import dense_layouts, dense_to_runs
 
 
@@ -125,3 +128,21 @@ def test_runs_of_separate_rows_may_touch():
     assert all(
         np.array_equal(a, b) for a, b in zip(check_runs(torch_runs)[1:], runs[1:], strict=True)
     )
+
+
+@settings(max_examples=120, deadline=None)
+@given(dense_layouts(), st.integers(0, 30), st.integers(1, 400))
+def test_tile_maps_equal_the_dense_head_maps(dense, start_width, group_blocks):
+    """Every block's tile width and odd flag, and each head's tile counts, are those of
+    ``head_tile_maps`` on the head's grid, whatever the head groups held at once."""
+    with mock.patch.object(segment_runs, "_MAP_GROUP_BLOCKS", group_blocks):
+        maps = tile_maps_runs(dense_to_runs(dense), start_width)
+    width_of_code = np.array([UNTILED, *maps.widths.tolist()])
+    nonzero = np.nonzero(dense)
+    for h in range(dense.shape[0]):
+        widths, odd, tiles = head_tile_maps(dense[h], start_width)
+        mine = maps.codes[nonzero[0] == h]
+        assert np.array_equal(width_of_code[mine & (ODD_CODE - 1)], widths[dense[h] != 0])
+        assert np.array_equal(mine >= ODD_CODE, odd[dense[h] != 0])
+        assert maps.head_tiles(h) == list(tiles)
+        assert maps.active[h] == np.count_nonzero(dense[h])

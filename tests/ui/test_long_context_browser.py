@@ -1,6 +1,8 @@
 """A 32-head x 128K-token design (32 x 2048^2 blocks, held as runs) in a real browser: the
-Paint tab draws it by windows, a zoom asks for a window at full detail, a click paints it, a
-pan and a zoom out redraw it, and a reload finds the stroke in the autosave."""
+Paint tab draws it by windows, a zoom asks for a window at full detail, a click paints it, the
+window is coloured by tiles once the segmentation beside the page is done, a pan and a zoom out
+redraw it, a rectangle zoomed out paints every block under it, and a reload finds the strokes
+in the autosave."""
 
 from __future__ import annotations
 
@@ -11,8 +13,10 @@ import pytest
 import torch
 
 from designer.design import Design
+from designer.edit_runs import painted_runs, region_runs
 from designer.layout import Layout
 from designer.patterns.attention_sinks import attention_sinks_runs
+from designer.regions import Rect
 from tests.ui.browser_app import (
     CANVAS,
     EMPTY,
@@ -24,6 +28,8 @@ from tests.ui.browser_app import (
     zoom_at,
     zoomed_point,
 )
+from ui.canvas.payload import _shade
+from ui.pictures import width_colour
 
 pytestmark = pytest.mark.e2e
 playwright = pytest.importorskip("playwright.sync_api")
@@ -39,6 +45,20 @@ def server(tmp_path_factory):
 def window(page) -> list[int]:
     """The window the canvas shows: row0, col0, rows, cols, step."""
     return [int(v) for v in page.locator(CANVAS).get_attribute("data-window").split()]
+
+
+def rgb(hex_colour: str) -> list[int]:
+    return [int(hex_colour[i : i + 2], 16) for i in (1, 3, 5)]
+
+
+def wait_pixel(page, row: int, col: int, colours: list[list[int]], timeout_ms: float = 60_000):
+    """Wait until the canvas shows block ``(row, col)`` in one of ``colours``."""
+    deadline = page.evaluate("performance.now()") + timeout_ms
+    while page.evaluate("performance.now()") < deadline:
+        if canvas_pixel(page, row, col) in colours:
+            return
+        page.wait_for_timeout(100)
+    raise TimeoutError(f"block {(row, col)} shows {canvas_pixel(page, row, col)}, not {colours}")
 
 
 def wait_window(page, test, timeout_ms: float = 60_000) -> list[int]:
@@ -94,6 +114,9 @@ def test_paint_pan_zoom_and_reload_a_128k_token_design(server):
         expected = runs.contains(row) | ((cols >= first) & (cols < past))
         assert first > 0 and past < 2048 and torch.equal(painted, expected)
         pick(page, "brush")
+        # Once segmented beside the page, the lone painted block is a 1 x 1 tile, drawn in its
+        # colour (or its darker shade, for an odd tile) as on a dense design.
+        wait_pixel(page, ROW, COL, [rgb(width_colour(1)), rgb(_shade(width_colour(1)))])
 
         page.mouse.move(*zoomed_point(page, ROW, COL))  # pan with the middle button
         page.mouse.down(button="middle")
@@ -107,7 +130,23 @@ def test_paint_pan_zoom_and_reload_a_128k_token_design(server):
         page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
         for _ in range(8):  # back out: the density picture again
             page.mouse.wheel(0, 480)
-        wait_window(page, lambda w: w[4] > 1)
+        step = wait_window(page, lambda w: w[4] > 1)[4]
+
+        # Zoomed out, a rectangle paints every block of the buckets it covers, as one edit.
+        before = store.restore(session).layout.runs
+        pick(page, "rect")
+        page.mouse.move(*zoomed_point(page, 300, 1500))
+        page.mouse.down()
+        page.mouse.move(*zoomed_point(page, 500, 1700), steps=4)
+        page.mouse.up()
+        wait_canvas(page, 3, timeout_s=120)
+        page.locator(f"{CANVAS}[data-pending='0']").wait_for()
+        box = Rect(300 // step * step, 1500 // step * step, (500 // step + 1) * step - 1,
+                   (1700 // step + 1) * step - 1)  # fmt: skip
+        expected = painted_runs(before.select_heads([0]), "set", region_runs(box, 2048, 2048))
+        assert store.restore(session).layout.runs.select_heads([0]) == expected
+        assert canvas_pixel(page, 400, 1600) != EMPTY
+        pick(page, "brush")
 
         page.reload()
         page.get_by_role("tab", name="Paint").click()

@@ -11,7 +11,9 @@
 // what stays is exactly the design. Python may do the first strokes of a large trigger and leave
 // the rest for later (its budget): those go again at once. A trigger with no answer goes again
 // after a while (a rerun started meanwhile can take its place), and Python skips what it has
-// done already, so every stroke is done once, in order.
+// done already, so every stroke is done once, in order. A head sent by windows may get another
+// window while a stroke is drawn (asked for before it began): that window waits for the stroke's
+// end, so the stroke is committed in the cells it was drawn on.
 //
 // Streamlit loads one module: paint_cells.js (helpers), paint_outbox.js (the strokes not yet
 // done), this file (the editor's state and strokes), paint_view.js (its toolbar and drawing) and
@@ -40,6 +42,8 @@ const editors = new WeakMap();
 // another window of a head sent by windows (the trigger `view`, see viewport.py).
 const headTrigger = { send: null };
 const VIEW_WAIT_MS = 120; // a window is asked for once the view rests this long
+// The tools that paint zoomed out: their rectangle of buckets is exactly the blocks it holds.
+const BUCKET_TOOLS = ["rect", "row", "column"];
 
 export default function paintCanvas({ data, parentElement, setTriggerValue }) {
   headTrigger.send = setTriggerValue;
@@ -63,6 +67,7 @@ class Editor {
   constructor(parent) {
     this.parent = parent;
     this.stroke = null;
+    this.deferred = null; // Python's data that arrived during a stroke, shown after it
     this.view = { scale: 1, x: 0, y: 0, fit: 1, fitted: true };
     this.shape = null;
     this.loading = 0;
@@ -86,6 +91,13 @@ class Editor {
     const win = data.window || null;
     const reshaped = !this.full || this.full.rows !== full.rows || this.full.cols !== full.cols;
     const moved = JSON.stringify(win) !== JSON.stringify(this.win || null);
+    if (moved && this.stroke && !reshaped && this.shape.head === head) {
+      // Another window of this head (asked for before the stroke began): the stroke's cells
+      // are this picture's, so the new window waits until the stroke is committed or cancelled.
+      this.deferred = data;
+      return;
+    }
+    this.deferred = null;
     if (reshaped || moved || this.shape.head !== head) this.cancel();
     // Every rerun sends the head again: when its picture and the strokes on top are as drawn
     // (a widget changed, or the page reran for another reason), nothing is decoded or redrawn.
@@ -135,15 +147,18 @@ class Editor {
     });
   }
 
-  // Python's cells, then every queued stroke on top, then the stroke in progress.
+  // Python's cells, then every queued stroke on top, then the stroke in progress (zoomed
+  // out: the buckets a queued rectangle covers whole take their new share of active blocks).
   rebuild() {
     const { rows, cols } = this.shape;
     this.shown = this.base.slice();
+    this.shownDensity = this.density && this.density.slice();
     const { rows: fullRows, cols: fullCols } = this.full;
     for (const { draw } of outbox.queue) {
       const here = draw && draw.head === this.shape.head && draw.rows === fullRows &&
-        draw.cols === fullCols && !this.density;
-      if (here) this.eachShownCell(draw.region, (i) => this.apply(i, draw.action));
+        draw.cols === fullCols;
+      if (here && this.density) this.shadeBuckets(draw.region, draw.action);
+      else if (here) this.eachShownCell(draw.region, (i) => this.apply(i, draw.action));
     }
     const drawing = this.stroke;
     if (drawing && drawing.visited) for (const i of drawing.visited) this.apply(i, drawing.action);
@@ -178,14 +193,44 @@ class Editor {
   // Zoomed out: each cell (a bucket of blocks) mixes the empty and the active colour by the
   // share of its blocks that are active.
   colourDensity() {
-    const { px, density, empty } = this, full = packRGBA(ACTIVE_RGB);
+    const { px, shownDensity: density, empty } = this, full = packRGBA(ACTIVE_RGB);
     for (let i = 0; i < px.length; i++) px[i] = density[i] ? mixPixel(empty, full, density[i]) : empty;
   }
 
-  // The cells of a region given in the head's blocks that the picture shows, as picture indices.
+  // A rectangle of the head's blocks painted on the density picture: each bucket inside it
+  // whole becomes all active, none, or the rest (toggle); a bucket it cuts is left as it is.
+  shadeBuckets(region, action) {
+    if (region.kind !== "rect") return;
+    const { rows, cols } = this.shape, { row0, col0, step } = this.win, full = this.full;
+    const inside = (low, high, origin, size, n) => {
+      const first = Math.max(0, Math.ceil((low - origin) / step));
+      const last = high >= size - 1 ? n - 1 : Math.floor((high + 1 - origin) / step) - 1;
+      return [first, Math.min(n - 1, last)];
+    };
+    const [r0, r1] = inside(region.row0, region.row1, row0, full.rows, rows);
+    const [c0, c1] = inside(region.col0, region.col1, col0, full.cols, cols);
+    const density = this.shownDensity;
+    for (let r = r0; r <= r1; r++) {
+      for (let c = c0, i = r * cols + c0; c <= c1; c++, i++) {
+        density[i] = action === "set" ? 255 : action === "clear" ? 0 : 255 - density[i];
+      }
+    }
+  }
+
+  // The cells of a region given in the head's blocks that the picture shows, as picture indices
+  // (a rectangle cut to the window first: one painted zoomed out may cover a whole head).
   eachShownCell(region, visit) {
     const { rows, cols } = this.shape, win = this.win;
     if (!win) return eachCell(region, rows, cols, visit);
+    if (region.kind === "rect") {
+      const cut = {
+        kind: "rect", row0: Math.max(region.row0 - win.row0, 0),
+        row1: Math.min(region.row1 - win.row0, rows - 1),
+        col0: Math.max(region.col0 - win.col0, 0), col1: Math.min(region.col1 - win.col0, cols - 1),
+      };
+      if (cut.row0 <= cut.row1 && cut.col0 <= cut.col1) eachCell(cut, rows, cols, visit);
+      return;
+    }
     const fullCols = this.full.cols;
     eachCell(region, this.full.rows, fullCols, (i) => {
       const r = Math.floor(i / fullCols) - win.row0, c = (i % fullCols) - win.col0;
@@ -246,8 +291,9 @@ class Editor {
     const point = this.gridPoint(event);
     const cell = this.cellAt(point);
     if (!cell || !this.pixels) return;
-    if (this.density) {
-      this.readout.textContent = "Zoom in (wheel) to one pixel a block or more to paint.";
+    if (this.density && !BUCKET_TOOLS.includes(this.tool)) {
+      this.readout.textContent = "Zoomed out, the rectangle, row and column tools paint every " +
+        "block they cover; zoom in (wheel) to one pixel a block to use the brush, lasso or band.";
       return;
     }
     const { tool, action } = this;
@@ -335,8 +381,12 @@ class Editor {
     this.stroke = null;
     const drawn = this.region(s);
     const region = drawn && this.win ? this.inView(drawn) : drawn;
-    if (!region) return this.win ? this.rebuild() : this.draw();
-    if (s.tool !== "brush") {
+    if (!region) {
+      if (this.win) this.rebuild();
+      else this.draw();
+      return this.showDeferred();
+    }
+    if (s.tool !== "brush" && !this.density) {
       const { rows, cols } = this.shape;
       const changed = [];
       eachCell(region, rows, cols, (i) => {
@@ -349,8 +399,17 @@ class Editor {
     const { rows, cols } = this.full;
     const { heads } = this.data;
     enqueue({ head: s.head, action: s.action, heads, region: this.inHead(region), rows, cols });
+    if (this.density) this.rebuild(); // the buckets it covers, shaded
     this.showPending();
+    this.showDeferred();
     this.wantView(); // a window asked for while drawing waited for the stroke
+  }
+
+  // The window that arrived while a stroke was drawn, once that stroke is done with.
+  showDeferred() {
+    const data = this.deferred;
+    this.deferred = null;
+    if (data) this.update(data);
   }
 
   // The picture cells on screen, [r0, r1) x [c0, c1) (a cell partly on screen counts).
@@ -384,10 +443,19 @@ class Editor {
   }
 
   // A region of the picture's cells as a region of the head's blocks: moved to where the
-  // window lies (the same region when the picture is the whole head).
+  // window lies (the same region when the picture is the whole head); zoomed out, a rectangle
+  // of buckets is every block they hold.
   inHead(region) {
     const win = this.win;
     if (!win) return region;
+    if (win.step > 1) {
+      const { rows, cols } = this.full, step = win.step;
+      return {
+        kind: "rect", row0: win.row0 + region.row0 * step, col0: win.col0 + region.col0 * step,
+        row1: Math.min(rows, win.row0 + (region.row1 + 1) * step) - 1,
+        col1: Math.min(cols, win.col0 + (region.col1 + 1) * step) - 1,
+      };
+    }
     const moved = { ...region, row0: region.row0 + win.row0, col0: region.col0 + win.col0 };
     if (region.kind === "rect") {
       Object.assign(moved, { row1: region.row1 + win.row0, col1: region.col1 + win.col0 });
@@ -440,6 +508,7 @@ class Editor {
     if (!this.stroke) return;
     this.stroke = null;
     if (this.base) this.rebuild();
+    this.showDeferred();
   }
 
   queueStep(op) {

@@ -29,10 +29,10 @@ Object.assign(Editor.prototype, {
     const [r, c] = cell, i = r * this.shape.cols + c;
     const { head } = this.shape, win = this.win;
     if (this.density) {
-      const { step, row0, col0 } = win, share = Math.round((100 * this.density[i]) / 255);
+      const { step, row0, col0 } = win, share = Math.round((100 * this.shownDensity[i]) / 255);
       const rows = `${row0 + r * step}–${Math.min(this.full.rows, row0 + (r + 1) * step) - 1}`;
       const cols = `${col0 + c * step}–${Math.min(this.full.cols, col0 + (c + 1) * step) - 1}`;
-      const active = this.density[i] ? `about ${Math.max(1, share)}% active` : "none active";
+      const active = this.shownDensity[i] ? `about ${Math.max(1, share)}% active` : "none active";
       this.readout.textContent = `head ${head} · query blocks ${rows} · key blocks ${cols} · ${active}`;
       return;
     }

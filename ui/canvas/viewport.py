@@ -5,8 +5,10 @@ canvas asks for the window it shows (the visible blocks and a margin for panning
 detail of its zoom, ``step`` blocks a side per picture cell (a power of 2; 1 is full detail),
 with the trigger ``view``; ``window_payload`` sends that window alone: its blocks at step 1, the
 share of active blocks per ``step x step`` bucket when zoomed out (``density``), computed from
-the window rows' runs (``designer.runs_view``). Panning inside the window costs nothing;
-past it, or at a finer zoom, the canvas asks again. Strokes are painted at full detail only.
+the window rows' runs (``designer.runs_view``); once the design's segmentation is done, its
+blocks at step 1 are coloured by their tiles as a dense head's are. Panning inside the window
+costs nothing; past it, or at a finer zoom, the canvas asks again. Zoomed out, the canvas's
+rectangle, row and column strokes paint every block of the buckets they cover.
 
 >>> whole_head(2048, 2048)
 View(row0=0, col0=0, rows=2048, cols=2048, step=2)
@@ -20,7 +22,8 @@ from typing import Any
 import numpy as np
 
 from designer.layout import Layout
-from designer.runs_view import check_window, window_blocks, window_density
+from designer.runs_view import check_window, window_blocks, window_density, window_tile_maps
+from designer.segment_runs import RunTileMaps
 from designer.segment_stats import UNTILED
 from designer.validate import check_int, check_keys
 from ui.block_zoom_ui import window_partials
@@ -78,22 +81,29 @@ def read_view(value: Any, shape: tuple[int, int, int]) -> tuple[int, View]:
     return head, view
 
 
-def window_payload(layout: Layout, head: int, view: View) -> dict[str, Any]:
+def window_payload(
+    layout: Layout, head: int, view: View, tiles: RunTileMaps | None = None
+) -> dict[str, Any]:
     """The canvas's data for ``view`` of ``head`` (a layout held as runs): ``head_payload`` of
-    the window's picture cells (at step 1 its blocks, drawn untiled; zoomed out, the buckets
-    holding any active block) with ``density`` (zoomed out: each bucket's share of active
-    blocks, one byte, 0 only for none, deflated, base64), ``window`` and the head's size."""
+    the window's picture cells (at step 1 its blocks, coloured by their tiles when the
+    segmentation's ``tiles`` are given, else drawn untiled; zoomed out, the buckets holding any
+    active block) with ``density`` (zoomed out: each bucket's share of active blocks, one byte,
+    0 only for none, deflated, base64), ``window`` and the head's size."""
     runs, where = layout.runs, (head, view.row0, view.col0, view.rows, view.cols)
-    if view.step == 1:
-        cells = window_blocks(runs, *where)
-        density = None
+    density = None
+    if view.step == 1 and tiles is not None:
+        widths, odd = window_tile_maps(runs, tiles, *where)
+        cells = widths > 0
     else:
-        share = window_density(runs, *where, view.step)
-        cells = share > 0
-        density = np.where(cells, np.maximum(1, np.rint(share * 255)), 0).astype(np.uint8)
-    widths = cells * np.uint16(UNTILED)
+        if view.step == 1:
+            cells = window_blocks(runs, *where)
+        else:
+            share = window_density(runs, *where, view.step)
+            cells = share > 0
+            density = np.where(cells, np.maximum(1, np.rint(share * 255)), 0).astype(np.uint8)
+        widths, odd = cells * np.uint16(UNTILED), np.zeros(cells.shape, dtype=bool)
     partial = window_partials(layout, *where, view.step)
-    payload = head_payload(cells, widths, np.zeros(cells.shape, dtype=bool), partial)
+    payload = head_payload(cells, widths, odd, partial)
     payload["density"] = "" if density is None else deflated_base64(density.tobytes())
     payload["window"] = {
         "row0": view.row0, "col0": view.col0, "rows": view.rows, "cols": view.cols,

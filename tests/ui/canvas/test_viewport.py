@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 import designer.layout
 from designer.block_runs import BlockRuns
 from designer.layout import Layout
-from ui.canvas.payload import _unpack, read_head
+from designer.segment_runs import tile_maps_runs
+from designer.segment_stats import head_tile_maps
+from ui.canvas.payload import ODD_FLAG, _unpack, head_payload, read_head
 from ui.canvas.viewport import (
     MAX_WINDOW_CELLS,
     View,
@@ -54,6 +56,34 @@ def test_a_window_payload_is_the_grid_cut_and_pooled(case):
     expected = np.array([[b.mean() for b in row] for row in pooled])
     assert np.all((shares == 0) == (expected == 0))
     assert np.all(np.abs(shares / 255 - expected) <= 1 / 255 + 1e-9)
+
+
+@settings(max_examples=40, deadline=None)
+@given(windows(), st.integers(0, 8))
+def test_a_full_detail_window_is_coloured_as_the_dense_head(case, start_width):
+    """With the segmentation's tiles, each block of a window gets the colour and odd shade the
+    dense head's payload gives it (its tile's width, from ``head_tile_maps``)."""
+    grid, head, view = case
+    view = View(view.row0, view.col0, view.rows, view.cols, 1)
+    runs = BlockRuns.from_dense(grid)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(designer.layout, "DENSE_CELLS", 0)
+        layout = Layout(runs, 16)
+    payload = window_payload(layout, head, view, tile_maps_runs(runs, start_width))
+    widths, odd, _ = head_tile_maps(grid[head].numpy(), start_width)
+    cut = (slice(view.row0, view.row0 + view.rows), slice(view.col0, view.col0 + view.cols))
+    dense = head_payload(grid[head].numpy(), widths, odd)
+    assert np.array_equal(shown_colours(payload), shown_colours(dense)[cut])
+
+
+def shown_colours(payload: dict) -> np.ndarray:
+    """Each block's colour as the canvas draws it: its tile's colour (dark when odd), or
+    ``active`` / ``empty``."""
+    cells, codes = read_head(payload)
+    table = np.array(["active", *payload["colours"], *payload["dark"]] + ["?"] * 256)
+    tiled = codes & (ODD_FLAG - 1)
+    index = np.where(tiled == 0, 0, tiled + (codes >= ODD_FLAG) * len(payload["colours"]))
+    return np.where(cells, table[index], "empty")
 
 
 def test_the_first_view_is_the_whole_head_within_the_picture_size():
