@@ -186,7 +186,7 @@ def runs_kv_arguments(
     without), ``BLOCK_SIZE`` and ``seq_lengths``. Raises ``ValueError`` past
     ``MAX_LIST_ENTRIES``."""
     runs = _runs_of(layout)
-    check_choice("width", width, WIDTHS)
+    width = _resolved_width(layout, width, 4 if q_lists else 2)
     block, tile = layout.block_size, flex_tile_size(layout.block_size)
     if tile % block:
         raise ValueError(
@@ -200,8 +200,6 @@ def runs_kv_arguments(
     lists = {("", "kv"): (partial, n_k), ("full_", "kv"): (full, n_k)}
     if q_lists:
         lists |= {("", "q"): (partial.transpose(), n_q), ("full_", "q"): (full.transpose(), n_q)}
-    if width == "auto":
-        width = "tiles" if _tiles_fit(layout, len(lists)) else "compact"
     widths = {key: count if width == "tiles" else _longest(tiles) + 1
               for key, (tiles, count) in lists.items()}  # fmt: skip
     entries = sum(tiles.shape[0] * tiles.shape[1] * widths[key]
@@ -223,6 +221,14 @@ def runs_kv_arguments(
                 found = kv_lists_of_runs(lists[prefix, side][0], widths[prefix, side])
             arguments[f"{prefix}{side}_num_blocks"], arguments[f"{prefix}{side}_indices"] = found
     return arguments
+
+
+def _resolved_width(layout: Layout, width: str, lists: int) -> str:
+    """``width``, with ``"auto"`` resolved for ``lists`` lists."""
+    check_choice("width", width, WIDTHS)
+    if width != "auto":
+        return width
+    return "tiles" if _tiles_fit(layout, lists) else "compact"
 
 
 def _tiles_fit(layout: Layout, lists: int) -> bool:
@@ -252,9 +258,7 @@ def runs_block_mask(
     ``mask_mod`` (default: ``layout_runs_mask_mod``); without ``q_lists`` it runs forward
     only. Raises ``ValueError`` for ``q_lists`` on compact lists, which Flex's compiled
     backward cannot read."""
-    check_choice("width", width, WIDTHS)
-    if width == "auto":
-        width = "tiles" if _tiles_fit(layout, 4 if q_lists else 2) else "compact"
+    width = _resolved_width(layout, width, 4 if q_lists else 2)
     if width == "compact" and q_lists:
         raise ValueError(
             "a BlockMask for the backward needs lists one entry per tile wide: Flex's compiled "
