@@ -19,15 +19,17 @@ so its memory is one head's.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 
 from designer.cache import LruCache, head_key, head_keys
 from designer.design import Design
-from designer.layout import TokenStats
+from designer.layout import Layout, TokenStats
 from designer.lints import Lint, lint_design
 from designer.segment_runs import RunTileMaps, tile_maps_runs
 from designer.segment_stats import (
@@ -234,6 +236,22 @@ def design_digest(design: Design) -> str:
     return digest.hexdigest()
 
 
+@functools.cache
+def load_scan_kernels() -> None:
+    """Compile (or load from numba's cache) the segmentation's kernels, of a grid and of runs,
+    on the calling thread, for the array types the analyses pass them.
+
+    An analysis shares its heads out to scan threads of a lower priority
+    (``designer.segment.SCAN_NICENESS``), and whichever thread first calls a kernel compiles it
+    while the others wait: on a loaded machine a scan thread compiling a fresh install's kernels
+    (40 s at full priority) kept the analysis waiting for minutes. Analyses call this first, and
+    a caller at a lower priority itself (a background job) calls it before lowering it.
+    """
+    tiny = Layout(torch.ones(1, 4, 4, dtype=torch.bool), 16)
+    head_tile_maps(tiny.to_numpy()[0], 2)
+    tile_maps_runs(tiny.to_runs(), 2)
+
+
 def analyse(
     design: Design, key: str | None = None, progress: Callable[[float], None] | None = None
 ) -> Analysis:
@@ -280,6 +298,7 @@ def analyse_runs(design: Design) -> Analysis:
     (``tile_maps_runs``: the canvas colours its windows from it) and the statistics from its
     tile counts, lints on runs, and no per-head maps (views draw such a design from its runs)."""
     layout = design.layout
+    load_scan_kernels()
     tiles = tile_maps_runs(layout.to_runs(), design.effective_start_width)
     stats = tile_count_stats(layout, tiles.totals(), layout.nnz, head_dim=HEAD_DIM)
     return Analysis((), stats, tuple(lint_design(design)), layout.token_stats(), tiles)
@@ -318,6 +337,7 @@ def _heads_tiles(
 
 def _segment_heads(blocks: np.ndarray, names: list[str], start_width: int) -> list[HeadTiles]:
     """Each head segmented on its own (``head_tile_maps``): its memory is one head's."""
+    load_scan_kernels()
     heads = []
     for h in range(len(blocks)):
         widths, odd, tiles = head_tile_maps(blocks[h], start_width)

@@ -41,13 +41,21 @@ _JOBS: dict[str, Job] = {}
 _LOCK = threading.Lock()
 #: Per lane: whether a job of it runs, and the job waiting for it (with its work).
 _RUNNING: set[str] = set()
-_WAITING: dict[str, tuple[str, Job, Callable[[], object]]] = {}
+_WAITING: dict[str, tuple[str, Job, Callable[[], object], Callable[[], object] | None]] = {}
 
 
-def start(key: str, work: Callable[[], object], *, lane: str | None = None) -> Job:
+def start(
+    key: str,
+    work: Callable[[], object],
+    *,
+    lane: str | None = None,
+    prepare: Callable[[], object] | None = None,
+) -> Job:
     """Run ``work`` on a thread of its own unless a job under ``key`` runs (or waits) already or
     failed (a job that finished is run again: the caller asks only when its result is gone);
-    within ``lane``, after the job running there (see the module docstring)."""
+    within ``lane``, after the job running there (see the module docstring). ``prepare`` runs
+    first, before the thread lowers its priority: work that other threads may wait for, such
+    as compiling code, must not be starved."""
     with _LOCK:
         job = _JOBS.get(key)
         if job is not None and (not job.done or job.error is not None):
@@ -59,19 +67,26 @@ def start(key: str, work: Callable[[], object], *, lane: str | None = None) -> J
         if lane is not None and lane in _RUNNING:
             if lane in _WAITING:
                 _WAITING[lane][1].done = True  # superseded: never run
-            _WAITING[lane] = (key, job, work)
+            _WAITING[lane] = (key, job, work, prepare)
             return job
         if lane is not None:
             _RUNNING.add(lane)
-    _launch(key, job, work, lane)
+    _launch(key, job, work, prepare, lane)
     return job
 
 
-def _launch(key: str, job: Job, work: Callable[[], object], lane: str | None) -> None:
+def _launch(
+    key: str,
+    job: Job,
+    work: Callable[[], object],
+    prepare: Callable[[], object] | None,
+    lane: str | None,
+) -> None:
     def run() -> None:
-        lower_priority(NICENESS)
         try:
-            work()
+            if prepare is not None:
+                prepare()
+            _at_lower_priority(work)
         except (ValueError, TypeError, MemoryError) as error:
             job.error = str(error) or type(error).__name__
         finally:
@@ -82,6 +97,26 @@ def _launch(key: str, job: Job, work: Callable[[], object], lane: str | None) ->
     threading.Thread(target=run, name=f"background-{key[:12]}", daemon=True).start()
 
 
+def _at_lower_priority(work: Callable[[], object]) -> None:
+    """Run ``work`` on a thread of its own at ``NICENESS`` and wait for it (raising what it
+    raised). The calling thread keeps its priority, and so does the next job it starts: a
+    thread starts at the priority of the thread that starts it."""
+    failure: list[BaseException] = []
+
+    def lowered() -> None:
+        lower_priority(NICENESS)
+        try:
+            work()
+        except BaseException as error:  # re-raised on the job's thread
+            failure.append(error)
+
+    thread = threading.Thread(target=lowered, name=threading.current_thread().name, daemon=True)
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+
+
 def _next_in(lane: str) -> None:
     """Start the job waiting in ``lane``, if any, else mark the lane idle."""
     with _LOCK:
@@ -89,9 +124,9 @@ def _next_in(lane: str) -> None:
         if waiting is None:
             _RUNNING.discard(lane)
             return
-    key, job, work = waiting
+    key, job, work, prepare = waiting
     job.started = time.monotonic()
-    _launch(key, job, work, lane)
+    _launch(key, job, work, prepare, lane)
 
 
 def state_of(key: str) -> Job | None:

@@ -7,7 +7,6 @@ import threading
 import time
 from collections.abc import Callable
 
-import numpy as np
 import streamlit as st
 
 from designer import changes
@@ -18,7 +17,7 @@ from designer.analysis import (
     analysis_key,
     cached_analysis,
     cached_runs_analysis,
-    head_tiles,
+    load_scan_kernels,
     runs_with_the_page,
 )
 from designer.design import Design
@@ -100,7 +99,8 @@ def current_analysis() -> tuple[str, Analysis | None]:
         key = analysis_key(current)
         found = analysed(current)
         if found is None:
-            background.start(key, lambda: cached_runs_analysis(current), lane=RUNS_LANE)
+            background.start(key, lambda: cached_runs_analysis(current), lane=RUNS_LANE,
+                             prepare=load_scan_kernels)  # fmt: skip
         return key, found
     if runs_with_the_page(current):
         return cached_analysis(current)
@@ -156,26 +156,30 @@ def _ask_analysis(key: str) -> None:
 
 @st.cache_resource(show_spinner=False)
 def warm_up_server() -> threading.Thread:
-    """Once per server, on a thread of its own after the first page is drawn: import the GPU
-    panel (and with it the gpu package, 2 s), so that opening the GPU tab later costs its
-    drawing alone; load the compiled segmentation (numba, 1 s the first time a head is
-    segmented); then freeze all that out of the garbage collector's sight.
+    """Once per server, on a thread of its own after the first page is drawn: load the
+    compiled segmentation (``load_scan_kernels``: numba, 1 s the first time, 40 s on a fresh
+    install; first, as the first page's analysis may wait for it); import the GPU panel (and
+    with it the gpu package, 2 s), so that opening the GPU tab later costs its drawing alone;
+    then freeze all that out of the garbage collector's sight.
 
     Streamlit runs a full garbage collection after every run (``runner.postScriptGC``), before
     it tells the browser the run is done, and a full collection walks every object alive: the
     370,000 that torch, numba, plotly and the gpu package make cost it 0.3 to 1.9 s of every
     click on a shared 2-core machine. They live as long as the server, so they are frozen
     (``ui.sessions.freeze_start_up_objects``): every later collection walks only the objects
-    made since, in milliseconds, and garbage made since is still collected. What else is alive
-    at that moment (the first page's session) is frozen with them: if it later ends as garbage
-    in a cycle it stays, once per server and small, since a session's undo history lives in
-    the registry's boxes, which the registry empties itself (``ui.sessions``).
+    made since, in milliseconds, and garbage made since is still collected. They are frozen
+    once before the loading too: a page polling a background job reruns twice a second, and
+    its collections over the imports kept the loading from the GIL for minutes. What else is
+    alive at those moments (the first page's session) is frozen with them: if it later ends
+    as garbage in a cycle it stays, once per server and small, since a session's undo history
+    lives in the registry's boxes, which the registry empties itself (``ui.sessions``).
     """
 
     def load() -> None:
+        freeze_start_up_objects()  # the app's imports, out of sight while the rest loads
         try:
+            load_scan_kernels()
             importlib.import_module("ui.bench.panel")
-            head_tiles(np.ones((4, 4), dtype=np.uint8), 2)
         finally:
             freeze_start_up_objects()
 

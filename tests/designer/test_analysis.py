@@ -1,4 +1,6 @@
 import dataclasses
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -110,3 +112,32 @@ def test_one_heads_compact_maps_equal_the_full_segmentations(seed, density, star
     expected = tile_maps(blocks, segments)
     assert np.array_equal(widths, expected[0][0]) and np.array_equal(odd, expected[1][0])
     assert tiles == tuple((w, len(rows) // (w * w)) for w, rows in segments)
+
+
+SIGNATURES_AFTER = """
+import numba, sys, torch
+from designer import segment_runs_scan, segment_scan
+from designer.analysis import analyse, analyse_runs, load_scan_kernels
+from designer.design import Design
+from designer.layout import Layout
+from designer.patterns.attention_sinks import attention_sinks_runs
+
+def signatures():
+    return {(module.__name__, name): len(kernel.signatures)
+            for module in (segment_runs_scan, segment_scan)
+            for name, kernel in vars(module).items()
+            if isinstance(kernel, numba.core.registry.CPUDispatcher)}
+
+load_scan_kernels()
+loaded = signatures()
+grid = Layout(torch.rand(4, 256, 256) < 0.3, 64)  # past the threaded size: on scan threads
+analyse(Design(grid, causal=True))
+analyse_runs(Design(Layout(attention_sinks_runs(8, 512, 512, sink_blocks=1, window_blocks=8), 64)))
+assert sum(loaded.values()) > 0 and signatures() == loaded, (loaded, signatures())
+"""
+
+
+def test_loading_the_scan_kernels_compiles_what_the_analyses_call():
+    """An analysis's scan threads run at a lower priority: they must find every kernel compiled
+    (in a fresh process, so kernels compiled by other tests cannot hide a missing one)."""
+    subprocess.run([sys.executable, "-c", SIGNATURES_AFTER], check=True, timeout=600)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 
@@ -52,3 +53,27 @@ def test_a_failed_job_keeps_its_reason_and_frees_its_lane():
     after = background.start(f"{lane}-y", lambda: None, lane=lane)
     wait_done(after)
     assert after.error is None
+
+
+def test_prepare_runs_at_the_servers_priority_and_work_after_lowering_it():
+    lane, seen, gate = f"lane-{time.monotonic_ns()}", {}, threading.Event()
+
+    def priority() -> int:
+        return os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    def prepare() -> None:
+        seen["prepare"] = priority()
+
+    def work() -> None:
+        seen["work"] = priority()
+
+    busy = background.start(f"{lane}-a", lambda: gate.wait(10), lane=lane)  # holds the lane
+    queued = background.start(f"{lane}-b", work, lane=lane, prepare=prepare)
+    wait_done(background.start(f"{lane}-c", work, prepare=prepare))  # no lane: at once
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    assert seen == {"prepare": base, "work": max(base, background.NICENESS)}
+    assert not busy.done and not queued.done  # waits for the lane, its prepare too
+    seen.clear()
+    gate.set()
+    wait_done(queued)
+    assert seen == {"prepare": base, "work": max(base, background.NICENESS)}

@@ -12,6 +12,7 @@ import secrets
 import pytest
 import torch
 
+from designer.analysis import load_scan_kernels
 from designer.design import Design
 from designer.edit_runs import painted_runs, region_runs
 from designer.layout import Layout
@@ -39,6 +40,9 @@ ROW, COL = 1000, 1400  # above the window: empty until painted
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
+    # Compiled here first (into numba's cache), the server's kernels load in a second rather
+    # than compiling for a minute of the time the colours are waited for below.
+    load_scan_kernels()
     yield from served_for_tests(tmp_path_factory, "long")
 
 

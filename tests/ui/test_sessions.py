@@ -1,6 +1,7 @@
 """One cap on the undo steps of every session, and memory given back when a session goes."""
 
 import gc
+import sys
 import threading
 
 import pytest
@@ -111,14 +112,19 @@ def test_the_start_up_objects_leave_the_full_collections_that_follow_every_rerun
     assert gc.get_freeze_count() > 10 * len(gc.get_objects())
 
 
-def test_the_start_up_objects_are_frozen_once_the_gpu_panel_is_imported(monkeypatch):
+def test_the_start_up_objects_are_frozen_before_the_loading_and_after_the_gpu_panel(monkeypatch):
+    """Frozen first, so that the reruns' collections leave the loading the GIL; then again with
+    what the loading made (the GPU panel's modules among them)."""
     from ui import common
 
-    frozen = []
-    monkeypatch.setattr(common, "freeze_start_up_objects", lambda: frozen.append(True))
+    frozen, panel = [], "ui.bench.panel"
+    monkeypatch.setattr(
+        common, "freeze_start_up_objects", lambda: frozen.append(panel in sys.modules)
+    )
+    monkeypatch.delitem(sys.modules, panel, raising=False)
     common.warm_up_server.clear()
     try:
         common.warm_up_server().join()
     finally:
         common.warm_up_server.clear()
-    assert frozen == [True]
+    assert frozen == [False, True]
