@@ -1,7 +1,11 @@
 """The Hopper backward builds, checked and timed in one run: every build against fp64, then
 every build on the standard cases beside cuDNN's backward.
 
-``python3 tools/probes/backward_sm90.py [--out PATH] [--skip-timing] [--reps N]``
+``python3 tools/probes/backward_sm90.py [--out PATH] [--skip-timing] [--reps N] [--builds A,B]
+[--stages 3]``
+
+``--builds`` keeps only these builds; ``--stages`` adds each sm90 build kept at these ring
+depths too (``sm90_bulk-s3``: ``HopperBackwardConfig.stages``), checked and timed as the others.
 
 1. *Check.* Every build of ``gpu.backward.builds.BUILDS`` (the ``fused.cu`` kernel and the
    sm90 builds by dQ variant) on small cases (partial blocks, both causal alignments, GQA
@@ -27,6 +31,7 @@ both parts with the date, GPU and versions.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import sys
@@ -42,7 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a check
 
 import gpu
 from gpu.backward import sm90
-from gpu.backward.builds import BUILDS
+from gpu.backward.builds import BUILDS, backward_build_config
 from gpu.bench.cases import family_blocks, find_case
 from gpu.bench.metrics import active_pairs, attention_flops, median, tflops
 from gpu.bench.report import environment
@@ -110,6 +115,23 @@ def tile_report(got: torch.Tensor, ref: torch.Tensor, rows: int, tolerance: floa
     return report
 
 
+def variants(builds: tuple[str, ...], stages: tuple[int, ...]) -> tuple[str, ...]:
+    """The builds to run: ``builds`` (those this GPU runs), then each sm90 one at ``stages``."""
+    hopper = torch.cuda.get_device_capability() == (9, 0)
+    kept = tuple(b for b in builds if hopper or not b.startswith("sm90"))
+    return kept + tuple(f"{b}-s{n}" for b in kept if b.startswith("sm90") for n in stages)
+
+
+def backward_of(the_plan: gpu.BlockSparsePlan, variant: str, dtype: torch.dtype, dim: int):
+    """The backward plan of ``variant``: a build's name, or ``{build}-s{stages}``."""
+    build, _, stages = variant.partition("-s")
+    if not stages:
+        return the_plan.backward(dtype, dim, build=build)
+    config = backward_build_config(build, head_dim=dim, dtype=dtype, hopper=True,
+                                   token_tiles=the_plan.n_partials > 0)  # fmt: skip
+    return sm90.plan_hopper_backward(the_plan, dataclasses.replace(config, stages=int(stages)))
+
+
 def check_build(build: str, spec, min_ctas: int | None) -> dict:
     """One build on one check case: every gradient's report and whether two runs repeat;
     ``min_ctas`` (0: a CTA walks each GQA group's heads) overrides ``sm90.MIN_CTAS_PER_SM``."""
@@ -121,7 +143,7 @@ def check_build(build: str, spec, min_ctas: int | None) -> dict:
     grad_out = torch.randn(q.shape, generator=gen, device="cuda", dtype=dtype)
     scale = dim**-0.5
     out, lse = gpu.block_sparse_attention(q, k, v, the_plan, scale=scale, return_lse=True)
-    bwd = the_plan.backward(dtype, dim, build=build)
+    bwd = backward_of(the_plan, build, dtype, dim)
     saved = sm90.MIN_CTAS_PER_SM
     if min_ctas is not None:
         sm90.MIN_CTAS_PER_SM = min_ctas
@@ -163,10 +185,9 @@ def print_check(record: dict) -> None:
           flush=True)  # fmt: skip
 
 
-def run_checks() -> list[dict]:
+def run_checks(builds: tuple[str, ...]) -> list[dict]:
     records = []
-    hopper = torch.cuda.get_device_capability() == (9, 0)
-    for build in BUILDS if hopper else BUILDS[:1]:
+    for build in builds:
         for spec in CHECKS:
             walks = (None, 0) if build != "fused" and spec[2] != spec[3] else (None,)
             for walk in walks:
@@ -233,13 +254,14 @@ def backward_inputs(stem: str, head_dim: int, batch: int = 1, seq: int | None = 
     return BackwardInputs(case.name, config, the_plan, q, k, v, grad_out, out, lse, scale, useful)
 
 
-def time_case(stem: str, head_dim: int, timer: CudaEventTimer, reps: int) -> list[dict]:
+def time_case(
+    stem: str, head_dim: int, timer: CudaEventTimer, reps: int, builds: tuple[str, ...]
+) -> list[dict]:
     x = backward_inputs(stem, head_dim)
     runs = {}
-    hopper = torch.cuda.get_device_capability() == (9, 0)
-    for build in BUILDS if hopper else BUILDS[:1]:
+    for build in builds:
         try:
-            bwd = x.plan.backward(torch.bfloat16, head_dim, build=build)
+            bwd = backward_of(x.plan, build, torch.bfloat16, head_dim)
         except Exception as error:
             print(f"{x.name:24s} {build:13s} failed to build: {error}", flush=True)
             continue
@@ -278,11 +300,15 @@ def main() -> None:
     parser.add_argument("--out", help="the JSON (default benchmarks/results/checks/<date>-...)")
     parser.add_argument("--skip-timing", action="store_true", help="only the checks")
     parser.add_argument("--reps", type=int, default=10, help="timed reps per build and case")
+    parser.add_argument("--builds", default=",".join(BUILDS), help="builds to keep, by name")
+    parser.add_argument("--stages", default="", help="ring depths to add to each sm90 build")
     args = parser.parse_args()
+    builds = variants(tuple(args.builds.split(",")),
+                      tuple(int(n) for n in args.stages.split(",") if n))  # fmt: skip
     started = time.time()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     print("== check: every build against fp64 ==", flush=True)
-    checks = run_checks()
+    checks = run_checks(builds)
     print(f"checks: {sum(r['ok'] for r in checks)}/{len(checks)} ok, "
           f"{time.time() - started:.0f} s", flush=True)  # fmt: skip
     timings = []
@@ -290,7 +316,7 @@ def main() -> None:
         print("== time: bf16 B=1 H=16 S=16384, backward alone ==", flush=True)
         timer = CudaEventTimer(torch.device("cuda"))
         timings = [r for d in (128, 64) for stem in TIMED
-                   for r in time_case(stem, d, timer, args.reps)]  # fmt: skip
+                   for r in time_case(stem, d, timer, args.reps, builds)]  # fmt: skip
     date = datetime.date.today().isoformat()
     out = Path(args.out or f"benchmarks/results/checks/{date}-backward-sm90.json")
     out.parent.mkdir(parents=True, exist_ok=True)
