@@ -149,6 +149,11 @@ def block_mask_tensors(layout: Layout, *, causal: bool = False) -> dict[str, Any
     """
     _check_layout(layout)
     causal = check_bool("causal", causal)
+    packed = pack_blocks(layout) if layout.runs is None else pack_runs(layout)
+    stored = {**packed, "block_size": layout.block_size, "causal": causal}
+    if not layout.whole_blocks:  # token-exact layouts: their masks and lengths travel too
+        stored["partials"] = pack_partials(layout)
+        stored["seq_lengths"] = (layout.seq_len_q, layout.seq_len_k)
     if layout.runs is not None:  # the lists from the runs, and the runs themselves
         arguments = runs_kv_arguments(layout, causal, width="tiles", q_lists=False)
         kept = ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices")
@@ -156,12 +161,8 @@ def block_mask_tensors(layout: Layout, *, causal: bool = False) -> dict[str, Any
             **{key: arguments[key] for key in kept},
             "BLOCK_SIZE": arguments["BLOCK_SIZE"][0],
             "seq_lengths": arguments["seq_lengths"],
-            "layout": {**pack_runs(layout), "block_size": layout.block_size, "causal": causal},
+            "layout": stored,
         }
-    stored = {**pack_blocks(layout), "block_size": layout.block_size, "causal": causal}
-    if not layout.whole_blocks:  # token-exact layouts: their masks and lengths travel too
-        stored["partials"] = pack_partials(layout)
-        stored["seq_lengths"] = (layout.seq_len_q, layout.seq_len_k)
     lengths = (layout.seq_len_q, layout.seq_len_k)
     return {**_kv_arguments(layout, causal, lengths, 0), "layout": stored}
 

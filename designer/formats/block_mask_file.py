@@ -28,6 +28,9 @@ from designer.validate import (
     error_context,
 )
 
+#: The entries a token-exact layout adds to a file's ``"layout"``.
+TOKEN_KEYS = ("partials", "seq_lengths")
+
 
 def layout_from_tensors(tensors: Mapping[str, Any]) -> tuple[Layout, bool]:
     """The layout and causal flag of ``block_mask_tensors`` output read from a file.
@@ -96,11 +99,11 @@ def _runs_layout(
 ) -> tuple[Layout, bool]:
     """The layout and causal flag of a file whose ``"layout"`` holds row runs (a long-context
     design): its lists are checked against the runs' tiles on the lists alone (no grid)."""
-    check_keys("layout", stored, (*RUNS_KEYS, "block_size", "causal"))
+    check_keys("layout", stored, (*RUNS_KEYS, "block_size", "causal"), TOKEN_KEYS)
     runs = unpack_runs({key: stored[key] for key in RUNS_KEYS})
     block = check_int("layout block_size", stored["block_size"], low=1, high=MAX_BLOCK_SIZE)
     causal = check_bool("layout causal", stored["causal"])
-    layout = Layout(runs, block)
+    layout = Layout(runs, block, *_token_parts(stored))
     lists = {}
     for key in ("kv_num_blocks", "kv_indices", "full_kv_num_blocks", "full_kv_indices"):
         value = None if tensors[key] is None else file_tensor(key, tensors[key])
@@ -120,18 +123,23 @@ def _runs_layout(
 def _stored_layout(stored: Any) -> tuple[Layout, bool]:
     """The layout and causal flag of a file's ``"layout"`` entry (with, for a token-exact
     layout, its partial blocks and token lengths)."""
-    check_keys("layout", stored, ("bits", "shape", "block_size", "causal"),
-               ("partials", "seq_lengths"))  # fmt: skip
+    check_keys("layout", stored, ("bits", "shape", "block_size", "causal"), TOKEN_KEYS)
     blocks = unpack_blocks({"bits": stored["bits"], "shape": stored["shape"]})
     block = check_int("layout block_size", stored["block_size"], low=1, high=MAX_BLOCK_SIZE)
     causal = check_bool("layout causal", stored["causal"])
+    return Layout(blocks, block, *_token_parts(stored)), causal
+
+
+def _token_parts(stored: Mapping[str, Any]) -> tuple:
+    """``(partials, seq_q, seq_k)`` of a token-exact layout's entry, or ``()`` for a
+    block-level one (no ``seq_lengths``)."""
     if "seq_lengths" not in stored:
-        return Layout(blocks, block), causal
+        return ()
     lengths = check_int_list("layout seq_lengths", stored["seq_lengths"], low=1, min_len=2,
                              max_len=2)  # fmt: skip
     with error_context("layout partials"):
         partials = read_partials(stored.get("partials"))
-    return Layout(blocks, block, partials, *lengths), causal
+    return (partials, *lengths)
 
 
 def _blocks_of(

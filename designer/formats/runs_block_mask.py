@@ -29,9 +29,12 @@ forward lists fit.
   row raises ``ValueError`` (the unrolled lookup would grow with it). With full tiles marked
   full, compiled Flex evaluates it only inside partial tiles; eager Flex everywhere.
 
-Both read tensors only at indices computed from their arguments and keep their ints as
-constants, as FLASH's CuTe-DSL lowering needs (``block_mask.py``). Partial blocks (token masks)
-are not taken with runs: such a layout raises ``ValueError``.
+A layout's partial blocks (token masks) make their tiles partial, and its ``mask_mod`` reads
+their bits too (``partial_bits_mask_mod``): each block row's partial blocks by a row pointer, at
+most ``MAX_MASK_PARTIALS`` of them in an unrolled loop, then one byte of the block's bits; a
+layout with more in some row raises ``ValueError``. All of these read tensors only at indices
+computed from their arguments and keep their ints as constants, as FLASH's CuTe-DSL lowering
+needs (``block_mask.py``).
 
 >>> from designer.patterns.attention_sinks import attention_sinks_runs
 >>> runs = attention_sinks_runs(2, 16, 16, sink_blocks=1, window_blocks=4)
@@ -54,11 +57,14 @@ from designer.block_runs import BlockRuns
 from designer.formats.flex_tiles import check_tile_geometry, flex_tile_size
 from designer.formats.runs_tiles import kv_lists_of_runs, tile_runs
 from designer.layout import Layout
+from designer.partials import PartialBlocks
 from designer.patterns.attention_sinks import attention_sinks_runs
 from designer.validate import check_choice
 
 #: Most runs in one block row that ``runs_mask_mod`` reads (unrolled, per token pair).
 MAX_MASK_RUNS = 8
+#: Most partial blocks in one block row that ``partial_bits_mask_mod`` reads (unrolled).
+MAX_MASK_PARTIALS = 16
 #: ``runs_block_mask``'s list widths: compact, one entry per key tile (FA4's check), or the
 #: second where it fits.
 WIDTHS = ("compact", "tiles", "auto")
@@ -153,21 +159,74 @@ def runs_mask_mod(
     return mask_mod
 
 
+def partial_bits_mask_mod(
+    allowed_blocks: Callable[..., torch.Tensor],
+    partials: PartialBlocks,
+    shape: tuple[int, int, int],
+    *,
+    device: str | torch.device = "cpu",
+    spare_rows: int = 0,
+) -> Callable[..., torch.Tensor]:
+    """``allowed_blocks`` (a block-level ``mask_mod``) and, inside each of the ``[H, M, N]``
+    layout's ``partials``, the block's own bit for the token pair: a block row's partial
+    blocks are found by a row pointer, at most ``MAX_MASK_PARTIALS`` a row, read in an unrolled
+    loop (slot 0 is all ones: a pair in no partial block keeps what ``allowed_blocks`` says).
+    ``spare_rows`` empty rows follow the last one, as for ``runs_mask_mod``."""
+    heads, n_q, _ = shape
+    block = partials.block_size
+    index = partials.index.to(torch.int64)
+    rows = index[:, 1] if heads == 1 else index[:, 0] * n_q + index[:, 1]
+    counts = torch.bincount(rows, minlength=heads * n_q + spare_rows)
+    most = int(counts.max()) if counts.numel() else 0
+    if most > MAX_MASK_PARTIALS:
+        raise ValueError(
+            f"the mask_mod of a layout held as runs reads at most {MAX_MASK_PARTIALS} partial "
+            f"blocks in a block row, and this layout has {most} in one"
+        )
+    most = max(most, 1)
+    row_ptr = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)])
+    spare = torch.zeros(most, dtype=torch.int32)  # reads past the last one stay inside
+    cols = torch.cat([index[:, 2].to(torch.int32), spare]).to(device)
+    ones = torch.full((1, *partials.bits.shape[1:]), 0xFF, dtype=torch.uint8)
+    bits = torch.cat([ones, partials.bits]).to(device)
+    row_ptr = row_ptr.to(device, torch.int32)
+    one_head = heads == 1
+
+    def mask_mod(b, h, q_idx, kv_idx):
+        q_block, kv_block = q_idx // block, kv_idx // block
+        row = q_block if one_head else h * n_q + q_block
+        first, last = row_ptr[row], row_ptr[row + 1]
+        slot = ((first < last) & (cols[first] == kv_block)) * (first + 1)
+        for i in range(1, most):
+            at = first + i
+            slot = slot + ((at < last) & (cols[at] == kv_block)) * (at + 1)
+        row_in, col_in = q_idx - q_block * block, kv_idx - kv_block * block
+        byte = bits[slot, row_in, col_in // 8]
+        return allowed_blocks(b, h, q_idx, kv_idx) & (((byte >> (col_in % 8)) & 1) == 1)
+
+    mask_mod.__name__ = f"{allowed_blocks.__name__}_partials{partials.count}"
+    return mask_mod
+
+
 def layout_runs_mask_mod(
     layout: Layout, causal: bool, device: str | torch.device = "cpu", *, causal_offset: int = 0
 ) -> Callable[..., torch.Tensor]:
     """The ``mask_mod`` of a layout held as runs: the sinks-and-window closed form when it is
-    that family, else ``runs_mask_mod``; it carries ``layout``, ``causal`` and
+    that family, else ``runs_mask_mod``, and its partial blocks' bits
+    (``partial_bits_mask_mod``); it carries ``layout``, ``causal`` and
     ``causal_offset`` as attributes, as ``block_mask.layout_mask_mod`` does."""
     runs = _runs_of(layout)
     block = layout.block_size
     found = sinks_window(runs)
+    spare = flex_tile_size(block) // block
     if found is not None:
         mask_mod = sinks_window_mask_mod(block, *found, causal=causal, causal_offset=causal_offset)
     else:
-        spare = flex_tile_size(block) // block
         mask_mod = runs_mask_mod(runs, block, causal=causal, causal_offset=causal_offset,
                                  device=device, spare_rows=spare)  # fmt: skip
+    if layout.partials is not None:
+        mask_mod = partial_bits_mask_mod(mask_mod, layout.partials, layout.shape, device=device,
+                                         spare_rows=spare)  # fmt: skip
     mask_mod.layout, mask_mod.causal, mask_mod.causal_offset = layout, causal, causal_offset
     return mask_mod
 
@@ -194,8 +253,9 @@ def runs_kv_arguments(
             f"block_size {block}"
         )
     lengths = seq_lengths or (layout.seq_len_q, layout.seq_len_k)
+    cells = None if layout.partials is None else layout.partials.index
     full, partial = tile_runs(runs, block, causal=causal, tile_size=tile, seq_lengths=lengths,
-                              causal_offset=causal_offset)  # fmt: skip
+                              causal_offset=causal_offset, partial_cells=cells)  # fmt: skip
     heads, n_q, n_k = full.shape
     lists = {("", "kv"): (partial, n_k), ("full_", "kv"): (full, n_k)}
     if q_lists:
@@ -334,9 +394,4 @@ def _same_lists(num, indices, want_num, want_indices) -> bool:
 def _runs_of(layout: Any) -> BlockRuns:
     if not isinstance(layout, Layout):
         raise TypeError(f"layout must be a Layout, got {type(layout).__name__}")
-    if layout.partials is not None:
-        raise ValueError(
-            f"a BlockMask from runs takes whole blocks only; this layout has "
-            f"{layout.n_partial:,} partial blocks (token masks)"
-        )
     return layout.to_runs()

@@ -3,9 +3,9 @@ and backward, on Flex's Triton and FLASH (FA4) backends: its partial tiles run t
 ``mask_mod``, which reads each partial block's bits with tensor-only indexing.
 
 The layouts come from ``from_mask_mod`` of the catalogue's families at blocks 16 to 128 and
-lengths that are not whole blocks; out, dq, dk and dv are compared with fp64 attention under
-the layout's own token mask (relative error, bf16 tolerance), and that mask with Flex's
-``create_mask`` of the same ``mask_mod``.
+lengths that are not whole blocks, on their dense grid and held as runs; out, dq, dk and dv
+are compared with fp64 attention under the layout's own token mask (relative error, bf16
+tolerance), and that mask with Flex's ``create_mask`` of the same ``mask_mod``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ import pytest
 import torch
 from torch.nn.attention.flex_attention import create_mask
 
+import designer.layout
 from designer import from_mask_mod
 from designer.formats import to_block_mask
+from designer.layout import Layout
 from designer.patterns.token_canvas import token_natten
 from designer.patterns.token_documents import token_documents
 from designer.patterns.token_window import token_sliding_window
@@ -48,12 +50,27 @@ def _fp64_attention(q, k, v, grad, mask):
     [("window", 16, 1000), ("documents", 64, 1000), ("natten", 128, 1024), ("window", 128, 900),
      ("documents", 32, 1000)],
 )  # fmt: skip
-def test_token_layouts_run_exactly_in_compiled_flex(compiled_flex, backend, family, block, seq):  # noqa: F811
+@pytest.mark.parametrize("as_runs", [False, True])
+def test_token_layouts_run_exactly_in_compiled_flex(
+    compiled_flex,
+    monkeypatch,
+    backend,
+    family,
+    block,
+    seq,
+    as_runs,  # noqa: F811
+):
+    """On the dense grid's mask_mod, and held as runs (a long-context design's form), on the
+    runs' one with its partial blocks' bits found by row."""
     mask_mod = FAMILIES[family]
     layout = from_mask_mod(mask_mod, heads=2, seq_q=seq, seq_k=seq, block_size=block)
     tokens = layout.token_mask()
     assert torch.equal(tokens, create_mask(mask_mod, 1, 2, seq, seq, device="cpu")[0])
     assert layout.partials is not None
+    if as_runs:
+        monkeypatch.setattr(designer.layout, "DENSE_CELLS", 0)
+        layout = Layout(layout.to_runs(), block, layout.partials, seq, seq)
+        assert layout.runs is not None
     block_mask = to_block_mask(layout, device="cuda")
     cuda = torch.Generator(device="cuda").manual_seed(block)
 

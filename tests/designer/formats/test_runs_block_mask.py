@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -17,6 +18,7 @@ from designer.design import Design
 from designer.formats import block_mask_tensors, from_block_mask, read_design_file, to_block_mask
 from designer.formats.flex_tiles import flex_tile_size, tile_classes
 from designer.formats.runs_block_mask import (
+    MAX_MASK_PARTIALS,
     MAX_MASK_RUNS,
     runs_block_mask,
     runs_kv_arguments,
@@ -26,8 +28,10 @@ from designer.formats.runs_block_mask import (
 )
 from designer.formats.runs_tiles import kv_lists_of_runs, tile_runs
 from designer.layout import Layout
+from designer.partials import PartialBlocks
 from designer.patterns.attention_sinks import attention_sinks, attention_sinks_runs
-from tests.designer.formats.flex_reference import layouts, lengths_and_offsets
+from tests.designer.formats.flex_reference import layouts, lengths_and_offsets, token_masks
+from tests.factories import random_token_mask, token_layout_of
 
 LISTS = [f"{prefix}{side}_{part}" for prefix in ("", "full_") for side in ("kv", "q")
          for part in ("num_blocks", "indices")]  # fmt: skip
@@ -255,3 +259,75 @@ def test_the_block_mask_file_of_a_runs_design_reads_back_exactly(runs_form):
     with pytest.raises(ValueError, match="file kv_indices are not the tiles of its layout"):
         read_design_file(io.BytesIO(buffer.getvalue()))
     assert Design(layout, causal=True)  # the design itself is untouched
+
+
+def _token_layouts(seed: int, heads: int, seq_q: int, seq_k: int, block: int):
+    """A token-exact layout (partial blocks, lengths inside the last blocks) on its dense grid,
+    and the same held as runs."""
+    mask = random_token_mask(np.random.default_rng(seed), heads, seq_q, seq_k, block)
+    dense = token_layout_of(mask, block)
+    saved, designer.layout.DENSE_CELLS = designer.layout.DENSE_CELLS, 0
+    try:
+        runs = Layout(dense.to_runs(), block, dense.partials, seq_q, seq_k)
+    finally:
+        designer.layout.DENSE_CELLS = saved
+    assert dense.runs is None and runs.runs is not None
+    return dense, runs
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 3), st.integers(1, 300), st.integers(1, 300),
+       st.sampled_from([16, 32, 64, 128]), st.booleans())  # fmt: skip
+def test_a_runs_layouts_partial_blocks_are_exact_in_its_block_mask(
+    seed, heads, seq_q, seq_k, block, causal
+):
+    """Every token pair of the lists' tiles as the dense path's BlockMask of the same layout
+    has it: the same tiles, and inside them the same mask (its partial blocks' own bits)."""
+    dense, layout = _token_layouts(seed, heads, seq_q, seq_k, block)
+    got, want = to_block_mask(layout, causal=causal), to_block_mask(dense, causal=causal)
+    for name in LISTS:
+        num_or_indices = getattr(got, name)
+        assert (num_or_indices is None) == (getattr(want, name) is None)
+    for prefix in ("", "full_"):
+        num = getattr(got, f"{prefix}kv_num_blocks")
+        assert torch.equal(num, getattr(want, f"{prefix}kv_num_blocks"))
+        assert sorted(_listed(num, getattr(got, f"{prefix}kv_indices"))) == sorted(
+            _listed(num, getattr(want, f"{prefix}kv_indices"))
+        )
+    tokens = create_mask(got.mask_mod, 1, heads, seq_q, seq_k, device="cpu")[0]
+    assert torch.equal(tokens, token_masks(layout, causal, seq_q, seq_k))
+
+
+def test_a_runs_layout_with_partial_blocks_round_trips_and_runs_in_eager_flex(runs_form):
+    layout = _token_layouts(7, 2, 300, 260, 32)[1]
+    mask = to_block_mask(layout, causal=True)
+    assert from_block_mask(mask)[0].token_mask().equal(layout.token_mask())
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2, n, 16, generator=gen, dtype=torch.float64)
+               for n in (300, 260, 260))  # fmt: skip
+    out = flex_attention(q, k, v, block_mask=mask)
+    allowed = token_masks(layout, True, 300, 260)
+    scores = (q @ k.transpose(-1, -2) / 4).masked_fill(~allowed, float("-inf"))
+    want = torch.softmax(scores, -1).nan_to_num() @ v  # rows with no key give 0, as Flex does
+    assert torch.allclose(out, want, atol=1e-9)
+
+
+def test_the_block_mask_file_of_a_token_exact_runs_design_reads_back_exactly(runs_form):
+    layout = _token_layouts(3, 2, 500, 480, 64)[1]
+    tensors = block_mask_tensors(layout, causal=False)
+    assert {"partials", "seq_lengths"} <= set(tensors["layout"])
+    buffer = io.BytesIO()
+    torch.save(tensors, buffer)
+    loaded = read_design_file(io.BytesIO(buffer.getvalue())).design.layout
+    assert loaded.runs is not None and loaded == layout
+
+
+def test_a_block_row_with_more_partial_blocks_than_the_mask_mod_reads_is_refused(runs_form):
+    blocks = torch.ones(1, 2, MAX_MASK_PARTIALS + 1, dtype=torch.bool)
+    masks = torch.eye(16, dtype=torch.bool).expand(MAX_MASK_PARTIALS + 1, 16, 16)
+    index = torch.tensor([[0, 0, col] for col in range(MAX_MASK_PARTIALS + 1)])
+    layout = Layout(BlockRuns.from_dense(blocks), 16, PartialBlocks.of_masks(index, masks))
+    with pytest.raises(ValueError, match=f"at most {MAX_MASK_PARTIALS} partial blocks in a "
+                                         f"block row, and this layout has "
+                                         f"{MAX_MASK_PARTIALS + 1} in one"):  # fmt: skip
+        to_block_mask(layout)
