@@ -20,8 +20,9 @@ layout, MIT's ``base_blockmask``) for a long-context design held as row runs, wh
 what one may hold: its Design (.pt) and CSR files keep it. Its FlexAttention BlockMask file is
 made from the runs (``runs_block_mask``): tile lists one entry per key tile wide, as
 ``BlockMask.from_kv_blocks`` reads them (it transposes them by their width), and the runs
-themselves under ``"layout"``, which ``read_design_file`` reads back exactly; a runs design with
-partial blocks, or with blocks that straddle Flex's tiles, cannot be listed so and says why.
+themselves under ``"layout"`` (with its partial blocks' bits and token lengths), which
+``read_design_file`` reads back exactly; a runs design with blocks that straddle Flex's tiles
+cannot be listed so and says why.
 """
 
 from __future__ import annotations
@@ -246,18 +247,17 @@ def _block_mask_availability(layout, tiles: int, cells: int) -> dict[str, str | 
             "note": _size_note(plain, plain),
         }
     tile = flex_tile_size(layout.block_size)
-    if layout.partials is not None or tile % layout.block_size:
-        why = (
-            f"its {layout.n_partial:,} partial blocks (token masks)"
-            if layout.partials is not None
-            else f"its {layout.block_size}-token blocks, which straddle Flex's {tile}-token tiles"
-        )
+    if tile % layout.block_size:
         return {
-            "unavailable": f"A BlockMask from a design held as row runs cannot express {why}; "
+            "unavailable": "A BlockMask from a design held as row runs cannot express its "
+            f"{layout.block_size}-token blocks, which straddle Flex's {tile}-token tiles; "
             "download the Design (.pt), which keeps them",
             "note": None,
         }
-    plain = 8 * tiles + layout.runs.nbytes  # two int32 lists one entry per key tile wide
+    # Two int32 lists one entry per key tile wide, the runs and the partial blocks' bits.
+    plain = (
+        8 * tiles + layout.runs.nbytes + (0 if layout.partials is None else layout.partials.nbytes)
+    )
     return {"unavailable": _too_costly("BlockMask tile lists", LIST_BUILD_BYTES * tiles),
             "note": _size_note(plain, plain)}  # fmt: skip
 

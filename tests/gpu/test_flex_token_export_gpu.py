@@ -52,13 +52,13 @@ def _fp64_attention(q, k, v, grad, mask):
 )  # fmt: skip
 @pytest.mark.parametrize("as_runs", [False, True])
 def test_token_layouts_run_exactly_in_compiled_flex(
-    compiled_flex,
+    compiled_flex,  # noqa: F811 - the fixture
     monkeypatch,
     backend,
     family,
     block,
     seq,
-    as_runs,  # noqa: F811
+    as_runs,
 ):
     """On the dense grid's mask_mod, and held as runs (a long-context design's form), on the
     runs' one with its partial blocks' bits found by row."""

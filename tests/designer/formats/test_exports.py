@@ -177,3 +177,19 @@ def test_a_design_held_as_runs_offers_what_holds_it_and_says_why_not_the_grids()
     for export in files.values():
         if export.unavailable is None:
             export.build()
+
+
+def test_a_token_exact_design_held_as_runs_exports_its_block_mask(monkeypatch):
+    """Its partial blocks and token lengths travel in the BlockMask file and come back."""
+    import designer.layout
+    from tests.factories import random_token_mask, token_layout_of
+
+    mask = random_token_mask(np.random.default_rng(5), 2, 700, 650, 64)
+    dense = token_layout_of(mask, 64)
+    monkeypatch.setattr(designer.layout, "DENSE_CELLS", 0)  # held as runs, as past the cap
+    layout = Layout(dense.to_runs(), 64, dense.partials, 700, 650)
+    assert layout.runs is not None and layout.partials is not None
+    mask_file = by_name(Design(layout, name="tokens"))["tokens_blockmask.pt"]
+    assert mask_file.unavailable is None
+    read = read_design_file(io.BytesIO(mask_file.build())).design.layout
+    assert read == layout and read.token_mask().equal(mask)
