@@ -168,6 +168,13 @@ class PartialBlocks:
         return f"PartialBlocks(count={self.count}, block_size={self.block_size})"
 
 
+def bits_after_ones(partials: PartialBlocks) -> torch.Tensor:
+    """uint8 ``[1 + P, b, ceil(b / 8)]``: an all-ones slot 0, then each partial block's bits (a
+    ``mask_mod``'s table: slot 0 for a token pair in no partial block)."""
+    ones = torch.full((1, *partials.bits.shape[1:]), 0xFF, dtype=torch.uint8)
+    return torch.cat([ones, partials.bits])
+
+
 def check_partial_size(count: int, block_size: int) -> None:
     """Raise ``ValueError`` giving the size and the limit when ``count`` partial blocks of
     ``block_size`` tokens would pass what a layout may hold."""

@@ -78,6 +78,7 @@ from designer.formats.packing import pack_blocks, pack_partials, pack_runs
 from designer.formats.runs_block_mask import check_runs_lists, runs_block_mask, runs_kv_arguments
 from designer.layout import CAUSAL_ALIGNMENTS, Layout, causal_offset
 from designer.mask_mod import check_evaluation, evaluate_blocks, head_dependent
+from designer.partials import bits_after_ones
 from designer.threads import one_thread
 from designer.validate import check_bool, check_choice, check_int, token_length
 
@@ -236,10 +237,8 @@ def _slots(layout: Layout, device) -> tuple[torch.Tensor | None, torch.Tensor | 
     slots = torch.zeros(layout.shape, dtype=dtype)
     slots[tuple(partials.index.to(torch.int64).T)] = torch.arange(1, partials.count + 1,
                                                                  dtype=dtype)  # fmt: skip
-    ones = torch.full((1, *partials.bits.shape[1:]), 0xFF, dtype=torch.uint8)
-    bits = torch.cat([ones, partials.bits])
     slots = slots[0] if layout.n_heads == 1 else slots
-    return slots.to(device).contiguous(), bits.to(device)
+    return slots.to(device).contiguous(), bits_after_ones(partials).to(device)
 
 
 def from_block_mask(block_mask: BlockMask) -> tuple[Layout, int]:

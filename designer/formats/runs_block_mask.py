@@ -57,7 +57,7 @@ from designer.block_runs import BlockRuns
 from designer.formats.flex_tiles import check_tile_geometry, flex_tile_size
 from designer.formats.runs_tiles import kv_lists_of_runs, tile_runs
 from designer.layout import Layout
-from designer.partials import PartialBlocks
+from designer.partials import PartialBlocks, bits_after_ones
 from designer.patterns.attention_sinks import attention_sinks_runs
 from designer.validate import check_choice
 
@@ -129,14 +129,8 @@ def runs_mask_mod(
     ``MAX_MASK_RUNS`` runs a row, read in an unrolled loop; a one-head layout serves every head.
     ``spare_rows`` empty rows follow the last one, for the query rows of a short last tile."""
     heads, n_q, _ = runs.shape
-    counts = runs.row_ptr[1:] - runs.row_ptr[:-1]
-    most = int(counts.max()) if counts.numel() else 0
-    if most > MAX_MASK_RUNS:
-        raise ValueError(
-            f"runs_mask_mod reads at most {MAX_MASK_RUNS} runs in a block row, and this layout "
-            f"has {most} in one; its mask_mod would need a dense table"
-        )
-    most = max(most, 1)
+    most = _unrolled_reads(runs.row_ptr[1:] - runs.row_ptr[:-1], MAX_MASK_RUNS, "runs_mask_mod",
+                           "runs")  # fmt: skip
     pad = torch.full((spare_rows + 1,), int(runs.row_ptr[-1]), dtype=torch.int64)
     row_ptr = torch.cat([runs.row_ptr, pad]).to(device, torch.int32)
     spare = torch.zeros(most + 1, dtype=torch.int32)  # reads past the last run stay inside
@@ -159,6 +153,18 @@ def runs_mask_mod(
     return mask_mod
 
 
+def _unrolled_reads(counts: torch.Tensor, allowed: int, reader: str, what: str) -> int:
+    """How many reads a row's unrolled loop makes (the most ``what`` in one block row, at least
+    one), or ``ValueError`` past ``allowed``."""
+    most = int(counts.max()) if counts.numel() else 0
+    if most > allowed:
+        raise ValueError(
+            f"{reader} reads at most {allowed} {what} in a block row, and this layout has {most} "
+            "in one; its mask_mod would need a dense table"
+        )
+    return max(most, 1)
+
+
 def partial_bits_mask_mod(
     allowed_blocks: Callable[..., torch.Tensor],
     partials: PartialBlocks,
@@ -177,18 +183,12 @@ def partial_bits_mask_mod(
     index = partials.index.to(torch.int64)
     rows = index[:, 1] if heads == 1 else index[:, 0] * n_q + index[:, 1]
     counts = torch.bincount(rows, minlength=heads * n_q + spare_rows)
-    most = int(counts.max()) if counts.numel() else 0
-    if most > MAX_MASK_PARTIALS:
-        raise ValueError(
-            f"the mask_mod of a layout held as runs reads at most {MAX_MASK_PARTIALS} partial "
-            f"blocks in a block row, and this layout has {most} in one"
-        )
-    most = max(most, 1)
+    most = _unrolled_reads(counts, MAX_MASK_PARTIALS, "the mask_mod of a layout held as runs",
+                           "partial blocks")  # fmt: skip
     row_ptr = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)])
     spare = torch.zeros(most, dtype=torch.int32)  # reads past the last one stay inside
     cols = torch.cat([index[:, 2].to(torch.int32), spare]).to(device)
-    ones = torch.full((1, *partials.bits.shape[1:]), 0xFF, dtype=torch.uint8)
-    bits = torch.cat([ones, partials.bits]).to(device)
+    bits = bits_after_ones(partials).to(device)
     row_ptr = row_ptr.to(device, torch.int32)
     one_head = heads == 1
 
