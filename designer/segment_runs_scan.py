@@ -74,7 +74,7 @@ def segment_run_head(
     # Until a pass extracts a group its DP does not depend on w, so after a pass that extracted
     # nothing, a narrower pass can only extract if it is no wider than the widest DP value seen.
     reachable = n_rows
-    count = 0
+    count = np.int64(0)  # a literal 0 would compile each pass twice (Literal[int](0), int64)
     for p in range(widths.size):
         w = widths[p]
         before = count
