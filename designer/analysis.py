@@ -244,7 +244,7 @@ def load_scan_kernels() -> None:
     An analysis shares its heads out to scan threads of a lower priority
     (``designer.segment.SCAN_NICENESS``), and whichever thread first calls a kernel compiles it
     while the others wait: on a loaded machine a scan thread compiling a fresh install's kernels
-    (40 s at full priority) kept the analysis waiting for minutes. Analyses call this first, and
+    (20 s at full priority) kept the analysis waiting for minutes. Analyses call this first, and
     a caller at a lower priority itself (a background job) calls it before lowering it.
     """
     tiny = Layout(torch.ones(1, 4, 4, dtype=torch.bool), 16)

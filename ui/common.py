@@ -157,7 +157,7 @@ def _ask_analysis(key: str) -> None:
 @st.cache_resource(show_spinner=False)
 def warm_up_server() -> threading.Thread:
     """Once per server, on a thread of its own after the first page is drawn: load the
-    compiled segmentation (``load_scan_kernels``: numba, 1 s the first time, 40 s on a fresh
+    compiled segmentation (``load_scan_kernels``: numba, 1 s the first time, 20 s on a fresh
     install; first, as the first page's analysis may wait for it); import the GPU panel (and
     with it the gpu package, 2 s), so that opening the GPU tab later costs its drawing alone;
     then freeze all that out of the garbage collector's sight.
