@@ -180,11 +180,15 @@ def check_partial_size(count: int, block_size: int) -> None:
     ``block_size`` tokens would pass what a layout may hold."""
     size = count * block_size * row_bytes(block_size)
     if count > MAX_PARTIALS or size > MAX_PARTIAL_BYTES:
+        # A mask's edges cross about as many of its tokens at any block size: fewer, larger
+        # partial blocks take about the same bytes.
+        advice = ("use larger blocks" if count > MAX_PARTIALS else
+                  "the block size changes them little (a mask's edges hold about as many "
+                  "tokens at any size): use fewer heads or shorter sequences")  # fmt: skip
         raise ValueError(
             f"{count:,} partial blocks of {block_size} tokens would take {bytes_text(size)} of "
             f"token masks, more than the limit of {MAX_PARTIALS:,} blocks and "
-            f"{bytes_text(MAX_PARTIAL_BYTES)}; use larger blocks or a mask with fewer partial "
-            f"blocks"
+            f"{bytes_text(MAX_PARTIAL_BYTES)}; {advice}, or a mask with fewer partial blocks"
         )
 
 

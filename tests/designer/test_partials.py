@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from designer.layout import Layout
-from designer.partials import MAX_PARTIAL_BYTES, PartialBlocks, check_partial_size
+from designer.partials import MAX_PARTIAL_BYTES, MAX_PARTIALS, PartialBlocks, check_partial_size
 from tests.factories import random_token_mask, token_layout_of
 
 SHAPES = st.tuples(
@@ -109,9 +109,11 @@ def test_layouts_refuse_partials_that_do_not_fit():
         Layout(torch.ones(1, 2, 2, dtype=torch.bool), 4, seq_q=4)
 
 
-def test_partial_masks_are_bounded():
+def test_partial_masks_are_bounded_and_the_refusal_says_what_helps():
+    with pytest.raises(ValueError, match=r"more than the limit .* use fewer heads or shorter"):
+        check_partial_size(MAX_PARTIAL_BYTES // 512 + 1, 64)  # bytes: smaller blocks do not help
     with pytest.raises(ValueError, match=r"more than the limit .* use larger blocks"):
-        check_partial_size(MAX_PARTIAL_BYTES // 512 + 1, 64)
+        check_partial_size(MAX_PARTIALS + 1, 1)  # too many blocks
 
 
 def test_token_mask_is_refused_past_its_cap():
