@@ -65,6 +65,9 @@ from designer.validate import check_choice
 MAX_MASK_RUNS = 8
 #: Most partial blocks in one block row that ``partial_bits_mask_mod`` reads (unrolled).
 MAX_MASK_PARTIALS = 16
+#: The forms of ``layout_runs_mask_mod``: the first that applies, the sinks-and-window closed
+#: form, the runs read in place.
+MASK_FORMS = ("auto", "sinks", "runs")
 #: ``runs_block_mask``'s list widths: compact, one entry per key tile (FA4's check), or the
 #: second where it fits.
 WIDTHS = ("compact", "tiles", "auto")
@@ -209,15 +212,24 @@ def partial_bits_mask_mod(
 
 
 def layout_runs_mask_mod(
-    layout: Layout, causal: bool, device: str | torch.device = "cpu", *, causal_offset: int = 0
+    layout: Layout,
+    causal: bool,
+    device: str | torch.device = "cpu",
+    *,
+    causal_offset: int = 0,
+    form: str = "auto",
 ) -> Callable[..., torch.Tensor]:
-    """The ``mask_mod`` of a layout held as runs: the sinks-and-window closed form when it is
-    that family, else ``runs_mask_mod``, and its partial blocks' bits
-    (``partial_bits_mask_mod``); it carries ``layout``, ``causal`` and
+    """The ``mask_mod`` of a layout held as runs, in ``form`` (of ``MASK_FORMS``): the
+    sinks-and-window closed form (``"sinks"``; ``ValueError`` unless the layout is that
+    family), ``runs_mask_mod`` (``"runs"``), or the first where it applies (``"auto"``), and
+    its partial blocks' bits (``partial_bits_mask_mod``); it carries ``layout``, ``causal`` and
     ``causal_offset`` as attributes, as ``block_mask.layout_mask_mod`` does."""
+    check_choice("form", form, MASK_FORMS)
     runs = _runs_of(layout)
     block = layout.block_size
-    found = sinks_window(runs)
+    found = None if form == "runs" else sinks_window(runs)
+    if form == "sinks" and found is None:
+        raise ValueError("the layout is not a causal window plus sinks")
     spare = flex_tile_size(block) // block
     if found is not None:
         mask_mod = sinks_window_mask_mod(block, *found, causal=causal, causal_offset=causal_offset)

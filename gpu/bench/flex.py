@@ -56,10 +56,9 @@ from designer.formats.flex_tiles import FLEX_BLOCK, flex_tile_size, kv_lists
 from designer.formats.flex_tiles import tile_classes as designer_tile_classes
 from designer.formats.runs_block_mask import (
     MAX_MASK_RUNS,
+    layout_runs_mask_mod,
     runs_block_mask,
-    runs_mask_mod,
     sinks_window,
-    sinks_window_mask_mod,
 )
 from designer.layout import Layout
 from designer.validate import check_choice, check_int
@@ -362,16 +361,8 @@ class FlexSession:
 
         if variant.mask not in (RUNS, SINKS):
             raise FlexUnavailable(f"a layout held as runs runs the {RUNS} or {SINKS} mask_mod")
-        runs, block = layout.to_runs(), layout.block_size
         try:
-            if variant.mask == SINKS:
-                found = sinks_window(runs)
-                if found is None:
-                    raise ValueError("the layout is not a causal window plus sinks")
-                mask_mod = sinks_window_mask_mod(block, *found, causal=causal)
-            else:
-                mask_mod = runs_mask_mod(runs, block, causal=causal, device=device,
-                                         spare_rows=variant.tile_size // block)  # fmt: skip
+            mask_mod = layout_runs_mask_mod(layout, causal, device, form=variant.mask)
             width = "tiles" if variant.backend == FLASH else "auto"
             block_mask = runs_block_mask(layout, causal=causal, device=device, width=width,
                                          mask_mod=mask_mod, q_lists=backward)  # fmt: skip
