@@ -2,10 +2,11 @@
 every build on the standard cases beside cuDNN's backward.
 
 ``python3 tools/probes/backward_sm90.py [--out PATH] [--skip-timing] [--reps N] [--builds A,B]
-[--stages 3]``
+[--with stages=3 [--with stages=3,dq_first=1 ...]]``
 
-``--builds`` keeps only these builds; ``--stages`` adds each sm90 build kept at these ring
-depths too (``sm90_bulk-s3``: ``HopperBackwardConfig.stages``), checked and timed as the others.
+``--builds`` keeps only these builds; each ``--with`` adds each sm90 build kept with those
+fields of ``HopperBackwardConfig`` changed (``sm90_bulk+stages=3``), checked and timed as the
+others.
 
 1. *Check.* Every build of ``gpu.backward.builds.BUILDS`` (the ``fused.cu`` kernel and the
    sm90 builds by dQ variant) on small cases (partial blocks, both causal alignments, GQA
@@ -115,21 +116,27 @@ def tile_report(got: torch.Tensor, ref: torch.Tensor, rows: int, tolerance: floa
     return report
 
 
-def variants(builds: tuple[str, ...], stages: tuple[int, ...]) -> tuple[str, ...]:
-    """The builds to run: ``builds`` (those this GPU runs), then each sm90 one at ``stages``."""
+def variants(builds: tuple[str, ...], settings: list[str]) -> tuple[str, ...]:
+    """The builds to run: ``builds`` (those this GPU runs), then each sm90 one with each of
+    ``settings`` (``"stages=3,dq_first=1"``)."""
     hopper = torch.cuda.get_device_capability() == (9, 0)
     kept = tuple(b for b in builds if hopper or not b.startswith("sm90"))
-    return kept + tuple(f"{b}-s{n}" for b in kept if b.startswith("sm90") for n in stages)
+    sm90_builds = [b for b in kept if b.startswith("sm90")]
+    return kept + tuple(f"{b}+{fields}" for b in sm90_builds for fields in settings)
 
 
 def backward_of(the_plan: gpu.BlockSparsePlan, variant: str, dtype: torch.dtype, dim: int):
-    """The backward plan of ``variant``: a build's name, or ``{build}-s{stages}``."""
-    build, _, stages = variant.partition("-s")
-    if not stages:
+    """The backward plan of ``variant``: a build's name, or ``{build}+{field}={value},...``."""
+    build, _, fields = variant.partition("+")
+    if not fields:
         return the_plan.backward(dtype, dim, build=build)
     config = backward_build_config(build, head_dim=dim, dtype=dtype, hopper=True,
                                    token_tiles=the_plan.n_partials > 0)  # fmt: skip
-    return sm90.plan_hopper_backward(the_plan, dataclasses.replace(config, stages=int(stages)))
+    changes = {}
+    for field in fields.split(","):
+        key, _, value = field.partition("=")
+        changes[key] = bool(int(value)) if isinstance(getattr(config, key), bool) else int(value)
+    return sm90.plan_hopper_backward(the_plan, dataclasses.replace(config, **changes))
 
 
 def check_build(build: str, spec, min_ctas: int | None) -> dict:
@@ -180,7 +187,7 @@ def print_check(record: dict) -> None:
                      f"{f['rows'][0]}-{f['rows'][1]} at {f['rel']:.1e}")  # fmt: skip
         parts.append(text + ")")
     walk = " walk" if record["gqa_walk"] else ""
-    print(f"{'ok  ' if record['ok'] else 'FAIL'} {record['build']:13s}{walk:5s} "
+    print(f"{'ok  ' if record['ok'] else 'FAIL'} {record['build']:28s}{walk:5s} "
           f"{record['case']:30s} {' '.join(parts)} repeat={record['repeat_bitwise']}",
           flush=True)  # fmt: skip
 
@@ -196,7 +203,7 @@ def run_checks(builds: tuple[str, ...]) -> list[dict]:
                 except Exception as error:  # report and go on: one run says everything
                     record = {"case": spec[0], "build": build, "ok": False,
                               "error": f"{type(error).__name__}: {error}"}  # fmt: skip
-                    print(f"FAIL {build:13s} {spec[0]:30s} raised {record['error']}", flush=True)
+                    print(f"FAIL {build:28s} {spec[0]:30s} raised {record['error']}", flush=True)
                     traceback.print_exc(limit=3)
                 else:
                     print_check(record)
@@ -263,7 +270,7 @@ def time_case(
         try:
             bwd = backward_of(x.plan, build, torch.bfloat16, head_dim)
         except Exception as error:
-            print(f"{x.name:24s} {build:13s} failed to build: {error}", flush=True)
+            print(f"{x.name:24s} {build:28s} failed to build: {error}", flush=True)
             continue
         runs[build] = (bwd, lambda bwd=bwd: bwd.launch(x.q, x.k, x.v, x.out, x.lse, x.grad_out,
                                                        None, scale=x.scale))  # fmt: skip
@@ -278,7 +285,7 @@ def time_case(
                 run()
             ms = median(timer(run, reps=reps))
         except Exception as error:
-            print(f"{x.name:24s} {name:13s} raised {type(error).__name__}: {error}", flush=True)
+            print(f"{x.name:24s} {name:28s} raised {type(error).__name__}: {error}", flush=True)
             continue
         executed = None if bwd is None else tflops(bwd.flops(1, x.config.heads), ms)
         records.append({"case": x.name, "build": name, "ms": ms,
@@ -288,7 +295,7 @@ def time_case(
     for r in records:
         r["vs_fused"] = base["fused"] / r["ms"] if "fused" in base else None
         r["vs_cudnn"] = base["cudnn_sdpa"] / r["ms"] if "cudnn_sdpa" in base else None
-        print(f"{r['case']:24s} {r['build']:13s} {r['ms']:8.3f} ms {r['tflops']:6.1f} eff"
+        print(f"{r['case']:24s} {r['build']:28s} {r['ms']:8.3f} ms {r['tflops']:6.1f} eff"
               + (f" {r['executed_tflops']:6.1f} exec" if r["executed_tflops"] else " " * 12)
               + f" TFLOP/s  x{r['vs_fused'] or 0:.2f} fused"
               + (f"  x{r['vs_cudnn']:.2f} cudnn" if r["vs_cudnn"] else ""), flush=True)  # fmt: skip
@@ -301,10 +308,15 @@ def main() -> None:
     parser.add_argument("--skip-timing", action="store_true", help="only the checks")
     parser.add_argument("--reps", type=int, default=10, help="timed reps per build and case")
     parser.add_argument("--builds", default=",".join(BUILDS), help="builds to keep, by name")
-    parser.add_argument("--stages", default="", help="ring depths to add to each sm90 build")
+    parser.add_argument(
+        "--with",
+        dest="settings",
+        action="append",
+        default=[],
+        help="config fields to add each sm90 build with: stages=3,dq_first=1",
+    )
     args = parser.parse_args()
-    builds = variants(tuple(args.builds.split(",")),
-                      tuple(int(n) for n in args.stages.split(",") if n))  # fmt: skip
+    builds = variants(tuple(args.builds.split(",")), args.settings)
     started = time.time()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}", flush=True)
     print("== check: every build against fp64 ==", flush=True)
