@@ -143,6 +143,7 @@ CASES = (
     Case("backward", "bf16", 128, 64, 512, 512, q_heads=4, causal=True,
          backward_build="sm90_atomic"),
     Case("backward", "fp16", 64, 64, 256, 384, q_heads=4, backward_build="sm90_separate"),
+    Case("backward", "fp16", 64, 64, 256, 384, q_heads=4, backward_build="sm90_atomic"),
     Case("forward", "bf16", 128, 64, 1000, 1000, q_heads=4, token_window=301),
     Case("forward", "fp16", 64, 16, 300, 300, token_window=37, causal=True),
     Case("forward", "bf16", 64, 64, 2048, 2048, q_heads=4, token_window=1201),  # D=64 token build

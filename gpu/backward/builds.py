@@ -10,7 +10,8 @@ masked cell by cell, as the forward's are.
 
 ``choose_backward_build`` names the build a plan takes; on Hopper that is ``SM90_BUILD``
 (``"sm90_bulk"``, the fastest on every case measured), or ``"sm90_separate"`` with
-``deterministic=True`` (the only build with no atomics in dQ). Every combination the plan
+``deterministic=True`` (the only build with no atomics in dQ). Each sm90 build takes the ring
+depth and dQ order measured fastest for it and its head dim (``SM90_SCHEDULES``). Every combination the plan
 accepts (D 64 and 128, bf16 and fp16, blocks 16-128, GQA, causal in both alignments, lengths
 that are not whole blocks, token-masked partial blocks) runs on every build: ``fused.cu``
 always carries its token-tile path, an sm90 build compiles it only for a plan with partial
@@ -27,13 +28,14 @@ the ``BLOCKSPARSE_BACKWARD_BUILD`` environment variable.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from designer.validate import check_bool, check_choice, check_int
-from gpu.runtime import check_shared_memory
+from gpu.runtime import SHARED_MEMORY_LIMIT, check_shared_memory
 from gpu.support import DTYPES, HEAD_DIMS, dtype_name
 
 #: Query rows per step of the main kernel; lse and Δ are padded to a multiple of it.
@@ -138,6 +140,26 @@ def choose_backward_config(*, head_dim: int, dtype: torch.dtype, wgmma: bool) ->
 # band 25 % D=128 329 / 505 / 409 / 448; band 7 % at blocks of 64, D=128 269 / 376 / 320 / 370;
 # dense D=64 276 / 436 / 378 / 352 / 465; band 7 % at 64, D=64 243 / 306 / 282 / 267. sm90_bulk
 # wins everywhere: dQ by bulk reduce-add costs least; the separate dQ kernel recomputes S and dP.
+# Ring depth (stages) and dQ order (dq_first: dQ issued ahead of dK, its part added while dK runs)
+# of each sm90 build, measured on the same cases (tools/probes/backward_sm90.py --with stages=3
+# --with dq_first=1 --with stages=3,dq_first=1, 2026-12-02, benchmarks/results/checks/2026-12-02-
+# h200-backward-sm90-schedules.json), effective TFLOP/s for 2 stages / 3 / 2 dq_first / 3
+# dq_first. sm90_bulk D=128: dense 515 / 453 / 531 / 529, causal 542 / 524 / 529 / 549, band 25 %
+# 513 / 493 / 524 / 522, band 7 % at 64 378 / 367 / 385 / 393. sm90_bulk D=64: dense 451 / 458 /
+# 439 / 451, causal 441 / 453 / 439 / 451, band 25 % 418 / 429 / 416 / 426, band 7 % 305 / 311 /
+# 306 / 309. sm90_atomic D=128: 418 / 386 / 432 / 438, 416 / 416 / 445 / 444, 402 / 405 / 438 /
+# 437, 316 / 319 / 338 / 338; D=64: 392 / 394 / 374 / 373, 388 / 393 / 371 / 372, 371 / 376 /
+# 356 / 357, 282 / 283 / 272 / 272. At D=64 one warpgroup computes a step's dQ while the other
+# does not, so the tensor cores have the other's work while it is added; ahead of dK it only
+# delays dK past the barrier. sm90_separate (no dQ) keeps two stages. A ring that leaves no room
+# for token slots (sm90_bulk D=128 at 3 stages) takes two.
+#: (stages, dq_first) of each sm90 build by (build, head dim); others take (2, False).
+SM90_SCHEDULES = {
+    ("sm90_bulk", 128): (3, True),
+    ("sm90_bulk", 64): (3, False),
+    ("sm90_atomic", 128): (2, True),
+    ("sm90_atomic", 64): (3, False),
+}
 #: Every backward build a plan can take, by name.
 BUILDS = ("fused", "sm90_bulk", "sm90_atomic", "sm90_separate")
 #: Whether a Hopper plan takes an sm90 build (True) or the wgmma path of fused.cu.
@@ -189,5 +211,9 @@ def backward_build_config(
     token_tiles = check_bool("token_tiles", token_tiles)
     if name == "fused":
         return choose_backward_config(head_dim=head_dim, dtype=dtype, wgmma=hopper)
-    return HopperBackwardConfig(dtype_name(dtype), head_dim, dq=name.removeprefix("sm90_"),
-                                tokens=token_tiles)  # fmt: skip
+    stages, dq_first = SM90_SCHEDULES.get((name, head_dim), (2, False))
+    config = HopperBackwardConfig(dtype_name(dtype), head_dim, dq=name.removeprefix("sm90_"),
+                                  tokens=token_tiles, dq_first=dq_first)  # fmt: skip
+    if config.shared_bytes_at(stages) <= SHARED_MEMORY_LIMIT:
+        config = dataclasses.replace(config, stages=stages)
+    return config

@@ -47,11 +47,15 @@
 //
 // Inputs: the fields of HopperBackwardParams and DqConvertParams (params.cuh). Tensor maps: 4-d
 // [D, S, H, B] views with boxes of 64 x BLOCK_M (q, d_o) and 64 x BLOCK_N (k, v).
-// Defines: DTYPE_BF16, HEAD_DIM (64, 128), STAGES (2, 3), DQ_MODE (0, 1, 2), TOKENS (0/1).
+// DQ_FIRST = 1 issues a step's dQ product ahead of its dK product, so that the dQ part is staged
+// or added while dK runs on the tensor cores (else they wait for it).
+//
+// Defines: DTYPE_BF16, HEAD_DIM (64, 128), STAGES (2, 3), DQ_MODE (0, 1, 2), TOKENS (0/1),
+// DQ_FIRST (0/1).
 
 #if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(STAGES) || !defined(DQ_MODE) || \
-    !defined(TOKENS)
-#error "define DTYPE_BF16, HEAD_DIM, STAGES, DQ_MODE, TOKENS"
+    !defined(TOKENS) || !defined(DQ_FIRST)
+#error "define DTYPE_BF16, HEAD_DIM, STAGES, DQ_MODE, TOKENS, DQ_FIRST"
 #endif
 
 #include "attention_common.cuh"
@@ -67,6 +71,7 @@ namespace {
 constexpr int kHeadDim = HEAD_DIM;
 constexpr int kStages = STAGES;
 constexpr int kDqMode = DQ_MODE;
+constexpr bool kDqFirst = DQ_FIRST;
 constexpr int kBlockM = 64;   // queries per step
 constexpr int kBlockN = 128;  // keys per CTA
 constexpr int kThreads = 384;
@@ -284,12 +289,18 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       store_transposed(ds, smem + (sh.ds_tile(n & 1) - sh.k), key_row0, fresh_lane());
       fence_async_proxy();  // dSᵀ is read by the tensor cores
     }
-    // dK += dSᵀ Q
-    pin(dk);
-    pin(ds);
-    wgmma_fence();
-    issue_fragments_times_rows(dk, ds, q_tile, kBlockM * 128);
-    wgmma_commit();
+    // dK += dSᵀ Q: ahead of dQ, or (DQ_FIRST, where this warpgroup computes dQ) after it
+    auto issue_dk = [&] {
+      pin(dk);
+      pin(ds);
+      wgmma_fence();
+      issue_fragments_times_rows(dk, ds, q_tile, kBlockM * 128);
+      wgmma_commit();
+    };
+    const bool computes_dq = kDqMode != 0 && (kDqBlocks == 2 || (n & 1) == group);
+    const int dq_block = kDqBlocks == 2 ? group : 0;
+    const bool dk_first = !kDqFirst || !computes_dq;
+    if (dk_first) issue_dk();
     // Q, dO, lse2 and Δ read once dV and dK have landed (their registers stay theirs until then)
     auto release = [&] {
       pin(dv);
@@ -299,8 +310,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       if (arrives) barrier_arrive(sh.q_empty(stage));
     };
     // dQ = dS K once both warpgroups' dSᵀ is in shared memory
-    const bool computes_dq = kDqMode != 0 && (kDqBlocks == 2 || (n & 1) == group);
-    const int dq_block = kDqBlocks == 2 ? group : 0;
     if (kDqMode != 0) named_sync(1, 256);
     if (computes_dq) {
       pin(dq);
@@ -312,11 +321,20 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                        ks > 0);
       }
       wgmma_commit();
-      wgmma_wait<1>();  // dV and dK have landed
-      release();
-      wgmma_wait<0>();
-      pin(dq);
-      add_dq(params, sh, smem, dq, group, tile.b, walk.head, entry.x, dq_block);
+      if (dk_first) {
+        wgmma_wait<1>();  // dV and dK have landed
+        release();
+        wgmma_wait<0>();
+        pin(dq);
+        add_dq(params, sh, smem, dq, group, tile.b, walk.head, entry.x, dq_block);
+      } else {
+        issue_dk();
+        wgmma_wait<1>();  // dV and dQ have landed: add dQ while dK runs
+        pin(dq);
+        add_dq(params, sh, smem, dq, group, tile.b, walk.head, entry.x, dq_block);
+        wgmma_wait<0>();
+        release();
+      }
     } else {
       wgmma_wait<0>();
       release();

@@ -81,6 +81,7 @@ class HopperBackwardConfig:
     dq: str = "bulk"  # a key of DQ_MODES
     stages: int = 2  # Q / dO / lse2 / Δ buffers in the ring
     tokens: bool = False  # token tiles: their words staged with each step's Q tile
+    dq_first: bool = False  # dQ issued ahead of dK, its part added while dK runs
 
     block_m = 64  # query rows per step
     block_n = 128  # keys per CTA, 64 per consumer warpgroup
@@ -94,6 +95,7 @@ class HopperBackwardConfig:
         check_choice("dq", self.dq, tuple(DQ_MODES))
         check_choice("stages", self.stages, (2, 3))
         check_bool("tokens", self.tokens)
+        check_bool("dq_first", self.dq_first)
         check_shared_memory(
             self.shared_bytes,
             f"dq={self.dq!r}, stages={self.stages}, head_dim={self.head_dim}, tokens={self.tokens}",
@@ -113,8 +115,12 @@ class HopperBackwardConfig:
     def shared_bytes(self) -> int:
         """K, V, the ring (Q, dO, lse2, Δ and a token slot with ``tokens``), two dSᵀ tiles and
         two fp32 dQ staging tiles (where the build computes dQ) and the mbarriers."""
+        return self.shared_bytes_at(self.stages)
+
+    def shared_bytes_at(self, stages: int) -> int:
+        """``shared_bytes`` of this build with a ring of ``stages``."""
         m, n, d = self.block_m, self.block_n, self.head_dim
-        ring = self.stages * (2 * m * d * 2 + 2 * m * 4 + self.token_tile_bytes)
+        ring = stages * (2 * m * d * 2 + 2 * m * 4 + self.token_tile_bytes)
         ds = 2 * n * m * 2 if self.dq != "separate" else 0
         staging = 2 * m * 64 * 4 if self.dq == "bulk" else 0
         return 2 * n * d * 2 + ring + ds + staging + BARRIER_BYTES
@@ -122,7 +128,7 @@ class HopperBackwardConfig:
     def defines(self) -> dict[str, int]:
         return {"DTYPE_BF16": int(self.dtype == "bf16"), "HEAD_DIM": self.head_dim,
                 "STAGES": self.stages, "DQ_MODE": DQ_MODES[self.dq],
-                "TOKENS": int(self.tokens)}  # fmt: skip
+                "TOKENS": int(self.tokens), "DQ_FIRST": int(self.dq_first)}  # fmt: skip
 
 
 def group_splits(n_ctas: int, kv_group: int, n_sms: int) -> int:

@@ -135,6 +135,25 @@ def test_the_table_names_the_build_a_plan_takes(monkeypatch):
                                      hopper=False).wgmma  # fmt: skip
 
 
+def test_each_sm90_build_takes_its_measured_schedule_where_its_ring_fits():
+    """``SM90_SCHEDULES`` sets the ring depth and dQ order; a ring of three stages whose token
+    slots leave no room (sm90_bulk at D=128) takes two, keeping its dQ order."""
+
+    def schedule(name: str, head_dim: int, tokens: bool) -> tuple[int, bool]:
+        config = backward_build_config(name, head_dim=head_dim, dtype=torch.bfloat16,
+                                       hopper=True, token_tiles=tokens)  # fmt: skip
+        return config.stages, config.dq_first
+
+    assert schedule("sm90_bulk", 128, False) == (3, True)
+    assert schedule("sm90_bulk", 128, True) == (2, True)
+    assert schedule("sm90_bulk", 64, True) == schedule("sm90_bulk", 64, False) == (3, False)
+    assert schedule("sm90_atomic", 128, True) == (2, True)
+    assert schedule("sm90_separate", 128, False) == (2, False)
+    for (name, head_dim), (stages, dq_first) in builds.SM90_SCHEDULES.items():
+        assert schedule(name, head_dim, False) == (stages, dq_first)
+    assert HopperBackwardConfig("bf16", 128, dq_first=True).defines()["DQ_FIRST"] == 1
+
+
 def test_the_table_refuses_what_it_cannot_give():
     with pytest.raises(ValueError, match="deterministic=True needs the Hopper backward"):
         choose_backward_build(hopper=False, deterministic=True)
