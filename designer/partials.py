@@ -168,11 +168,13 @@ class PartialBlocks:
         return f"PartialBlocks(count={self.count}, block_size={self.block_size})"
 
 
-def bits_after_ones(partials: PartialBlocks) -> torch.Tensor:
-    """uint8 ``[1 + P, b, ceil(b / 8)]``: an all-ones slot 0, then each partial block's bits (a
-    ``mask_mod``'s table: slot 0 for a token pair in no partial block)."""
-    ones = torch.full((1, *partials.bits.shape[1:]), 0xFF, dtype=torch.uint8)
-    return torch.cat([ones, partials.bits])
+def masks_after_ones(partials: PartialBlocks) -> torch.Tensor:
+    """bool ``[1 + P, b, b]``: an all-true slot 0, then each partial block's token mask (a
+    ``mask_mod``'s table: slot 0 for a token pair in no partial block). One byte a token pair,
+    eight times the bits: FlexAttention's FLASH backend compiles no bit shift in a ``mask_mod``
+    (``tools/probes/flash_token_mask.py``)."""
+    masks = unpack_bits(partials.bits, partials.block_size)
+    return torch.cat([torch.ones((1, *masks.shape[1:]), dtype=torch.bool), masks])
 
 
 def check_partial_size(count: int, block_size: int) -> None:

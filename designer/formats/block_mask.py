@@ -15,8 +15,8 @@ mask carries both, and they agree:
 - ``mask_mod(b, h, q_idx, kv_idx)`` is ``layout[h, q_idx // block, kv_idx // block]`` at the
   layout's own block size (and ``kv_idx <= q_idx + d`` when causal: ``d = 0`` aligned top-left,
   ``Sk - Sq`` bottom-right, as ``gpu.plan`` has it), and inside a partial block its stored bit
-  (a table of slots ``[H, M, N]`` points at the block's bits, slot 0 being all ones), so the
-  attention is the layout's, token for token, compiled or eager.
+  (a table of slots ``[H, M, N]`` points at the block's token mask, one bool a pair, slot 0
+  being all true), so the attention is the layout's, token for token, compiled or eager.
 
 The batch dimension is 1 (it broadcasts); a one-head layout broadcasts over heads.
 
@@ -31,7 +31,9 @@ Hopper or Blackwell GPU). FLASH compiles ``mask_mod`` to CuTe-DSL, which in torc
 captured tensor only at indices computed from ``mask_mod``'s arguments: ``blocks[0, ...]`` fails
 there with "Expected TensorSSA, but got <class 'int'>". So the ``mask_mod`` indexes no constant
 (a one-head layout is kept as its ``[M, N]`` plane, read without a head index) and captures no
-0-d tensor; its ints (block size, causal offset) are constants, so compile with
+0-d tensor, and reads a partial block's tokens as bools, not as bits (FLASH compiles no bit
+shift, ``tools/probes/flash_token_mask.py``); its ints (block size, causal offset) are constants,
+so compile with
 ``dynamic=False`` (with symbolic ints torch refuses FLASH, saying so). What FA4 itself cannot
 run it refuses with an error, never silently: its own tile, chosen by head dim, must divide the
 mask's tiles (flash-attn-4 4.0.0b36 on Hopper refuses head dim 256, for one).
@@ -78,7 +80,7 @@ from designer.formats.packing import pack_blocks, pack_partials, pack_runs
 from designer.formats.runs_block_mask import check_runs_lists, runs_block_mask, runs_kv_arguments
 from designer.layout import CAUSAL_ALIGNMENTS, Layout, causal_offset
 from designer.mask_mod import check_evaluation, evaluate_blocks, head_dependent
-from designer.partials import bits_after_ones
+from designer.partials import masks_after_ones
 from designer.threads import one_thread
 from designer.validate import check_bool, check_choice, check_int, token_length
 
@@ -206,7 +208,7 @@ def layout_mask_mod(
     blocks = layout.blocks.to(device)
     table = (blocks[0] if one_head else blocks).clone()  # its own storage, at offset 0
     block_size = layout.block_size
-    slots, bits = _slots(layout, device)
+    slots, masks = _slots(layout, device)
 
     def mask_mod(b, h, q_idx, kv_idx):
         q_block, kv_block = q_idx // block_size, kv_idx // block_size
@@ -214,8 +216,7 @@ def layout_mask_mod(
         if slots is not None:
             slot = slots[q_block, kv_block] if one_head else slots[h, q_block, kv_block]
             row, col = q_idx - q_block * block_size, kv_idx - kv_block * block_size
-            byte = bits[slot, row, col // 8]
-            allowed = allowed & (((byte >> (col % 8)) & 1) == 1)
+            allowed = allowed & masks[slot, row, col]
         return allowed & (kv_idx <= q_idx + causal_offset) if causal else allowed
 
     h, m, n = layout.shape
@@ -226,10 +227,10 @@ def layout_mask_mod(
 
 
 def _slots(layout: Layout, device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """``(slots, bits)`` of the partial blocks for ``layout_mask_mod``: ``slots`` int32
+    """``(slots, masks)`` of the partial blocks for ``layout_mask_mod``: ``slots`` int32
     ``[H, M, N]`` (``[M, N]`` for one head; an index must be int32 or int64) holds ``1 + p``
-    at partial block ``p``, 0 elsewhere; ``bits`` is ``[1 + P, b, ceil(b / 8)]`` with an
-    all-ones slot 0 first."""
+    at partial block ``p``, 0 elsewhere; ``masks`` is bool ``[1 + P, b, b]`` with an all-true
+    slot 0 first (``masks_after_ones``)."""
     partials = layout.partials
     if partials is None:
         return None, None
@@ -238,7 +239,7 @@ def _slots(layout: Layout, device) -> tuple[torch.Tensor | None, torch.Tensor | 
     slots[tuple(partials.index.to(torch.int64).T)] = torch.arange(1, partials.count + 1,
                                                                  dtype=dtype)  # fmt: skip
     slots = slots[0] if layout.n_heads == 1 else slots
-    return slots.to(device).contiguous(), bits_after_ones(partials).to(device)
+    return slots.to(device).contiguous(), masks_after_ones(partials).to(device)
 
 
 def from_block_mask(block_mask: BlockMask) -> tuple[Layout, int]:

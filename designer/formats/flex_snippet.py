@@ -93,8 +93,10 @@ _TOKEN_RULE = """\
             slots = torch.zeros(stored["shape"], dtype=torch.int32)
             count = len(parts["index"])
             slots[tuple(parts["index"].long().T)] = torch.arange(1, count + 1, dtype=torch.int32)
-            ones = torch.full((1, *parts["bits"].shape[1:]), 255, dtype=torch.uint8)
-            masks = torch.cat([ones, parts["bits"]]).to(DEVICE)
+            # A bool per token pair (bit c % 8 of byte c // 8 is key c): FLASH reads no bits.
+            tokens = np.unpackbits(parts["bits"].numpy(), axis=-1, count=BLOCK, bitorder="little")
+            ones = torch.ones(1, BLOCK, BLOCK, dtype=torch.bool)
+            masks = torch.cat([ones, torch.from_numpy(tokens).bool()]).to(DEVICE)
             slots = slots{plane}.to(DEVICE)
 
             def mask_mod(b, h, q_idx, kv_idx):
@@ -102,8 +104,7 @@ _TOKEN_RULE = """\
                 # Indices computed from the arguments only: the FLASH backend compiles no other.
                 qb, kb = q_idx // BLOCK, kv_idx // BLOCK
                 row, col = q_idx - qb * BLOCK, kv_idx - kb * BLOCK
-                byte = masks[slots[{pick}qb, kb], row, col // 8]  # bit col % 8: key col attends
-                return blocks[{pick}qb, kb] & (((byte >> (col % 8)) & 1) == 1){causal}
+                return blocks[{pick}qb, kb] & masks[slots[{pick}qb, kb], row, col]{causal}
 """
 
 

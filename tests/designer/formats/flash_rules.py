@@ -7,13 +7,16 @@ torch 2.11's Inductor writes that graph as CuTe-DSL, op by op (``torch/_inductor
 
 - arithmetic, comparisons, bitwise and logical ops, ``where``, ``abs``, ``neg`` and casts become
   ``TensorSSA`` operations (a Python int beside a tensor is broadcast by ``cute.full_like``);
-  ``maximum`` and ``minimum`` raise ``NotImplementedError``, and other ops have no lowering;
+  ``maximum`` and ``minimum`` raise ``NotImplementedError``, and other ops have no lowering: a
+  bit shift of int32 failed on the H200 with "Unsupported DSL type: vector<1xi32>"
+  (``tools/probes/flash_token_mask.py``);
 - a read of a captured tensor becomes, per dimension, ``ssa_to_indexable(index)``, which stores
   the index into a register fragment: a ``TensorSSA`` computed from the arguments works; a
   constant (``blocks[0, ...]``, or a 0-d captured tensor, read at index 0) fails with
   ``ValueError: Expected TensorSSA, but got <class 'int'>``;
 - the value is read into a fragment of the captured tensor's CuTe type: bool, the signed ints and
-  the float types have one; any other (uint8) falls back to Float32.
+  the float types have one; any other (uint8) falls back to Float32 (on the H200: "Type
+  mismatch, store Uint8 (-> Uint8) to Tensor with element type Float32").
 
 ``flash_problems`` lists what breaks these rules, each in a sentence; none is what FLASH compiles
 (the GPU tests run it there).

@@ -14,10 +14,12 @@ from torch.nn.attention.flex_attention import (
     flex_attention,
 )
 
+from designer import from_mask_mod
 from designer.formats import block_mask_tensors, from_block_mask, read_design_file, to_block_mask
 from designer.formats.block_mask import layout_mask_mod
 from designer.formats.flex_tiles import flex_tile_size, kv_lists, listed_tiles, tile_classes
 from designer.layout import CAUSAL_ALIGNMENTS, Layout
+from designer.patterns.token_window import token_sliding_window
 from gpu.reference import dense_masked_attention
 from tests.designer.formats.flash_rules import flash_problems
 from tests.designer.formats.flex_reference import (
@@ -152,8 +154,23 @@ def test_mask_mod_compiles_on_the_flash_backend(
     assert flash_problems(mask.mask_mod) == []
 
 
+@pytest.mark.parametrize("heads", [1, 3])
+@pytest.mark.parametrize("causal", [False, True])
+def test_a_token_exact_mask_mod_compiles_on_the_flash_backend(heads, causal):
+    """Partial blocks are read one bool a token pair: FLASH has no CuTe type for uint8 bytes
+    and no lowering of a bit shift (both failed on the H200: ``probes/flash_token_mask.py``)."""
+    layout = from_mask_mod(token_sliding_window(40), heads=heads, seq_q=200, seq_k=190,
+                           block_size=16)  # fmt: skip
+    assert layout.partials is not None
+    mask = to_block_mask(layout, causal=causal)
+    assert flash_problems(mask.mask_mod) == []
+    tokens = create_mask(mask.mask_mod, 1, heads, 200, 190, device="cpu")[0]
+    want = layout.token_mask() & (torch.ones(200, 190, dtype=torch.bool).tril() if causal else True)
+    assert torch.equal(tokens, want)
+
+
 BLOCKS = torch.ones(2, 4, 4, dtype=torch.bool)
-BYTES, FLAG = BLOCKS.to(torch.uint8), torch.tensor(True)
+BYTES, FLAG, WORDS = BLOCKS.to(torch.uint8), torch.tensor(True), BLOCKS.to(torch.int32)
 
 
 @pytest.mark.parametrize(
@@ -163,6 +180,10 @@ BYTES, FLAG = BLOCKS.to(torch.uint8), torch.tensor(True)
         (lambda b, h, q, k: BLOCKS[h, q // 16, k // 16] & FLAG, r"shape \[\] is used by aten.bitw"),
         (lambda b, h, q, k: BYTES[h, q // 16, k // 16] > 0, "torch.uint8 tensor .* no CuTe type"),
         (lambda b, h, q, k: torch.minimum(q, k) >= 0, "aten.minimum has no CuTe-DSL lowering"),
+        (
+            lambda b, h, q, k: (WORDS[h, q // 16, k // 16] >> (k % 8)) & 1 == 1,
+            "aten.__rshift__ has no CuTe-DSL lowering",
+        ),
     ],
 )
 def test_the_flash_rules_refuse_what_torch_2_11_cannot_compile(mask_mod, problem):

@@ -30,6 +30,7 @@ from designer.formats.runs_tiles import kv_lists_of_runs, tile_runs
 from designer.layout import Layout
 from designer.partials import PartialBlocks
 from designer.patterns.attention_sinks import attention_sinks, attention_sinks_runs
+from tests.designer.formats.flash_rules import flash_problems
 from tests.designer.formats.flex_reference import layouts, lengths_and_offsets, token_masks
 from tests.factories import random_token_mask, token_layout_of
 
@@ -296,6 +297,7 @@ def test_a_runs_layouts_partial_blocks_are_exact_in_its_block_mask(
         )
     tokens = create_mask(got.mask_mod, 1, heads, seq_q, seq_k, device="cpu")[0]
     assert torch.equal(tokens, token_masks(layout, causal, seq_q, seq_k))
+    assert flash_problems(got.mask_mod) == []  # what FLASH (FA4) compiles
 
 
 def test_a_runs_layout_with_partial_blocks_round_trips_and_runs_in_eager_flex(runs_form):

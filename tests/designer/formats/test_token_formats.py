@@ -23,6 +23,7 @@ from designer.formats import (
 from designer.formats.pt_file import design_file_bytes
 from designer.layout import Layout
 from designer.recipe import Recipe, RecipeStep
+from tests.designer.formats.flash_rules import flash_problems
 from tests.factories import random_layout, random_token_mask, token_layout_of
 
 SHAPES = st.tuples(
@@ -147,6 +148,7 @@ def test_the_flex_snippet_builds_the_token_mask_from_the_download(tmp_path, monk
          namespace)  # fmt: skip
     made = create_mask(namespace["block_mask"].mask_mod, 1, heads, 500, 500)[0]
     assert torch.equal(made, layout.token_mask())
+    assert flash_problems(namespace["mask_mod"]) == []  # FLASH (FA4) compiles it too
 
 
 def from_mask_mod_documents(doc, heads):
