@@ -80,7 +80,7 @@ from designer.formats.packing import pack_blocks, pack_partials, pack_runs
 from designer.formats.runs_block_mask import check_runs_lists, runs_block_mask, runs_kv_arguments
 from designer.layout import CAUSAL_ALIGNMENTS, Layout, causal_offset
 from designer.mask_mod import check_evaluation, evaluate_blocks, head_dependent
-from designer.partials import masks_after_ones
+from designer.partials import distinct_masks
 from designer.threads import one_thread
 from designer.validate import check_bool, check_choice, check_int, token_length
 
@@ -228,18 +228,17 @@ def layout_mask_mod(
 
 def _slots(layout: Layout, device) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """``(slots, masks)`` of the partial blocks for ``layout_mask_mod``: ``slots`` int32
-    ``[H, M, N]`` (``[M, N]`` for one head; an index must be int32 or int64) holds ``1 + p``
-    at partial block ``p``, 0 elsewhere; ``masks`` is bool ``[1 + P, b, b]`` with an all-true
-    slot 0 first (``masks_after_ones``)."""
+    ``[H, M, N]`` (``[M, N]`` for one head; an index must be int32 or int64) holds a partial
+    block's slot in ``masks``, 0 elsewhere; ``masks`` is bool ``[1 + U, b, b]``, an all-true
+    slot 0 and each distinct token mask once (``distinct_masks``)."""
     partials = layout.partials
     if partials is None:
         return None, None
-    dtype = torch.int32
-    slots = torch.zeros(layout.shape, dtype=dtype)
-    slots[tuple(partials.index.to(torch.int64).T)] = torch.arange(1, partials.count + 1,
-                                                                 dtype=dtype)  # fmt: skip
+    masks, slot_of = distinct_masks(partials)
+    slots = torch.zeros(layout.shape, dtype=torch.int32)
+    slots[tuple(partials.index.to(torch.int64).T)] = slot_of
     slots = slots[0] if layout.n_heads == 1 else slots
-    return slots.to(device).contiguous(), masks_after_ones(partials).to(device)
+    return slots.to(device).contiguous(), masks.to(device)
 
 
 def from_block_mask(block_mask: BlockMask) -> tuple[Layout, int]:

@@ -90,11 +90,14 @@ _BLOCK_RULE = """\
 #: A token-exact design's rule: inside a partial block, its bit (slot 0: all ones, full blocks).
 _TOKEN_RULE = """\
             parts = stored["partials"]  # partial blocks: (head, q block, k block) and their bits
-            slots = torch.zeros(stored["shape"], dtype=torch.int32)
-            count = len(parts["index"])
-            slots[tuple(parts["index"].long().T)] = torch.arange(1, count + 1, dtype=torch.int32)
+            bits = parts["bits"].numpy()  # [blocks, BLOCK, BLOCK / 8]
+            rows = bits.reshape(len(bits), -1).view(f"V{{bits[0].size}}").reshape(-1)
+            found, which = np.unique(rows, return_inverse=True)  # each distinct mask once
+            slots = torch.zeros(stored["shape"], dtype=torch.int32)  # 0: no partial block
+            slots[tuple(parts["index"].long().T)] = torch.from_numpy(which.reshape(-1) + 1).int()
             # A bool per token pair (bit c % 8 of byte c // 8 is key c): FLASH reads no bits.
-            tokens = np.unpackbits(parts["bits"].numpy(), axis=-1, count=BLOCK, bitorder="little")
+            found = found.view(np.uint8).reshape(-1, *bits.shape[1:])
+            tokens = np.unpackbits(found, axis=-1, count=BLOCK, bitorder="little")
             ones = torch.ones(1, BLOCK, BLOCK, dtype=torch.bool)
             masks = torch.cat([ones, torch.from_numpy(tokens).bool()]).to(DEVICE)
             slots = slots{plane}.to(DEVICE)

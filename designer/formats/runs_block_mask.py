@@ -57,7 +57,7 @@ from designer.block_runs import BlockRuns
 from designer.formats.flex_tiles import check_tile_geometry, flex_tile_size
 from designer.formats.runs_tiles import kv_lists_of_runs, tile_runs
 from designer.layout import Layout
-from designer.partials import PartialBlocks, masks_after_ones
+from designer.partials import PartialBlocks, distinct_masks
 from designer.patterns.attention_sinks import attention_sinks_runs
 from designer.validate import check_choice
 
@@ -177,10 +177,10 @@ def partial_bits_mask_mod(
     spare_rows: int = 0,
 ) -> Callable[..., torch.Tensor]:
     """``allowed_blocks`` (a block-level ``mask_mod``) and, inside each of the ``[H, M, N]``
-    layout's ``partials``, the block's own bool for the token pair (``masks_after_ones``): a
-    block row's partial blocks are found by a row pointer, at most ``MAX_MASK_PARTIALS`` a row,
-    read in an unrolled loop (slot 0 is all true: a pair in no partial block keeps what
-    ``allowed_blocks`` says).
+    layout's ``partials``, the block's own bool for the token pair (``distinct_masks``, each
+    distinct mask stored once): a block row's partial blocks are found by a row pointer, at most
+    ``MAX_MASK_PARTIALS`` a row, read in an unrolled loop (slot 0 is all true: a pair in no
+    partial block keeps what ``allowed_blocks`` says).
     ``spare_rows`` empty rows follow the last one, as for ``runs_mask_mod``."""
     heads, n_q, _ = shape
     block = partials.block_size
@@ -192,7 +192,9 @@ def partial_bits_mask_mod(
     row_ptr = torch.cat([torch.zeros(1, dtype=torch.int64), counts.cumsum(0)])
     spare = torch.zeros(most, dtype=torch.int32)  # reads past the last one stay inside
     cols = torch.cat([index[:, 2].to(torch.int32), spare]).to(device)
-    masks = masks_after_ones(partials).to(device)
+    masks, slot_of = distinct_masks(partials)
+    masks = masks.to(device)
+    mask_of = torch.cat([torch.zeros(1, dtype=torch.int32), slot_of]).to(device)
     row_ptr = row_ptr.to(device, torch.int32)
     one_head = heads == 1
 
@@ -205,7 +207,7 @@ def partial_bits_mask_mod(
             at = first + i
             slot = slot + ((at < last) & (cols[at] == kv_block)) * (at + 1)
         row_in, col_in = q_idx - q_block * block, kv_idx - kv_block * block
-        return allowed_blocks(b, h, q_idx, kv_idx) & masks[slot, row_in, col_in]
+        return allowed_blocks(b, h, q_idx, kv_idx) & masks[mask_of[slot], row_in, col_in]
 
     mask_mod.__name__ = f"{allowed_blocks.__name__}_partials{partials.count}"
     return mask_mod

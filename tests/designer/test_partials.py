@@ -5,7 +5,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from designer.layout import Layout
-from designer.partials import MAX_PARTIAL_BYTES, MAX_PARTIALS, PartialBlocks, check_partial_size
+from designer.partials import (
+    MAX_PARTIAL_BYTES,
+    MAX_PARTIALS,
+    PartialBlocks,
+    check_partial_size,
+    distinct_masks,
+    pack_masks,
+)
 from tests.factories import random_token_mask, token_layout_of
 
 SHAPES = st.tuples(
@@ -119,3 +126,21 @@ def test_partial_masks_are_bounded_and_the_refusal_says_what_helps():
 def test_token_mask_is_refused_past_its_cap():
     with pytest.raises(ValueError, match=r"dense token mask .* more than the limit"):
         Layout.zeros(16, 2048, 2048, 16).token_mask()
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.sampled_from([16, 32, 64]), st.integers(1, 40))
+def test_distinct_masks_hold_each_mask_once_and_every_block_finds_its_own(seed, block, count):
+    """A block's slot in ``distinct_masks`` gives back its own token mask, slot 0 is all true,
+    and no mask is stored twice, also when blocks repeat a few masks (a window's edges)."""
+    rng = np.random.default_rng(seed)
+    kinds = rng.random((int(rng.integers(1, 5)), block, block)) < rng.random()
+    masks = torch.from_numpy(kinds[rng.integers(0, len(kinds), count)])  # repeats
+    index = torch.stack([torch.zeros(count, dtype=torch.int32),
+                         torch.arange(count, dtype=torch.int32),
+                         torch.zeros(count, dtype=torch.int32)], 1)  # fmt: skip
+    partials = PartialBlocks(index, pack_masks(masks))
+    table, slots = distinct_masks(partials)
+    assert table.dtype == torch.bool and table[0].all() and slots.dtype == torch.int32
+    assert torch.equal(table[slots.long()], masks)
+    assert len(table) - 1 == len(torch.unique(masks.reshape(count, -1), dim=0))
