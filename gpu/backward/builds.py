@@ -11,11 +11,11 @@ masked cell by cell, as the forward's are.
 ``choose_backward_build`` names the build a plan takes; on Hopper that is ``SM90_BUILD``
 (``"sm90_bulk"``, the fastest on every case measured), or ``"sm90_separate"`` with
 ``deterministic=True`` (the only build with no atomics in dQ). Each sm90 build takes the ring
-depth and dQ order measured fastest for it and its head dim (``SM90_SCHEDULES``). Every combination the plan
-accepts (D 64 and 128, bf16 and fp16, blocks 16-128, GQA, causal in both alignments, lengths
-that are not whole blocks, token-masked partial blocks) runs on every build: ``fused.cu``
-always carries its token-tile path, an sm90 build compiles it only for a plan with partial
-blocks (``backward_build_config(..., token_tiles=True)``).
+depth and dQ order measured fastest for it and its head dim (``SM90_SCHEDULES``). Every
+combination the plan accepts (D 64 and 128, bf16 and fp16, blocks 16-128, GQA, causal in both
+alignments, lengths that are not whole blocks, token-masked partial blocks) runs on every build:
+``fused.cu`` always carries its token-tile path, an sm90 build compiles it only for a plan with
+partial blocks (``backward_build_config(..., token_tiles=True)``).
 Tests and probes name a build directly (``gpu.plan(...).backward(..., build=...)``) or through
 the ``BLOCKSPARSE_BACKWARD_BUILD`` environment variable.
 

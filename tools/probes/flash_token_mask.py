@@ -36,6 +36,7 @@ from designer import from_mask_mod
 from designer.formats import to_block_mask
 from designer.patterns.token_window import token_sliding_window
 from gpu.bench.report import environment
+from gpu.reference import dense_masked_attention
 
 SEQ, BLOCK, HEADS, DIM = 1000, 64, 2, 64
 BACKENDS = {"TRITON": None, "FLASH": {"BACKEND": "FLASH"}}
@@ -81,11 +82,11 @@ def forms(layout) -> dict:
     return {name: make(name) for name in tables}
 
 
-def reference(q, k, v, grad, mask):
+def reference(layout, q, k, v, grad) -> list[torch.Tensor]:
+    """Out, dq, dk, dv of fp64 attention under the layout's blocks and token bits (autograd)."""
     leaves = [t.double().cpu().requires_grad_() for t in (q, k, v)]
-    scores = leaves[0] @ leaves[1].transpose(-1, -2) * q.shape[-1] ** -0.5
-    weights = torch.softmax(scores.masked_fill(~mask, float("-inf")), -1).nan_to_num(0.0)
-    out = weights @ leaves[2]
+    partials = (layout.partials.index, layout.partials.bits)
+    out = dense_masked_attention(*leaves, layout.blocks, BLOCK, partials=partials)
     out.backward(grad.double().cpu())
     return [out, *(leaf.grad for leaf in leaves)]
 
@@ -119,7 +120,7 @@ def main() -> None:
     gen = torch.Generator(device="cuda").manual_seed(0)
     inputs = [torch.randn(1, HEADS, SEQ, DIM, generator=gen, device="cuda", dtype=torch.bfloat16)
               for _ in range(4)]  # fmt: skip
-    expected = reference(*inputs, layout.token_mask()[None])
+    expected = reference(layout, *inputs)
     results = {}
     for name, mask_mod in forms(layout).items():
         for backend in BACKENDS:
