@@ -12,6 +12,11 @@ they compute dQ (``dq``):
 - ``"separate"``: none here; the query-major kernel of ``gpu.backward.sm90_dq`` computes it,
   recomputing S and dP, with no atomics: the deterministic build.
 
+The ring's depth (``stages``) and whether a step's dQ product is issued ahead of its dK product
+(``dq_first``, so that the dQ part is staged while dK runs) are set per build and head dim by
+``gpu.backward.builds.SM90_SCHEDULES``, as measured; the fields' defaults are the schedule of
+before.
+
 Token tiles (partial blocks): with ``tokens`` each step's token words (128 key rows of 2 words,
 1 KB) travel with its Q tile into a slot per stage and mask Sᵀ before Pᵀ; without, the build
 has none of that code (plans without partial blocks compile it so).
