@@ -55,14 +55,20 @@ def profile(case: str, head_dim: int, variant: str, selection: list[str]) -> dic
     command = ["ncu", "--clock-control", "none", "-k", f"regex:^{KERNEL}$", "--launch-skip", "1",
                "-c", "1", "--csv", "--page", "details", *selection, *child]  # fmt: skip
     result = subprocess.run(command, capture_output=True, text=True, check=False)
-    rows = [line for line in result.stdout.splitlines() if line.startswith('"')]
+    return {"returncode": result.returncode, "metrics": parse_details(result.stdout),
+            "errors": [line for line in (result.stdout + result.stderr).splitlines()
+                       if "ERROR" in line or "WARN" in line][:20]}  # fmt: skip
+
+
+def parse_details(output: str) -> dict[str, str]:
+    """``{"section: metric": "value unit"}`` of ncu's ``--csv --page details`` output (its
+    quoted rows; the program's own lines and ncu's ``==PROF==`` lines are skipped)."""
+    rows = [line for line in output.splitlines() if line.startswith('"')]
     metrics = {}
     for row in csv.DictReader(rows):
         name = f"{row.get('Section Name', '')}: {row['Metric Name']}"
         metrics[name] = f"{row['Metric Value']} {row.get('Metric Unit', '')}".strip()
-    return {"returncode": result.returncode, "metrics": metrics,
-            "errors": [line for line in (result.stdout + result.stderr).splitlines()
-                       if "ERROR" in line or "WARN" in line][:20]}  # fmt: skip
+    return metrics
 
 
 def main() -> None:

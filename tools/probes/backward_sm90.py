@@ -132,11 +132,18 @@ def backward_of(the_plan: gpu.BlockSparsePlan, variant: str, dtype: torch.dtype,
         return the_plan.backward(dtype, dim, build=build)
     config = backward_build_config(build, head_dim=dim, dtype=dtype, hopper=True,
                                    token_tiles=the_plan.n_partials > 0)  # fmt: skip
+    return sm90.plan_hopper_backward(the_plan, changed(config, fields))
+
+
+def changed(config: Any, fields: str) -> Any:
+    """``config`` with ``fields`` (``"stages=3,dq_first=1"``: ints, 0/1 for a bool) replaced."""
     changes = {}
     for field in fields.split(","):
         key, _, value = field.partition("=")
+        if not hasattr(config, key):
+            raise ValueError(f"{type(config).__name__} has no field {key!r}")
         changes[key] = bool(int(value)) if isinstance(getattr(config, key), bool) else int(value)
-    return sm90.plan_hopper_backward(the_plan, dataclasses.replace(config, **changes))
+    return dataclasses.replace(config, **changes)
 
 
 def check_build(build: str, spec, min_ctas: int | None) -> dict:
