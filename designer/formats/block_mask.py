@@ -14,9 +14,9 @@ mask carries both, and they agree:
   inside the layout's last block (``seq_q``, ``seq_k``);
 - ``mask_mod(b, h, q_idx, kv_idx)`` is ``layout[h, q_idx // block, kv_idx // block]`` at the
   layout's own block size (and ``kv_idx <= q_idx + d`` when causal: ``d = 0`` aligned top-left,
-  ``Sk - Sq`` bottom-right, as ``gpu.plan`` has it), and inside a partial block its stored bit
-  (a table of slots ``[H, M, N]`` points at the block's token mask, one bool a pair, slot 0
-  being all true), so the attention is the layout's, token for token, compiled or eager.
+  ``Sk - Sq`` bottom-right, as ``gpu.plan`` has it), and inside a partial block its own token
+  mask (a table of slots ``[H, M, N]`` points at it among the distinct masks, one bool a pair,
+  slot 0 being all true), so the attention is the layout's, token for token, compiled or eager.
 
 The batch dimension is 1 (it broadcasts); a one-head layout broadcasts over heads.
 
