@@ -137,10 +137,11 @@ def backward_of(the_plan: gpu.BlockSparsePlan, variant: str, dtype: torch.dtype,
 
 def changed(config: Any, fields: str) -> Any:
     """``config`` with ``fields`` (``"stages=3,dq_first=1"``: ints, 0/1 for a bool) replaced."""
+    names = {field.name for field in dataclasses.fields(config)}
     changes = {}
     for field in fields.split(","):
         key, _, value = field.partition("=")
-        if not hasattr(config, key):
+        if key not in names:  # a property or class constant is no field to replace
             raise ValueError(f"{type(config).__name__} has no field {key!r}")
         changes[key] = bool(int(value)) if isinstance(getattr(config, key), bool) else int(value)
     return dataclasses.replace(config, **changes)
