@@ -172,11 +172,26 @@ def zoomed_point(page, row: float, col: float) -> tuple[float, float]:
     return box["x"] + x + (col + 0.5) * scale, box["y"] + y + (row + 0.5) * scale
 
 
-def zoom_at(page, row: float, col: float, notches: int) -> None:
-    """Turn the wheel ``notches`` times (towards the user: zoom in) over cell ``(row, col)``."""
+#: The canvas's largest zoom, CSS pixels a block (``MAX_CELL_PX`` in paint_canvas.js).
+MAX_CELL_PX = 64
+
+
+def zoom_at(page, row: float, col: float, notches: int, timeout_s: float = 10) -> None:
+    """Turn the wheel ``notches`` times (towards the user: zoom in) over cell ``(row, col)``,
+    each notch once the canvas has taken the one before: a loaded machine can deliver a wheel
+    event before the canvas is under the pointer, and the page scrolls instead of zooming."""
+    canvas = page.locator(CANVAS)
     for _ in range(notches):
-        page.mouse.move(*zoomed_point(page, row, col))
-        page.mouse.wheel(0, -240)
+        before = canvas.get_attribute("data-view")
+        if float(before.split()[0]) >= MAX_CELL_PX:
+            return
+        deadline = time.monotonic() + timeout_s
+        while canvas.get_attribute("data-view") == before:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the canvas did not zoom from {before} in {timeout_s} s")
+            page.mouse.move(*zoomed_point(page, row, col))
+            page.mouse.wheel(0, -240)
+            page.wait_for_timeout(50)
 
 
 def grid_point(page, row: float, col: float) -> tuple[float, float]:

@@ -76,6 +76,37 @@ def wait_window(page, test, timeout_ms: float = 60_000) -> list[int]:
     raise TimeoutError(f"no such window came; the canvas shows {window(page)}")
 
 
+def view_blocks(page) -> tuple[int, int, int, int]:
+    """The blocks on screen: rows ``r0:r1`` and columns ``c0:c1`` of the head."""
+    canvas = page.locator(CANVAS)
+    scale, x, y = map(float, canvas.get_attribute("data-view").split())
+    width, height = canvas.evaluate("c => [parseFloat(c.style.width), parseFloat(c.style.height)]")
+    r0, c0 = max(0, math.floor(-y / scale)), max(0, math.floor(-x / scale))
+    return (
+        r0,
+        min(2048, math.ceil((height - y) / scale)),
+        c0,
+        min(2048, math.ceil((width - x) / scale)),
+    )
+
+
+def covers(shown: list[int], view: tuple[int, int, int, int]) -> bool:
+    """Whether window ``shown`` holds every block of ``view``."""
+    row0, col0, rows, cols, _ = shown
+    r0, r1, c0, c1 = view
+    return row0 <= r0 and col0 <= c0 and row0 + rows >= r1 and col0 + cols >= c1
+
+
+def drag_right(page, button: str) -> None:
+    """Drag across the middle of the canvas from its left tenth to its right tenth."""
+    box = page.locator(CANVAS).bounding_box()
+    y = box["y"] + box["height"] / 2
+    page.mouse.move(box["x"] + box["width"] * 0.1, y)
+    page.mouse.down(button=button)
+    page.mouse.move(box["x"] + box["width"] * 0.9, y, steps=5)
+    page.mouse.up(button=button)
+
+
 def test_paint_pan_zoom_and_reload_a_128k_token_design(server):
     url, store, log_path = server
     runs = attention_sinks_runs(32, 2048, 2048, sink_blocks=1, window_blocks=64)
@@ -109,9 +140,7 @@ def test_paint_pan_zoom_and_reload_a_128k_token_design(server):
         page.mouse.click(*zoomed_point(page, ROW + 4, COL))
         wait_canvas(page, 2, timeout_s=120)
         page.locator(f"{CANVAS}[data-pending='0']").wait_for()
-        scale, x, _ = map(float, canvas.get_attribute("data-view").split())
-        width = float(canvas.evaluate("c => parseFloat(c.style.width)"))
-        first, past = max(0, math.floor(-x / scale)), min(2048, math.ceil((width - x) / scale))
+        _, _, first, past = view_blocks(page)
         cols = torch.arange(2048)
         row = torch.stack([torch.zeros_like(cols), torch.full_like(cols, ROW + 4), cols], 1)
         painted = store.restore(session).layout.runs.contains(row)
@@ -122,13 +151,27 @@ def test_paint_pan_zoom_and_reload_a_128k_token_design(server):
         # colour (or its darker shade, for an odd tile) as on a dense design.
         wait_pixel(page, ROW, COL, [rgb(width_colour(1)), rgb(_shade(width_colour(1)))])
 
-        page.mouse.move(*zoomed_point(page, ROW, COL))  # pan with the middle button
-        page.mouse.down(button="middle")
-        page.mouse.move(*zoomed_point(page, ROW - 300, COL - 600), steps=5)
-        page.mouse.up(button="middle")
-        moved = wait_window(page, lambda w: w != shown and w[4] == 1)
-        assert moved[1] > shown[1]  # further right in the head
-        assert canvas_pixel(page, ROW, COL) != EMPTY
+        # Pan with the middle button, a drag at a time, to the sinks' column: the view leaves
+        # the window (which may reach far past the view: its margin is the view's size when it
+        # was asked, at any zoom on the way in), and a new window comes at full detail.
+        shown, drags = window(page), 0
+        assert shown[1] > 0
+        while view_blocks(page)[2] > 0:
+            assert drags < 12, f"the view never reached column 0: {view_blocks(page)}"
+            drag_right(page, button="middle")
+            drags += 1
+        moved = wait_window(page, lambda w: w[1] == 0 and w[4] == 1)
+        r0, r1, c0, c1 = view_blocks(page)
+        assert covers(moved, (r0, r1, c0, c1))
+        # Cells wholly on screen (the view's edge ones may be cut) and the sinks' column, drawn
+        # as the stored design holds them.
+        rows = torch.linspace(r0 + 1, r1 - 2, 7).long()
+        cells = torch.cat([torch.cartesian_prod(rows, torch.linspace(c0 + 1, c1 - 2, 7).long()),
+                           torch.stack([rows, torch.zeros_like(rows)], 1)])  # fmt: skip
+        stored = store.restore(session).layout.runs
+        probe = torch.cat([torch.zeros(len(cells), 1, dtype=torch.long), cells], 1)
+        drawn = [canvas_pixel(page, r, c) != EMPTY for r, c in cells.tolist()]
+        assert drawn == stored.contains(probe).tolist() and all(drawn[-7:])
 
         box = canvas.bounding_box()
         page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
