@@ -152,13 +152,23 @@ def choose_backward_config(*, head_dim: int, dtype: torch.dtype, wgmma: bool) ->
 # 356 / 357, 282 / 283 / 272 / 272. At D=64 one warpgroup computes a step's dQ while the other
 # does not, so the tensor cores have the other's work while it is added; ahead of dK it only
 # delays dK past the barrier. sm90_separate (no dQ) keeps two stages. A ring that leaves no room
-# for token slots (sm90_bulk D=128 at 3 stages) takes two.
-#: (stages, dq_first) of each sm90 build by (build, head dim); others take (2, False).
+# for token slots (sm90_bulk D=128 at 3 stages) takes two. dQ writer warps (dq_writer: the
+# bulk reductions issued by two warps of the producer warpgroup on mbarriers, not by each
+# consumer between two named barriers), A/B in one run on the schedules above, two runs
+# (tools/probes/backward_sm90.py --builds sm90_bulk --with dq_writer=1, 2026-12-02,
+# benchmarks/results/checks/2026-12-02-h200-backward-dq-writer-ab-{1,2}.json), TFLOP/s without /
+# with: D=128 dense 546 / 556 and 549 / 557, causal 562 / 570 and 567 / 560, band 25 % 538 / 549
+# and 540 / 548, band 7 % at 64 388 / 400 and 392 / 399 (mean 1.015x); D=64 dense 467 / 485 and
+# 463 / 474, causal 451 / 478 and 454 / 477, band 25 % 431 / 451 and 432 / 452, band 7 % 311 /
+# 321 and 311 / 322 (mean 1.042x). cuDNN's dense backward in the same runs: 565-566 at D=128,
+# 472-476 at D=64.
+#: The HopperBackwardConfig fields of each sm90 build by (build, head dim) that differ from the
+#: defaults (2 stages, dK ahead of dQ, the consumers reduce their own dQ).
 SM90_SCHEDULES = {
-    ("sm90_bulk", 128): (3, True),
-    ("sm90_bulk", 64): (3, False),
-    ("sm90_atomic", 128): (2, True),
-    ("sm90_atomic", 64): (3, False),
+    ("sm90_bulk", 128): {"stages": 3, "dq_first": True, "dq_writer": True},
+    ("sm90_bulk", 64): {"stages": 3, "dq_writer": True},
+    ("sm90_atomic", 128): {"dq_first": True},
+    ("sm90_atomic", 64): {"stages": 3},
 }
 #: Every backward build a plan can take, by name.
 BUILDS = ("fused", "sm90_bulk", "sm90_atomic", "sm90_separate")
@@ -211,9 +221,10 @@ def backward_build_config(
     token_tiles = check_bool("token_tiles", token_tiles)
     if name == "fused":
         return choose_backward_config(head_dim=head_dim, dtype=dtype, wgmma=hopper)
-    stages, dq_first = SM90_SCHEDULES.get((name, head_dim), (2, False))
+    fields = dict(SM90_SCHEDULES.get((name, head_dim), {}))
+    stages = fields.pop("stages", 2)
     config = HopperBackwardConfig(dtype_name(dtype), head_dim, dq=name.removeprefix("sm90_"),
-                                  tokens=token_tiles, dq_first=dq_first)  # fmt: skip
+                                  tokens=token_tiles, **fields)  # fmt: skip
     if config.shared_bytes_at(stages) <= SHARED_MEMORY_LIMIT:
         config = dataclasses.replace(config, stages=stages)
     return config

@@ -29,7 +29,10 @@
 // 2 each warpgroup stages its 64 x 64 fp32 part in its own 16 KB of shared memory, in thread
 // order (float4 j·128 + t of thread t holds its accumulator atom j), and one thread adds it to
 // the matching 16 KB tile of dq_acc [B, Hq, seq_q_pad / 64, D / 64, 4096] with one bulk reduction
-// (cp.reduce.async.bulk .add.f32); `attention_bwd_dq_convert` then writes the 16-bit dq.
+// (cp.reduce.async.bulk .add.f32); `attention_bwd_dq_convert` then writes the 16-bit dq. With
+// DQ_WRITER = 1 the reduction is issued by a writer warp of the producer warpgroup, one per
+// consumer, on mbarriers (the consumers arrive once their part is staged and go on; they wait
+// only to overwrite a tile it has not read yet); else by the consumer after two named barriers.
 //
 // Token tiles (partial blocks, TOKENS = 1; token_mask.cuh): the table's entry (q_tile, 8, token
 // tile, 0) names BLOCK_N key rows of BLOCK_M / 32 words. The producer copies them (one 1 KB TMA
@@ -40,22 +43,17 @@
 // stage's Q tile. TOKENS = 0 compiles none of it: plans without partial blocks run the code they
 // ran before. Full tiles copy and read nothing either way.
 //
-// Tiles in shared memory: 64-element column blocks of 128-byte rows, 128-byte swizzle, as TMA
-// writes them (rows past the sequence ends zero-filled; padded query rows have lse2 = +inf, so P
-// is 0 there). Shared memory: K | V | Q stages | dO stages | dSᵀ x 2 | dQ staging x 2 | rows
-// (lse2, Δ) stages | token slots (TOKENS) | mbarriers.
-//
 // Inputs: the fields of HopperBackwardParams and DqConvertParams (params.cuh). Tensor maps: 4-d
 // [D, S, H, B] views with boxes of 64 x BLOCK_M (q, d_o) and 64 x BLOCK_N (k, v).
 // DQ_FIRST = 1 issues a step's dQ product ahead of its dK product, so that the dQ part is staged
 // or added while dK runs on the tensor cores (else they wait for it).
 //
 // Defines: DTYPE_BF16, HEAD_DIM (64, 128), STAGES (2, 3), DQ_MODE (0, 1, 2), TOKENS (0/1),
-// DQ_FIRST (0/1).
+// DQ_FIRST (0/1), DQ_WRITER (0/1, DQ_MODE 2). Shapes and the shared memory map: sm90_layout.cuh.
 
 #if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(STAGES) || !defined(DQ_MODE) || \
-    !defined(TOKENS) || !defined(DQ_FIRST)
-#error "define DTYPE_BF16, HEAD_DIM, STAGES, DQ_MODE, TOKENS, DQ_FIRST"
+    !defined(TOKENS) || !defined(DQ_FIRST) || !defined(DQ_WRITER)
+#error "define DTYPE_BF16, HEAD_DIM, STAGES, DQ_MODE, TOKENS, DQ_FIRST, DQ_WRITER"
 #endif
 
 #include "attention_common.cuh"
@@ -63,60 +61,11 @@
 #include "hopper.cuh"
 #include "key_walk.cuh"
 #include "params.cuh"
+#include "sm90_layout.cuh"
 #include "token_mask.cuh"
 #include "wgmma.cuh"
 
 namespace {
-
-constexpr int kHeadDim = HEAD_DIM;
-constexpr int kStages = STAGES;
-constexpr int kDqMode = DQ_MODE;
-constexpr bool kDqFirst = DQ_FIRST;
-constexpr int kBlockM = 64;   // queries per step
-constexpr int kBlockN = 128;  // keys per CTA
-constexpr int kThreads = 384;
-constexpr int kSAtoms = kBlockM / 8;   // 8-query atoms of Sᵀ
-constexpr int kOAtoms = kHeadDim / 8;  // 8-dim atoms of dK, dV
-constexpr int kDqBlocks = kHeadDim / 64;
-constexpr unsigned kQBytes = kBlockM * kHeadDim * 2;
-constexpr unsigned kKVBytes = kBlockN * kHeadDim * 2;
-constexpr unsigned kDsBytes = kBlockN * kBlockM * 2;
-constexpr unsigned kDqStageBytes = kBlockM * 64 * 4;
-constexpr unsigned kRowsBytes = 2 * kBlockM * 4;  // lse2 then Δ of one step
-constexpr bool kTokens = TOKENS;
-constexpr unsigned kTokenBytes = kTokens ? token_tile_bytes<kBlockN, kSAtoms>() : 0;  // a slot
-// setmaxnreg: 168 at entry (one CTA of 384 threads per SM), the producer keeps 24 and each
-// consumer gets (168 · 3 - 24) / 2 = 240.
-constexpr int kProducerRegisters = 24;
-constexpr int kConsumerRegisters = 240;
-
-static_assert(kHeadDim == 64 || kHeadDim == 128, "HEAD_DIM must be 64 or 128");
-static_assert(kStages == 2 || kStages == 3, "STAGES must be 2 or 3");
-static_assert(kDqMode >= 0 && kDqMode <= 2, "DQ_MODE must be 0, 1 or 2");
-
-struct Shared {
-  unsigned k, v, q, d_o, ds, dq, rows, tokens, bars;
-  __device__ Shared(unsigned base) {
-    k = base;
-    v = k + kKVBytes;
-    q = v + kKVBytes;
-    d_o = q + kStages * kQBytes;
-    ds = d_o + kStages * kQBytes;
-    dq = ds + (kDqMode ? 2 * kDsBytes : 0);
-    rows = dq + (kDqMode == 2 ? 2 * kDqStageBytes : 0);
-    tokens = rows + kStages * kRowsBytes;
-    bars = tokens + kStages * kTokenBytes;
-  }
-  __device__ unsigned q_tile(int stage) const { return q + stage * kQBytes; }
-  __device__ unsigned do_tile(int stage) const { return d_o + stage * kQBytes; }
-  __device__ unsigned ds_tile(int buffer) const { return ds + buffer * kDsBytes; }
-  __device__ unsigned dq_stage(int group) const { return dq + group * kDqStageBytes; }
-  __device__ unsigned rows_of(int stage) const { return rows + stage * kRowsBytes; }
-  __device__ unsigned token_slot(int stage) const { return tokens + stage * kTokenBytes; }
-  __device__ unsigned kv_full() const { return bars; }
-  __device__ unsigned q_full(int stage) const { return bars + 8 * (1 + stage); }
-  __device__ unsigned q_empty(int stage) const { return bars + 8 * (1 + kStages + stage); }
-};
 
 // The producer's single thread: K and V, then Q, dO, lse2, Δ (and a token tile's words, TOKENS)
 // of every step into the ring.
@@ -154,10 +103,30 @@ __device__ __forceinline__ void produce(const HopperBackwardParams& p, const Sha
   }
 }
 
+// The 64 x 64 tile of dq_acc (DQ_MODE 2) that holds rows of q tile `q_tile`, head dims
+// [64 block, +64) of query head `head` of batch element `b`.
+__device__ __forceinline__ long long dq_tile(const HopperBackwardParams& p, int b, int head,
+                                             int q_tile, int block) {
+  return ((static_cast<long long>(b) * p.q_heads + head) * (p.seq_q_pad / kBlockM) + q_tile) *
+             kDqBlocks + block;
+}
+
+// Thread `t` of a warpgroup stores its dQ accumulators (times scale) in thread order into the
+// staging tile at `staged`: float4 j·128 + t holds atom j.
+__device__ __forceinline__ void store_dq_part(const HopperBackwardParams& p, unsigned char* staged,
+                                              float (&dq)[8][4], int t) {
+  float4* tile = reinterpret_cast<float4*>(staged);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    tile[j * 128 + t] = float4{p.scale * dq[j][0], p.scale * dq[j][1], p.scale * dq[j][2],
+                               p.scale * dq[j][3]};
+  }
+}
+
 // Add this warpgroup's dQ part (rows of q tile `q_tile`, head dims [64 block, +64)) to dq_acc.
 __device__ __forceinline__ void add_dq(const HopperBackwardParams& p, const Shared& sh,
                                        unsigned char* smem, float (&dq)[8][4], int group,
-                                       int b, int head, int q_tile, int block) {
+                                       int b, int head, int q_tile, int block, unsigned step) {
   const int lane = fresh_lane();
   if (kDqMode == 1) {
     float* slice = p.dq_acc + (static_cast<long long>(b) * p.q_heads + head) * p.seq_q * kHeadDim;
@@ -174,27 +143,50 @@ __device__ __forceinline__ void add_dq(const HopperBackwardParams& p, const Shar
         }
       }
     }
+  } else if (kDqMode == 2 && kDqWriter) {  // staged here; the writer warp reduces it
+    const unsigned use = kDqBlocks == 2 ? step : step >> 1;  // this warpgroup's dQ count
+    barrier_wait(sh.dq_empty(group), (use & 1) ^ 1);  // a fresh barrier counts as read
+    store_dq_part(p, smem + (sh.dq_stage(group) - sh.k), dq, fresh_thread() - 128 * (group + 1));
+    fence_async_proxy();  // the copy engine reads what these stores wrote
+    __syncwarp();
+    if (lane == 0) barrier_arrive(sh.dq_full(group));
   } else if (kDqMode == 2) {
     const int t = fresh_thread() - 128 * (group + 1);  // thread within the warpgroup
     const unsigned stage = sh.dq_stage(group);
     if (t == 0) bulk_wait_read<0>();  // the previous reduction has read the staging tile
     named_sync(2 + group, 128);
-    float4* staged = reinterpret_cast<float4*>(smem + (stage - sh.k));
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      staged[j * 128 + t] = float4{p.scale * dq[j][0], p.scale * dq[j][1], p.scale * dq[j][2],
-                                   p.scale * dq[j][3]};
-    }
+    store_dq_part(p, smem + (stage - sh.k), dq, t);
     fence_async_proxy();  // the copy engine reads what these stores wrote
     named_sync(2 + group, 128);
     if (t == 0) {
-      const long long tile =
-          ((static_cast<long long>(b) * p.q_heads + head) * (p.seq_q_pad / kBlockM) + q_tile) *
-              kDqBlocks + block;
-      bulk_reduce_add(p.dq_acc + tile * (kDqStageBytes / 4), stage, kDqStageBytes);
+      bulk_reduce_add(p.dq_acc + dq_tile(p, b, head, q_tile, block) * (kDqStageBytes / 4), stage,
+                      kDqStageBytes);
       bulk_commit();
     }
   }
+}
+
+// DQ_WRITER: lane 0 of producer warp 1 + `group` adds each staged dQ part of consumer warpgroup
+// `group` to dq_acc with one bulk reduction, so that consumers only wait when they are about to
+// overwrite a tile it has not read yet.
+__device__ __forceinline__ void write_dq(const HopperBackwardParams& p, const Shared& sh,
+                                         const KeyTile& tile, int group) {
+  KeyWalk walk = tile.walk();
+  bool have = walk.next(p.lists, p.shared_layout, p.n_k_tiles, tile.k_tile);
+  for (unsigned n = 0, use = 0; have; ++n) {
+    if (kDqBlocks == 2 || (n & 1) == static_cast<unsigned>(group)) {
+      const Int4 entry = load_entry(p.entries + walk.entry());
+      barrier_wait(sh.dq_full(group), use & 1);
+      const long long at = dq_tile(p, tile.b, walk.head, entry.x, kDqBlocks == 2 ? group : 0);
+      bulk_reduce_add(p.dq_acc + at * (kDqStageBytes / 4), sh.dq_stage(group), kDqStageBytes);
+      bulk_commit();
+      bulk_wait_read<0>();
+      barrier_arrive(sh.dq_empty(group));
+      ++use;
+    }
+    have = walk.next(p.lists, p.shared_layout, p.n_k_tiles, tile.k_tile);
+  }
+  bulk_wait<0>();
 }
 
 }  // namespace
@@ -213,6 +205,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       barrier_init(sh.q_full(stage), 1);
       barrier_init(sh.q_empty(stage), 8);  // one arrival per consumer warp
     }
+    if (kDqWriter) {
+      for (int group = 0; group < 2; ++group) {
+        barrier_init(sh.dq_full(group), 4);  // one arrival per warp of the warpgroup
+        barrier_init(sh.dq_empty(group), 1);
+      }
+    }
     barrier_init_fence();
   }
   __syncthreads();
@@ -220,6 +218,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   if (warp < 4) {  // ---- producer warpgroup
     registers_release<kProducerRegisters>();
     if (threadIdx.x == 0) produce(params, sh, tile);
+    if (kDqWriter && (warp == 1 || warp == 2) && fresh_lane() == 0) {
+      write_dq(params, sh, tile, warp - 1);
+    }
     return;
   }
   registers_claim<kConsumerRegisters>();
@@ -326,12 +327,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         release();
         wgmma_wait<0>();
         pin(dq);
-        add_dq(params, sh, smem, dq, group, tile.b, walk.head, entry.x, dq_block);
+        add_dq(params, sh, smem, dq, group, tile.b, walk.head, entry.x, dq_block, n);
       } else {
         issue_dk();
         wgmma_wait<1>();  // dV and dQ have landed: add dQ while dK runs
         pin(dq);
-        add_dq(params, sh, smem, dq, group, tile.b, walk.head, entry.x, dq_block);
+        add_dq(params, sh, smem, dq, group, tile.b, walk.head, entry.x, dq_block, n);
         wgmma_wait<0>();
         release();
       }
@@ -341,7 +342,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
     have = walk.next(params.lists, params.shared_layout, params.n_k_tiles, tile.k_tile);
   }
-  if (kDqMode == 2 && fresh_thread() % 128 == 0) bulk_wait<0>();
+  if (kDqMode == 2 && !kDqWriter && fresh_thread() % 128 == 0) bulk_wait<0>();
 
   // ---- dK (times scale) and dV of this warp's 16 keys: 16-bit, or fp32 partials of a split
   const int lane = fresh_lane();

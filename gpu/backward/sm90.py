@@ -12,10 +12,11 @@ they compute dQ (``dq``):
 - ``"separate"``: none here; the query-major kernel of ``gpu.backward.sm90_dq`` computes it,
   recomputing S and dP, with no atomics: the deterministic build.
 
-The ring's depth (``stages``) and whether a step's dQ product is issued ahead of its dK product
-(``dq_first``, so that the dQ part is staged while dK runs) are set per build and head dim by
-``gpu.backward.builds.SM90_SCHEDULES``, as measured; the fields' defaults are the schedule of
-before.
+The ring's depth (``stages``), whether a step's dQ product is issued ahead of its dK product
+(``dq_first``, so that the dQ part is staged while dK runs) and whether writer warps of the
+producer warpgroup issue the bulk dQ reductions (``dq_writer``, so that consumers stage their
+part and go on) are set per build and head dim by ``gpu.backward.builds.SM90_SCHEDULES``, as
+measured; the fields' defaults are the schedule of before.
 
 Token tiles (partial blocks): with ``tokens`` each step's token words (128 key rows of 2 words,
 1 KB) travel with its Q tile into a slot per stage and mask Sᵀ before Pᵀ; without, the build
@@ -87,6 +88,7 @@ class HopperBackwardConfig:
     stages: int = 2  # Q / dO / lse2 / Δ buffers in the ring
     tokens: bool = False  # token tiles: their words staged with each step's Q tile
     dq_first: bool = False  # dQ issued ahead of dK, its part added while dK runs
+    dq_writer: bool = False  # bulk dQ reduced by writer warps, not by the consumers
 
     block_m = 64  # query rows per step
     block_n = 128  # keys per CTA, 64 per consumer warpgroup
@@ -101,6 +103,9 @@ class HopperBackwardConfig:
         check_choice("stages", self.stages, (2, 3))
         check_bool("tokens", self.tokens)
         check_bool("dq_first", self.dq_first)
+        check_bool("dq_writer", self.dq_writer)
+        if self.dq_writer and self.dq != "bulk":
+            raise ValueError(f"dq_writer needs dq='bulk' (its staged dQ parts), got {self.dq!r}")
         check_shared_memory(
             self.shared_bytes,
             f"dq={self.dq!r}, stages={self.stages}, head_dim={self.head_dim}, tokens={self.tokens}",
@@ -133,7 +138,8 @@ class HopperBackwardConfig:
     def defines(self) -> dict[str, int]:
         return {"DTYPE_BF16": int(self.dtype == "bf16"), "HEAD_DIM": self.head_dim,
                 "STAGES": self.stages, "DQ_MODE": DQ_MODES[self.dq],
-                "TOKENS": int(self.tokens), "DQ_FIRST": int(self.dq_first)}  # fmt: skip
+                "TOKENS": int(self.tokens), "DQ_FIRST": int(self.dq_first),
+                "DQ_WRITER": int(self.dq_writer)}  # fmt: skip
 
 
 def group_splits(n_ctas: int, kv_group: int, n_sms: int) -> int:

@@ -149,9 +149,13 @@ def test_each_sm90_build_takes_its_measured_schedule_where_its_ring_fits():
     assert schedule("sm90_bulk", 64, True) == schedule("sm90_bulk", 64, False) == (3, False)
     assert schedule("sm90_atomic", 128, True) == (2, True)
     assert schedule("sm90_separate", 128, False) == (2, False)
-    for (name, head_dim), (stages, dq_first) in builds.SM90_SCHEDULES.items():
-        assert schedule(name, head_dim, False) == (stages, dq_first)
+    for (name, head_dim), fields in builds.SM90_SCHEDULES.items():
+        config = backward_build_config(name, head_dim=head_dim, dtype=torch.bfloat16, hopper=True)
+        assert all(getattr(config, field) == value for field, value in fields.items())
     assert HopperBackwardConfig("bf16", 128, dq_first=True).defines()["DQ_FIRST"] == 1
+    assert HopperBackwardConfig("bf16", 64, dq_writer=True).defines()["DQ_WRITER"] == 1
+    with pytest.raises(ValueError, match="dq_writer needs dq='bulk'"):
+        HopperBackwardConfig("bf16", 64, dq="atomic", dq_writer=True)
 
 
 def test_the_table_refuses_what_it_cannot_give():

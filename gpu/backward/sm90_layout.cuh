@@ -1,0 +1,71 @@
+// The compile-time shapes of gpu/backward/sm90.cu's CTA and where its buffers lie in shared
+// memory (that file's header says what each holds and who reads it).
+//
+// Tiles in shared memory: 64-element column blocks of 128-byte rows, 128-byte swizzle, as TMA
+// writes them (rows past the sequence ends zero-filled; padded query rows have lse2 = +inf, so P
+// is 0 there). Shared memory: K | V | Q stages | dO stages | dSᵀ x 2 | dQ staging x 2 | rows
+// (lse2, Δ) stages | token slots (TOKENS) | mbarriers.
+
+#pragma once
+
+#include "token_mask.cuh"  // token_tile_bytes
+
+namespace {
+
+constexpr int kHeadDim = HEAD_DIM;
+constexpr int kStages = STAGES;
+constexpr int kDqMode = DQ_MODE;
+constexpr bool kDqFirst = DQ_FIRST;
+constexpr bool kDqWriter = DQ_WRITER;
+constexpr int kBlockM = 64;   // queries per step
+constexpr int kBlockN = 128;  // keys per CTA
+constexpr int kThreads = 384;
+constexpr int kSAtoms = kBlockM / 8;   // 8-query atoms of Sᵀ
+constexpr int kOAtoms = kHeadDim / 8;  // 8-dim atoms of dK, dV
+constexpr int kDqBlocks = kHeadDim / 64;
+constexpr unsigned kQBytes = kBlockM * kHeadDim * 2;
+constexpr unsigned kKVBytes = kBlockN * kHeadDim * 2;
+constexpr unsigned kDsBytes = kBlockN * kBlockM * 2;
+constexpr unsigned kDqStageBytes = kBlockM * 64 * 4;
+constexpr unsigned kRowsBytes = 2 * kBlockM * 4;  // lse2 then Δ of one step
+constexpr bool kTokens = TOKENS;
+constexpr unsigned kTokenBytes = kTokens ? token_tile_bytes<kBlockN, kSAtoms>() : 0;  // a slot
+// setmaxnreg: 168 at entry (one CTA of 384 threads per SM), the producer keeps 24 and each
+// consumer gets (168 · 3 - 24) / 2 = 240.
+constexpr int kProducerRegisters = 24;
+constexpr int kConsumerRegisters = 240;
+
+static_assert(kHeadDim == 64 || kHeadDim == 128, "HEAD_DIM must be 64 or 128");
+static_assert(kStages == 2 || kStages == 3, "STAGES must be 2 or 3");
+static_assert(kDqMode >= 0 && kDqMode <= 2, "DQ_MODE must be 0, 1 or 2");
+static_assert(!kDqWriter || kDqMode == 2, "DQ_WRITER needs DQ_MODE 2");
+
+struct Shared {
+  unsigned k, v, q, d_o, ds, dq, rows, tokens, bars;
+  __device__ Shared(unsigned base) {
+    k = base;
+    v = k + kKVBytes;
+    q = v + kKVBytes;
+    d_o = q + kStages * kQBytes;
+    ds = d_o + kStages * kQBytes;
+    dq = ds + (kDqMode ? 2 * kDsBytes : 0);
+    rows = dq + (kDqMode == 2 ? 2 * kDqStageBytes : 0);
+    tokens = rows + kStages * kRowsBytes;
+    bars = tokens + kStages * kTokenBytes;
+  }
+  __device__ unsigned q_tile(int stage) const { return q + stage * kQBytes; }
+  __device__ unsigned do_tile(int stage) const { return d_o + stage * kQBytes; }
+  __device__ unsigned ds_tile(int buffer) const { return ds + buffer * kDsBytes; }
+  __device__ unsigned dq_stage(int group) const { return dq + group * kDqStageBytes; }
+  __device__ unsigned rows_of(int stage) const { return rows + stage * kRowsBytes; }
+  __device__ unsigned token_slot(int stage) const { return tokens + stage * kTokenBytes; }
+  __device__ unsigned kv_full() const { return bars; }
+  __device__ unsigned q_full(int stage) const { return bars + 8 * (1 + stage); }
+  __device__ unsigned q_empty(int stage) const { return bars + 8 * (1 + kStages + stage); }
+  // DQ_WRITER: consumer warpgroup `group`'s staging tile is written (4 warp arrivals) / read by
+  // its reduction (1 arrival, the writer's).
+  __device__ unsigned dq_full(int group) const { return bars + 8 * (1 + 2 * kStages + group); }
+  __device__ unsigned dq_empty(int group) const { return bars + 8 * (3 + 2 * kStages + group); }
+};
+
+}  // namespace
