@@ -201,7 +201,13 @@ class BlockSparsePlan:
         first use: the build ``gpu.backward.builds.choose_backward_build`` names, or ``build``
         (else the one the ``BLOCKSPARSE_BACKWARD_BUILD`` environment variable names);
         ``deterministic`` (default: the plan's) asks for bitwise-repeatable gradients."""
-        from gpu.backward.builds import BUILD_ENV, backward_build_config, choose_backward_build
+        from gpu.backward.builds import (
+            BUILD_ENV,
+            backward_build_config,
+            choose_backward_build,
+            has_tall_schedule,
+            takes_tall_steps,
+        )
 
         deterministic = self.deterministic if deterministic is None else deterministic
         name = choose_backward_build(
@@ -213,9 +219,10 @@ class BlockSparsePlan:
             from gpu.backward.fused import plan_backward
             from gpu.backward.sm90 import plan_hopper_backward
 
+            tall = has_tall_schedule(name, head_dim) and takes_tall_steps(self.backward_tiles)
             config = backward_build_config(name, head_dim=head_dim, dtype=dtype,
-                                           hopper=self._hopper,
-                                           token_tiles=self.n_partials > 0)  # fmt: skip
+                                           hopper=self._hopper, token_tiles=self.n_partials > 0,
+                                           tall=tall)  # fmt: skip
             return (plan_backward if name == "fused" else plan_hopper_backward)(self, config)
 
         return self._once(self._backward, (dtype, head_dim, name), make)
@@ -265,6 +272,11 @@ class BlockSparsePlan:
 
         build = build_backward_lut if self.runs is None else build_backward_lut_runs
         return self._table(self._backward_luts, build, block_m, block_n)
+
+    def backward_tiles(self, block_m: int) -> int:
+        """Tile pairs of the backward's table at ``block_m x 128`` tiles (a build's choice of
+        rows per step weighs them)."""
+        return self.backward_lut(block_m, 128).n_tiles
 
     def _table(self, cache: dict, build: Any, block_m: int, block_n: int) -> Any:
         found = cache.get((block_m, block_n))

@@ -40,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout, uninstalled
 
 from gpu.backward.builds import BUILDS as BACKWARD_BUILDS
-from gpu.backward.builds import backward_build_config, choose_backward_config
+from gpu.backward.builds import backward_build_config, choose_backward_config, has_tall_schedule
 from gpu.backward.fused import SOURCE as BACKWARD_SOURCE
 from gpu.backward.sm90_dq import HopperDqConfig
 from gpu.forward.builds import HOPPER_BUILDS, choose_config
@@ -107,9 +107,12 @@ def builds() -> list[Build]:
         for tokens in (False, True):  # plans without and with partial blocks
             tail = f"{name}-d{head_dim}" + ("-tokens" if tokens else "")
             for build in BACKWARD_BUILDS[1:]:
-                c = backward_build_config(build, head_dim=head_dim, dtype=dtype, hopper=True,
-                                          token_tiles=tokens)  # fmt: skip
-                found.append(_build(f"backward-{build}-{tail}", c.source, c, True))
+                for tall in (False, True)[: 1 + has_tall_schedule(build, head_dim)]:
+                    c = backward_build_config(build, head_dim=head_dim, dtype=dtype, hopper=True,
+                                              token_tiles=tokens, tall=tall)  # fmt: skip
+                    label = f"backward-{build}-{name}-d{head_dim}" + "-rows128" * tall
+                    label += "-tokens" * tokens
+                    found.append(_build(label, c.source, c, True))
             c = HopperDqConfig(name, head_dim, tokens=tokens)
             found.append(_build(f"backward-sm90_dq-{tail}", c.source, c, True))
         for block in BLOCK_SIZES:

@@ -26,20 +26,29 @@ __device__ __forceinline__ void mask_transposed(float (&s)[NS][4], const Int4& e
   const bool causal = entry.y & kFlagDiagonal;
   const bool bounded = entry.y & kFlagKeyBound;
   const int n_sub_cols = BlockN >> sub_cols_log2;
+  unsigned long long column_bits[2];
+  int first_query[2];  // the first query (column) that sees the key, causal
+  bool in_range[2];
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int row = key_row0 + half * 8 + (lane >> 2);  // key within the tile
     const int key = k_tile0 + row;
-    const unsigned long long column_bits = use_bits ? word >> (row >> sub_cols_log2) : ~0ull;
+    column_bits[half] = use_bits ? word >> (row >> sub_cols_log2) : ~0ull;
+    first_query[half] = causal ? key - q_tile0 - causal_offset : -BlockN;
+    in_range[half] = !bounded || key < seq_k;
+  }
 #pragma unroll
-    for (int nj = 0; nj < NS; ++nj) {
+  for (int nj = 0; nj < NS; ++nj) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int column = nj * 8 + 2 * (lane & 3) + e;  // query within the tile
-        const bool block_on = (column_bits >> ((column >> sub_rows_log2) * n_sub_cols)) & 1ull;
-        const bool keep = block_on && (!causal || key <= q_tile0 + column + causal_offset) &&
-                          (!bounded || key < seq_k);
-        if (!keep) s[nj][2 * half + e] = negative_infinity();
+    for (int e = 0; e < 2; ++e) {
+      const int column = nj * 8 + 2 * (lane & 3) + e;  // query within the tile
+      const int cell_shift = (column >> sub_rows_log2) * n_sub_cols;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const bool block_on = (column_bits[half] >> cell_shift) & 1ull;
+        if (!(block_on && in_range[half] && column >= first_query[half])) {
+          s[nj][2 * half + e] = negative_infinity();
+        }
       }
     }
   }
@@ -114,19 +123,23 @@ __device__ __forceinline__ void pack_fragments(const float (&s)[NS][4],
   }
 }
 
-// Store this warp's 16 key rows of dSᵀ (packed fragments of 64 queries) into a [keys, 64] tile
-// of 128-byte rows at `tile` (bytes), 16-byte chunk c of row r at c ^ (r & 7): the layout wgmma
-// reads MN-major, and conflict-free for these stores.
-__device__ __forceinline__ void store_transposed(const unsigned (&ds)[4][4], unsigned char* tile,
-                                                 int key_row0, int lane) {
+// Store this warp's 16 key rows of dSᵀ (packed fragments of 16·KS queries) into a [keys, 16·KS]
+// tile of 128-byte rows at `tile` (bytes): 64-query column blocks `block_bytes` apart, 16-byte
+// chunk c of row r at c ^ (r & 7): the layout wgmma reads MN-major, and conflict-free for these
+// stores.
+template <int KS>
+__device__ __forceinline__ void store_transposed(const unsigned (&ds)[KS][4], unsigned char* tile,
+                                                 int key_row0, int lane, int block_bytes = 0) {
+  static_assert(KS % 4 == 0, "whole 64-query column blocks");
 #pragma unroll
-  for (int ks = 0; ks < 4; ++ks) {
+  for (int ks = 0; ks < KS; ++ks) {
+    const int chunk = 2 * (ks & 3);
 #pragma unroll
     for (int half = 0; half < 2; ++half) {  // rows lane/4 and lane/4 + 8 of 16 keys
       const int row = key_row0 + half * 8 + (lane >> 2);
-      unsigned char* line = tile + row * 128 + 4 * (lane & 3);
-      *reinterpret_cast<unsigned*>(line + (((2 * ks) ^ (row & 7)) << 4)) = ds[ks][half];
-      *reinterpret_cast<unsigned*>(line + (((2 * ks + 1) ^ (row & 7)) << 4)) = ds[ks][2 + half];
+      unsigned char* line = tile + (ks >> 2) * block_bytes + row * 128 + 4 * (lane & 3);
+      *reinterpret_cast<unsigned*>(line + ((chunk ^ (row & 7)) << 4)) = ds[ks][half];
+      *reinterpret_cast<unsigned*>(line + (((chunk + 1) ^ (row & 7)) << 4)) = ds[ks][2 + half];
     }
   }
 }

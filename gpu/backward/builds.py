@@ -29,6 +29,7 @@ the ``BLOCKSPARSE_BACKWARD_BUILD`` environment variable.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,13 +164,29 @@ def choose_backward_config(*, head_dim: int, dtype: torch.dtype, wgmma: bool) ->
 # 321 and 311 / 322 (mean 1.042x). cuDNN's dense backward in the same runs: 565-566 at D=128,
 # 472-476 at D=64.
 #: The HopperBackwardConfig fields of each sm90 build by (build, head dim) that differ from the
-#: defaults (2 stages, dK ahead of dQ, the consumers reduce their own dQ).
+#: defaults (2 stages, dK ahead of dQ, the consumers reduce their own dQ, 64-row steps).
 SM90_SCHEDULES = {
     ("sm90_bulk", 128): {"stages": 3, "dq_first": True, "dq_writer": True},
     ("sm90_bulk", 64): {"stages": 3, "dq_writer": True},
     ("sm90_atomic", 128): {"dq_first": True},
     ("sm90_atomic", 64): {"stages": 3},
 }
+# 128-row steps at D=64 (block_m=128: twice the work per step for the same fixed cost, 64 x 128
+# products for Sᵀ and dPᵀ, both warpgroups' dQ parts every step; two stages fit), A/B against
+# the 64-row schedule above, two runs (tools/probes/backward_sm90.py --builds sm90_bulk --with
+# block_m=64,stages=3 [--with block_m=128,stages=2], 2026-12-02, benchmarks/results/checks/
+# 2026-12-02-h200-backward-tall-steps-ab-{1,2}.json), effective TFLOP/s 128 rows / 64 rows: dense
+# 488 / 470 and 482 / 470, causal 492 / 484 and 489 / 483, band 25 % 459 / 454 and 456 / 452;
+# band 7 % at blocks of 64 292 / 332 and 292 / 332, where a 128-row tile computes 1.10x the work
+# (half-empty query tiles), so a plan takes 128 rows only where its table grows by at most
+# TALL_STEPS_MAX_WORK. The second run times the same 128-row build twice, first and third: 492
+# and 482 on dense (the first build timed in a case runs 1-3 % faster, D=128 too), so the gain is
+# 1.01-1.03x. cuDNN's dense backward in the same runs: 463-477.
+#: The fields of an sm90 build's 128-row schedule, where it has one (by build, head dim).
+SM90_TALL_SCHEDULES = {("sm90_bulk", 64): {"block_m": 128, "dq_writer": True}}
+#: A plan takes the tall schedule where its table at 128-row tiles computes at most this much
+#: more (query rows x tiles) than at 64 rows: the tall steps ran 1.01-1.03x faster per FLOP.
+TALL_STEPS_MAX_WORK = 1.02
 #: Every backward build a plan can take, by name.
 BUILDS = ("fused", "sm90_bulk", "sm90_atomic", "sm90_separate")
 #: Whether a Hopper plan takes an sm90 build (True) or the wgmma path of fused.cu.
@@ -209,22 +226,43 @@ def choose_backward_build(*, hopper: bool, deterministic: bool, build: str | Non
 
 
 def backward_build_config(
-    name: str, *, head_dim: int, dtype: torch.dtype, hopper: bool, token_tiles: bool = False
-) -> Any:
+    name: str, *, head_dim: int, dtype: torch.dtype, hopper: bool, token_tiles: bool = False,
+    tall: bool = False,
+) -> Any:  # fmt: skip
     """The configuration of build ``name`` (of ``BUILDS``) for ``head_dim`` and ``dtype``: a
     ``BackwardConfig`` for ``"fused"`` (its wgmma path on Hopper), else a
     ``gpu.backward.sm90.HopperBackwardConfig``, with its token-tile path where ``token_tiles``
-    (a plan with token-masked blocks; ``fused.cu`` always has it)."""
+    (a plan with token-masked blocks; ``fused.cu`` always has it), and its 128-row schedule
+    where ``tall`` and it has one (``SM90_TALL_SCHEDULES``; a plan asks for it where
+    ``takes_tall_steps``)."""
     from gpu.backward.sm90 import HopperBackwardConfig  # it imports this module
 
     check_choice("build", name, BUILDS)
-    token_tiles = check_bool("token_tiles", token_tiles)
     if name == "fused":
         return choose_backward_config(head_dim=head_dim, dtype=dtype, wgmma=hopper)
-    fields = dict(SM90_SCHEDULES.get((name, head_dim), {}))
+    token_tiles, tall = check_bool("token_tiles", token_tiles), check_bool("tall", tall)
+    schedules = (
+        SM90_TALL_SCHEDULES if tall and has_tall_schedule(name, head_dim) else SM90_SCHEDULES
+    )
+    fields = dict(schedules.get((name, head_dim), {}))
     stages = fields.pop("stages", 2)
     config = HopperBackwardConfig(dtype_name(dtype), head_dim, dq=name.removeprefix("sm90_"),
                                   tokens=token_tiles, **fields)  # fmt: skip
     if config.shared_bytes_at(stages) <= SHARED_MEMORY_LIMIT:
         config = dataclasses.replace(config, stages=stages)
     return config
+
+
+def has_tall_schedule(name: str, head_dim: int) -> bool:
+    """Whether build ``name`` has a 128-row schedule at ``head_dim``."""
+    return (name, head_dim) in SM90_TALL_SCHEDULES
+
+
+def takes_tall_steps(tiles_at: Callable[[int], int]) -> bool:
+    """Whether 128-row steps compute at most ``TALL_STEPS_MAX_WORK`` times the query rows of
+    64-row steps, given the table's size at each (``tiles_at(block_m)``).
+
+    >>> takes_tall_steps({128: 64, 64: 128}.get), takes_tall_steps({128: 70, 64: 128}.get)
+    (True, False)
+    """
+    return tiles_at(128) * 128 <= TALL_STEPS_MAX_WORK * tiles_at(64) * 64

@@ -152,12 +152,14 @@ def run_prep(
     lse: torch.Tensor,
     grad_lse: torch.Tensor | None,
     stream: int,
+    block_m: int = BLOCK_M,
 ) -> tuple[torch.Tensor, int]:
     """Enqueue the preprocessing kernel; ``(rows, seq_q_pad)``: ``rows[0]`` the base-2 logsumexp
-    and ``rows[1]`` Δ of every query row, fp32 ``[B · Hq · seq_q_pad]`` (padded to BLOCK_M)."""
+    and ``rows[1]`` Δ of every query row, fp32 ``[B · Hq · seq_q_pad]`` (padded to ``block_m``,
+    the query rows of the main kernel's steps)."""
     batch, q_heads, seq_q, head_dim = out.shape
     grad_lse = None if grad_lse is None else grad_lse.float().contiguous()
-    seq_q_pad = -(-seq_q // BLOCK_M) * BLOCK_M
+    seq_q_pad = -(-seq_q // block_m) * block_m
     n_rows = batch * q_heads * seq_q_pad
     rows = out.new_empty((2, n_rows), dtype=torch.float32)  # lse2, Δ
     rows_per_cta = PREP_THREADS // 32 * (32 // (head_dim // 8))

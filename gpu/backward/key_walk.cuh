@@ -38,11 +38,12 @@ struct KeyWalk {
 // (batch, kv head, split) of a key tile before the next key tile.
 struct KeyTile {
   int k_tile, b, kv_head, split, first_head, end_head;
-  __device__ explicit KeyTile(const HopperBackwardParams& p) {
+  // The tile of block `block` (blockIdx.x, or fresh_block() to derive it again after a loop).
+  __device__ KeyTile(const HopperBackwardParams& p, int block) {
     const int per_tile = p.batch * p.kv_heads * p.n_splits;
-    const int tile_index = p.key_tiles_inner ? blockIdx.x % p.n_k_tiles : blockIdx.x / per_tile;
+    const int tile_index = p.key_tiles_inner ? block % p.n_k_tiles : block / per_tile;
     k_tile = __ldg(p.order + tile_index);
-    int rest = p.key_tiles_inner ? blockIdx.x / p.n_k_tiles : blockIdx.x % per_tile;
+    int rest = p.key_tiles_inner ? block / p.n_k_tiles : block % per_tile;
     b = rest % p.batch;
     rest /= p.batch;
     split = rest % p.n_splits;

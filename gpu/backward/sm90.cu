@@ -4,7 +4,7 @@
 // header first. This file changes who does what.
 //
 // A CTA owns one key tile of BLOCK_N = 128 keys of one kv head and batch element, and walks the
-// query tiles (BLOCK_M = 64 rows) that attend to it for query heads [first_head, end_head) of the
+// query tiles (BLOCK_M = 64 or 128 rows) that attend to it for query heads [first_head, end_head) of the
 // kv group (all of them, or one of n_splits slices when the grid would be too small: the host
 // then sums the fp32 partial dK, dV of the slices). A CTA is three warpgroups:
 // - warpgroup 0, the producer, gives its registers away (setmaxnreg); one thread loads K and V
@@ -18,11 +18,13 @@
 //       dSᵀ = Pᵀ ∘ (dPᵀ - Δ)          dK += dSᵀ Q   (A = dSᵀ from registers; Q N-major)
 //   dSᵀ also goes to shared memory (two buffers, one per step parity), and after a named barrier
 //   of both consumers: dQ = dS K with A = dS read MN-major from the dSᵀ tile and B = the K tile
-//   MN-major. At D = 128 warpgroup g computes head dims [64g, 64g + 64); at D = 64 warpgroup
-//   (step & 1) computes all 64 (a 64 x 64 x 128 product; the other skips it that step).
-// Why 64-row query steps: Sᵀ, dPᵀ (32 + 32), dK, dV (2 · D/2) and dQ (32) fp32 accumulators per
-// thread fit the 240 registers of a consumer at D = 128 only with 64 queries per step; the same
-// step at D = 64 keeps one build shape.
+//   MN-major. At D = 128 warpgroup g computes head dims [64g, 64g + 64); at D = 64 with 128-row
+//   steps, queries [64g, 64g + 64); at D = 64 with 64-row steps warpgroup (step & 1) computes all
+//   64 (a 64 x 64 x 128 product; the other skips it that step).
+// Why 64-row query steps at D = 128: Sᵀ, dPᵀ (32 + 32), dK, dV (2 · D/2) and dQ (32) fp32
+// accumulators per thread fit the 240 registers of a consumer only so. At D = 64, 128-row steps
+// fit as 64 + 64 + 2 · 32 + 32 when Sᵀ and dPᵀ are not carried between steps (their first k-step
+// only writes them) and dV is issued after dSᵀ is computed (sm90_layout.cuh: kLateDv).
 //
 // dQ, DQ_MODE: 0 none (the query-major kernel of sm90_dq.cu computes it: deterministic);
 // 1 fp32 atomics (red.global.add.v2.f32) into dq_acc [B, Hq, seq_q, D], scale applied;
@@ -51,9 +53,9 @@
 // Defines: DTYPE_BF16, HEAD_DIM (64, 128), STAGES (2, 3), DQ_MODE (0, 1, 2), TOKENS (0/1),
 // DQ_FIRST (0/1), DQ_WRITER (0/1, DQ_MODE 2). Shapes and the shared memory map: sm90_layout.cuh.
 
-#if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(STAGES) || !defined(DQ_MODE) || \
-    !defined(TOKENS) || !defined(DQ_FIRST) || !defined(DQ_WRITER)
-#error "define DTYPE_BF16, HEAD_DIM, STAGES, DQ_MODE, TOKENS, DQ_FIRST, DQ_WRITER"
+#if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(BLOCK_M) || !defined(STAGES) || \
+    !defined(DQ_MODE) || !defined(TOKENS) || !defined(DQ_FIRST) || !defined(DQ_WRITER)
+#error "define DTYPE_BF16, HEAD_DIM, BLOCK_M, STAGES, DQ_MODE, TOKENS, DQ_FIRST, DQ_WRITER"
 #endif
 
 #include "attention_common.cuh"
@@ -61,6 +63,7 @@
 #include "hopper.cuh"
 #include "key_walk.cuh"
 #include "params.cuh"
+#include "sm90_dq_parts.cuh"
 #include "sm90_layout.cuh"
 #include "token_mask.cuh"
 #include "wgmma.cuh"
@@ -103,92 +106,6 @@ __device__ __forceinline__ void produce(const HopperBackwardParams& p, const Sha
   }
 }
 
-// The 64 x 64 tile of dq_acc (DQ_MODE 2) that holds rows of q tile `q_tile`, head dims
-// [64 block, +64) of query head `head` of batch element `b`.
-__device__ __forceinline__ long long dq_tile(const HopperBackwardParams& p, int b, int head,
-                                             int q_tile, int block) {
-  return ((static_cast<long long>(b) * p.q_heads + head) * (p.seq_q_pad / kBlockM) + q_tile) *
-             kDqBlocks + block;
-}
-
-// Thread `t` of a warpgroup stores its dQ accumulators (times scale) in thread order into the
-// staging tile at `staged`: float4 j·128 + t holds atom j.
-__device__ __forceinline__ void store_dq_part(const HopperBackwardParams& p, unsigned char* staged,
-                                              float (&dq)[8][4], int t) {
-  float4* tile = reinterpret_cast<float4*>(staged);
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    tile[j * 128 + t] = float4{p.scale * dq[j][0], p.scale * dq[j][1], p.scale * dq[j][2],
-                               p.scale * dq[j][3]};
-  }
-}
-
-// Add this warpgroup's dQ part (rows of q tile `q_tile`, head dims [64 block, +64)) to dq_acc.
-__device__ __forceinline__ void add_dq(const HopperBackwardParams& p, const Shared& sh,
-                                       unsigned char* smem, float (&dq)[8][4], int group,
-                                       int b, int head, int q_tile, int block, unsigned step) {
-  const int lane = fresh_lane();
-  if (kDqMode == 1) {
-    float* slice = p.dq_acc + (static_cast<long long>(b) * p.q_heads + head) * p.seq_q * kHeadDim;
-    const int warp_row0 = q_tile * kBlockM + 16 * ((fresh_thread() >> 5) & 3);
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = warp_row0 + half * 8 + (lane >> 2);
-      if (row < p.seq_q) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) {
-          add_pair(slice + static_cast<long long>(row) * kHeadDim + block * 64 + j * 8 +
-                       2 * (lane & 3),
-                   p.scale * dq[j][2 * half], p.scale * dq[j][2 * half + 1]);
-        }
-      }
-    }
-  } else if (kDqMode == 2 && kDqWriter) {  // staged here; the writer warp reduces it
-    const unsigned use = kDqBlocks == 2 ? step : step >> 1;  // this warpgroup's dQ count
-    barrier_wait(sh.dq_empty(group), (use & 1) ^ 1);  // a fresh barrier counts as read
-    store_dq_part(p, smem + (sh.dq_stage(group) - sh.k), dq, fresh_thread() - 128 * (group + 1));
-    fence_async_proxy();  // the copy engine reads what these stores wrote
-    __syncwarp();
-    if (lane == 0) barrier_arrive(sh.dq_full(group));
-  } else if (kDqMode == 2) {
-    const int t = fresh_thread() - 128 * (group + 1);  // thread within the warpgroup
-    const unsigned stage = sh.dq_stage(group);
-    if (t == 0) bulk_wait_read<0>();  // the previous reduction has read the staging tile
-    named_sync(2 + group, 128);
-    store_dq_part(p, smem + (stage - sh.k), dq, t);
-    fence_async_proxy();  // the copy engine reads what these stores wrote
-    named_sync(2 + group, 128);
-    if (t == 0) {
-      bulk_reduce_add(p.dq_acc + dq_tile(p, b, head, q_tile, block) * (kDqStageBytes / 4), stage,
-                      kDqStageBytes);
-      bulk_commit();
-    }
-  }
-}
-
-// DQ_WRITER: lane 0 of producer warp 1 + `group` adds each staged dQ part of consumer warpgroup
-// `group` to dq_acc with one bulk reduction, so that consumers only wait when they are about to
-// overwrite a tile it has not read yet.
-__device__ __forceinline__ void write_dq(const HopperBackwardParams& p, const Shared& sh,
-                                         const KeyTile& tile, int group) {
-  KeyWalk walk = tile.walk();
-  bool have = walk.next(p.lists, p.shared_layout, p.n_k_tiles, tile.k_tile);
-  for (unsigned n = 0, use = 0; have; ++n) {
-    if (kDqBlocks == 2 || (n & 1) == static_cast<unsigned>(group)) {
-      const Int4 entry = load_entry(p.entries + walk.entry());
-      barrier_wait(sh.dq_full(group), use & 1);
-      const long long at = dq_tile(p, tile.b, walk.head, entry.x, kDqBlocks == 2 ? group : 0);
-      bulk_reduce_add(p.dq_acc + at * (kDqStageBytes / 4), sh.dq_stage(group), kDqStageBytes);
-      bulk_commit();
-      bulk_wait_read<0>();
-      barrier_arrive(sh.dq_empty(group));
-      ++use;
-    }
-    have = walk.next(p.lists, p.shared_layout, p.n_k_tiles, tile.k_tile);
-  }
-  bulk_wait<0>();
-}
-
 }  // namespace
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
@@ -196,7 +113,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(1024) Bits128 shared_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>(shared_raw);
   const Shared sh(shared_address(shared_raw));
-  const KeyTile tile(params);
+  const KeyTile tile(params, blockIdx.x);
   const int warp = warp_index();
   if (threadIdx.x == 0) {
     barrier_init(sh.kv_full(), 1);
@@ -239,9 +156,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     for (int e = 0; e < 4; ++e) dk[j][e] = dv[j][e] = 0.f;
   }
 #pragma unroll
-  for (int j = 0; j < 8; ++j) {
+  for (int j = 0; j < kSAtoms; ++j) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = dq[j][e] = 0.f;
+    for (int e = 0; e < 4; ++e) s[j][e] = dp[j][e] = dq[j % 8][e] = 0.f;
   }
 
   KeyWalk walk = tile.walk();
@@ -255,12 +172,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     barrier_wait(sh.q_full(stage), (n / kStages) & 1);
 
     // Sᵀ and dPᵀ together; Pᵀ while dPᵀ runs
-    pin(s);
-    pin(dp);
+    if (!kFreshScores) {
+      pin(s);
+      pin(dp);
+    }
     wgmma_fence();
-    issue_rows_times_rows<kHeadDim>(s, k_rows, kBlockN * 128, q_tile, kBlockM * 128);
+    issue_rows_times_rows<kHeadDim, kSAtoms, kFreshScores>(s, k_rows, kBlockN * 128, q_tile,
+                                                            kBlockM * 128);
     wgmma_commit();
-    issue_rows_times_rows<kHeadDim>(dp, v_rows, kBlockN * 128, do_tile, kBlockM * 128);
+    issue_rows_times_rows<kHeadDim, kSAtoms, kFreshScores>(dp, v_rows, kBlockN * 128, do_tile,
+                                                            kBlockM * 128);
     wgmma_commit();
     wgmma_wait<1>();
     pin(s);
@@ -275,19 +196,23 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     }
     probabilities_by_columns(s, lse_row, params.scale_log2, fresh_lane());
     unsigned pt[kBlockM / 16][4], ds[kBlockM / 16][4];
-    pack_fragments(s, pt);
-    // dV += Pᵀ dO; dSᵀ while it runs
-    pin(dv);
-    pin(pt);
-    wgmma_fence();
-    issue_fragments_times_rows(dv, pt, do_tile, kBlockM * 128);
-    wgmma_commit();
-    wgmma_wait<1>();  // dPᵀ has landed
+    auto issue_dv = [&] {  // dV += Pᵀ dO
+      pack_fragments(s, pt);
+      pin(dv);
+      pin(pt);
+      wgmma_fence();
+      issue_fragments_times_rows(dv, pt, do_tile, kBlockM * 128);
+      wgmma_commit();
+    };
+    if (!kLateDv) issue_dv();  // dSᵀ computed while it runs
+    wgmma_wait<kLateDv ? 0 : 1>();  // dPᵀ has landed
     pin(dp);
     score_gradients_by_columns(dp, s, lse_row + kBlockM, fresh_lane());
+    if (kLateDv) issue_dv();
     pack_fragments(dp, ds);
     if (kDqMode != 0) {
-      store_transposed(ds, smem + (sh.ds_tile(n & 1) - sh.k), key_row0, fresh_lane());
+      store_transposed(ds, smem + (sh.ds_tile(n & 1) - sh.k), key_row0, fresh_lane(),
+                       kBlockN * 128);
       fence_async_proxy();  // dSᵀ is read by the tensor cores
     }
     // dK += dSᵀ Q: ahead of dQ, or (DQ_FIRST, where this warpgroup computes dQ) after it
@@ -298,8 +223,10 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       issue_fragments_times_rows(dk, ds, q_tile, kBlockM * 128);
       wgmma_commit();
     };
-    const bool computes_dq = kDqMode != 0 && (kDqBlocks == 2 || (n & 1) == group);
-    const int dq_block = kDqBlocks == 2 ? group : 0;
+    const bool computes_dq = kDqMode != 0 && (kDqEveryStep || (n & 1) == group);
+    const int dq_block = kDqBlocks == 2 ? group : 0;     // head dims: K's column block
+    const int ds_block = kBlockM == 128 ? group : 0;     // queries: dSᵀ's column block
+    const int rows_tile = dq_rows_tile(entry.x, group);  // of dq_acc
     const bool dk_first = !kDqFirst || !computes_dq;
     if (dk_first) issue_dk();
     // Q, dO, lse2 and Δ read once dV and dK have landed (their registers stay theirs until then)
@@ -317,7 +244,8 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
       wgmma_fence();
 #pragma unroll
       for (int ks = 0; ks < kBlockN / 16; ++ks) {  // dSᵀ and K rows are keys: both MN-major
-        wgmma_ss<1, 1>(dq, descriptor(sh.ds_tile(n & 1) + ks * 16 * 128, 1024),
+        wgmma_ss<1, 1>(dq, descriptor(sh.ds_tile(n & 1) + (ds_block * kBlockN + ks * 16) * 128,
+                                      1024),
                        descriptor(sh.k + dq_block * kBlockN * 128 + ks * 16 * 128, 1024),
                        ks > 0);
       }
@@ -327,12 +255,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
         release();
         wgmma_wait<0>();
         pin(dq);
-        add_dq(params, sh, smem, dq, group, tile.b, walk.head, entry.x, dq_block, n);
+        add_dq(params, sh, smem, dq, group, tile.b, walk.head, rows_tile, dq_block, n);
       } else {
         issue_dk();
         wgmma_wait<1>();  // dV and dQ have landed: add dQ while dK runs
         pin(dq);
-        add_dq(params, sh, smem, dq, group, tile.b, walk.head, entry.x, dq_block, n);
+        add_dq(params, sh, smem, dq, group, tile.b, walk.head, rows_tile, dq_block, n);
         wgmma_wait<0>();
         release();
       }
@@ -345,14 +273,16 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   if (kDqMode == 2 && !kDqWriter && fresh_thread() % 128 == 0) bulk_wait<0>();
 
   // ---- dK (times scale) and dV of this warp's 16 keys: 16-bit, or fp32 partials of a split
+  // (the tile derived again: kept through the loop, its fields spilled at 128-row steps)
+  const KeyTile home(params, fresh_block());
   const int lane = fresh_lane();
-  const long long kv_slice = static_cast<long long>(tile.b) * params.kv_heads + tile.kv_head;
+  const long long kv_slice = static_cast<long long>(home.b) * params.kv_heads + home.kv_head;
   const bool partial = params.n_splits > 1;
-  const long long row0 = partial ? (kv_slice * params.n_splits + tile.split) * params.seq_k
+  const long long row0 = partial ? (kv_slice * params.n_splits + home.split) * params.seq_k
                                  : kv_slice * params.seq_k;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
-    const int key = k_row0 + key_row0 + half * 8 + (lane >> 2);
+    const int key = home.k_tile * kBlockN + key_row0 + half * 8 + (lane >> 2);
     if (key < params.seq_k) {
 #pragma unroll
       for (int dn = 0; dn < kOAtoms; ++dn) {
@@ -382,11 +312,11 @@ extern "C" __global__ void __launch_bounds__(256)
   const int t = static_cast<int>(i & 127), j = static_cast<int>((i >> 7) & 7);
   const long long tile = i >> 10;
   const int block = static_cast<int>(tile % kDqBlocks);
-  const int n_q_tiles = params.seq_q_pad / kBlockM;
+  const int n_q_tiles = params.seq_q_pad / kDqRows;
   const int q_tile = static_cast<int>((tile / kDqBlocks) % n_q_tiles);
   const long long bh = tile / kDqBlocks / n_q_tiles;
   const int lane = t & 31;
-  const int row = q_tile * kBlockM + 16 * (t >> 5) + (lane >> 2);
+  const int row = q_tile * kDqRows + 16 * (t >> 5) + (lane >> 2);
   const int column = block * 64 + j * 8 + 2 * (lane & 3);
   unsigned short* slice = params.dq + bh * params.seq_q * kHeadDim + column;
   if (row < params.seq_q) {

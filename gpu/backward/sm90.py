@@ -32,8 +32,13 @@ pairs together would meet each head with a CTA or two, and every CTA would strea
 dO and dQ from memory; the grid then walks a head's key tiles together, so the CTAs on the GPU
 share one head's rows in L2 (1.36-1.39x at B = 4, S = 65536 on the H200).
 
-Work of one call: five ``64 x 128 x D`` products per (query tile, key tile) pair of the table,
-``10 · B · T · 64 · 128 · D`` FLOPs (four without dQ), plus the dQ kernel's for ``"separate"``.
+Query rows per step (``block_m``): 64, or 128 at D = 64 (as FlashAttention-3 takes there: twice
+the work per step for the same fixed cost, and 64 x 128 products for Sᵀ and dPᵀ); then each
+warpgroup computes the dQ part of its 64 queries every step, where at 64 rows the two take turns.
+
+Work of one call: five ``block_m x 128 x D`` products per (query tile, key tile) pair of the
+table, ``10 · B · T · block_m · 128 · D`` FLOPs (four without dQ), plus the dQ kernel's for
+``"separate"``.
 
 >>> config = HopperBackwardConfig("bf16", 128)
 >>> config.block_m, config.block_n, config.threads, config.shared_bytes
@@ -62,6 +67,10 @@ if TYPE_CHECKING:
 
 #: How each build computes dQ, and its DQ_MODE define in sm90.cu.
 DQ_MODES = {"separate": 0, "atomic": 1, "bulk": 2}
+#: Query rows per step the main kernel builds for (``block_m``); 128 only at D = 64.
+BLOCK_MS = (64, 128)
+#: Query rows of a staged dQ part (one warpgroup's, per step): dq_acc's tiles.
+DQ_PART_ROWS = 64
 #: Shared bytes after the tiles for the mbarriers.
 BARRIER_BYTES = 256
 #: A kv group's query heads are split over CTAs until the grid has this many CTAs per SM (one
@@ -89,8 +98,8 @@ class HopperBackwardConfig:
     tokens: bool = False  # token tiles: their words staged with each step's Q tile
     dq_first: bool = False  # dQ issued ahead of dK, its part added while dK runs
     dq_writer: bool = False  # bulk dQ reduced by writer warps, not by the consumers
+    block_m: int = 64  # query rows per step: 64, or 128 at D = 64
 
-    block_m = 64  # query rows per step
     block_n = 128  # keys per CTA, 64 per consumer warpgroup
     threads = 384  # the producer warpgroup and two consumers
     source = source_beside(__file__)
@@ -104,11 +113,18 @@ class HopperBackwardConfig:
         check_bool("tokens", self.tokens)
         check_bool("dq_first", self.dq_first)
         check_bool("dq_writer", self.dq_writer)
+        check_choice("block_m", self.block_m, BLOCK_MS)
+        if self.block_m == 128 and self.head_dim != 64:
+            raise ValueError(
+                f"block_m=128 needs head_dim=64 (its Sᵀ and dPᵀ take 64 + 64 registers a thread "
+                f"there), got head_dim={self.head_dim}"
+            )
         if self.dq_writer and self.dq != "bulk":
             raise ValueError(f"dq_writer needs dq='bulk' (its staged dQ parts), got {self.dq!r}")
         check_shared_memory(
             self.shared_bytes,
-            f"dq={self.dq!r}, stages={self.stages}, head_dim={self.head_dim}, tokens={self.tokens}",
+            f"dq={self.dq!r}, stages={self.stages}, head_dim={self.head_dim}, "
+            f"tokens={self.tokens}, block_m={self.block_m}",
         )
 
     @property
@@ -132,12 +148,12 @@ class HopperBackwardConfig:
         m, n, d = self.block_m, self.block_n, self.head_dim
         ring = stages * (2 * m * d * 2 + 2 * m * 4 + self.token_tile_bytes)
         ds = 2 * n * m * 2 if self.dq != "separate" else 0
-        staging = 2 * m * 64 * 4 if self.dq == "bulk" else 0
+        staging = 2 * DQ_PART_ROWS * 64 * 4 if self.dq == "bulk" else 0
         return 2 * n * d * 2 + ring + ds + staging + BARRIER_BYTES
 
     def defines(self) -> dict[str, int]:
         return {"DTYPE_BF16": int(self.dtype == "bf16"), "HEAD_DIM": self.head_dim,
-                "STAGES": self.stages, "DQ_MODE": DQ_MODES[self.dq],
+                "BLOCK_M": self.block_m, "STAGES": self.stages, "DQ_MODE": DQ_MODES[self.dq],
                 "TOKENS": int(self.tokens), "DQ_FIRST": int(self.dq_first),
                 "DQ_WRITER": int(self.dq_writer)}  # fmt: skip
 
@@ -254,7 +270,7 @@ def launch_hopper_backward(
     cfg = plan.config
     grad_out = readable(grad_out)
     stream = current_raw_stream(q.device.index)
-    rows, seq_q_pad = run_prep(plan.prep, out, grad_out, lse, grad_lse, stream)
+    rows, seq_q_pad = run_prep(plan.prep, out, grad_out, lse, grad_lse, stream, cfg.block_m)
     n_ctas = plan.n_k_tiles * batch * kv_heads
     splits = group_splits(n_ctas, q_heads // kv_heads, plan.n_sms)
     dq_acc = None

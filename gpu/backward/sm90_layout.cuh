@@ -17,16 +17,26 @@ constexpr int kStages = STAGES;
 constexpr int kDqMode = DQ_MODE;
 constexpr bool kDqFirst = DQ_FIRST;
 constexpr bool kDqWriter = DQ_WRITER;
-constexpr int kBlockM = 64;   // queries per step
+constexpr int kBlockM = BLOCK_M;  // queries per step: 64, or 128 at D = 64
 constexpr int kBlockN = 128;  // keys per CTA
 constexpr int kThreads = 384;
 constexpr int kSAtoms = kBlockM / 8;   // 8-query atoms of Sᵀ
 constexpr int kOAtoms = kHeadDim / 8;  // 8-dim atoms of dK, dV
 constexpr int kDqBlocks = kHeadDim / 64;
+constexpr int kDqRows = 64;  // query rows of a dQ part (sm90_dq_parts.cuh)
+// Both warpgroups compute a dQ part every step (of their own head dims at D = 128, of their own
+// queries at 128-row steps); else they take turns by step.
+constexpr bool kDqEveryStep = kDqBlocks == 2 || kBlockM == 2 * kDqRows;
+// At 128-row steps Sᵀ and dPᵀ take 64 + 64 registers a thread: dV is issued once dSᵀ is computed
+// (Pᵀ packed after its last fp32 read), not while it is.
+constexpr bool kLateDv = kBlockM == 128;
+// ... and their first k-steps only write them (wgmma_ss_fresh), so that their registers are free
+// between steps (at 64-row steps the form that reads them measured faster).
+constexpr bool kFreshScores = kBlockM == 128;
 constexpr unsigned kQBytes = kBlockM * kHeadDim * 2;
 constexpr unsigned kKVBytes = kBlockN * kHeadDim * 2;
 constexpr unsigned kDsBytes = kBlockN * kBlockM * 2;
-constexpr unsigned kDqStageBytes = kBlockM * 64 * 4;
+constexpr unsigned kDqStageBytes = kDqRows * 64 * 4;
 constexpr unsigned kRowsBytes = 2 * kBlockM * 4;  // lse2 then Δ of one step
 constexpr bool kTokens = TOKENS;
 constexpr unsigned kTokenBytes = kTokens ? token_tile_bytes<kBlockN, kSAtoms>() : 0;  // a slot
@@ -36,6 +46,7 @@ constexpr int kProducerRegisters = 24;
 constexpr int kConsumerRegisters = 240;
 
 static_assert(kHeadDim == 64 || kHeadDim == 128, "HEAD_DIM must be 64 or 128");
+static_assert(kBlockM == 64 || (kBlockM == 128 && kHeadDim == 64), "BLOCK_M 64, or 128 at D 64");
 static_assert(kStages == 2 || kStages == 3, "STAGES must be 2 or 3");
 static_assert(kDqMode >= 0 && kDqMode <= 2, "DQ_MODE must be 0, 1 or 2");
 static_assert(!kDqWriter || kDqMode == 2, "DQ_WRITER needs DQ_MODE 2");

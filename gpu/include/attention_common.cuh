@@ -136,6 +136,14 @@ __device__ __forceinline__ int fresh_thread() {
   return tid;
 }
 
+// The block index read afresh, for what a kernel derives from it again after its main loop
+// rather than keeping it live through the loop.
+__device__ __forceinline__ int fresh_block() {
+  int block;
+  asm volatile("mov.u32 %0, %%ctaid.x;\n" : "=r"(block));
+  return block;
+}
+
 // ------------------------------------------------------------------ mma.sync (sm_80 and newer)
 __device__ __forceinline__ void ldmatrix_x4(unsigned address, unsigned (&r)[4]) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

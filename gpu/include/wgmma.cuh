@@ -68,6 +68,13 @@ __device__ __forceinline__ unsigned long long descriptor(unsigned address, unsig
 #define WGMMA_ACC16(d)                                                                      \
   WGMMA_ACC8(d), WGMMA_ATOM(d, 8), WGMMA_ATOM(d, 9), WGMMA_ATOM(d, 10), WGMMA_ATOM(d, 11), \
       WGMMA_ATOM(d, 12), WGMMA_ATOM(d, 13), WGMMA_ATOM(d, 14), WGMMA_ATOM(d, 15)
+#define WGMMA_OUT(d, i) "=f"(d[i][0]), "=f"(d[i][1]), "=f"(d[i][2]), "=f"(d[i][3])
+#define WGMMA_OUT8(d)                                                                 \
+  WGMMA_OUT(d, 0), WGMMA_OUT(d, 1), WGMMA_OUT(d, 2), WGMMA_OUT(d, 3), WGMMA_OUT(d, 4), \
+      WGMMA_OUT(d, 5), WGMMA_OUT(d, 6), WGMMA_OUT(d, 7)
+#define WGMMA_OUT16(d)                                                                  \
+  WGMMA_OUT8(d), WGMMA_OUT(d, 8), WGMMA_OUT(d, 9), WGMMA_OUT(d, 10), WGMMA_OUT(d, 11), \
+      WGMMA_OUT(d, 12), WGMMA_OUT(d, 13), WGMMA_OUT(d, 14), WGMMA_OUT(d, 15)
 #define WGMMA_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define WGMMA_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
@@ -95,6 +102,29 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[16][4], unsigned long long d
                : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(TransA), "n"(TransB));
 }
 
+// d = A · B, the first k-step of a product that overwrites d: d's old values are not read, so
+// its registers are free until the product is issued. 64 x 64 and 64 x 128 tiles, operands as
+// wgmma_ss.
+template <int TransA = 0, int TransB = 0>
+__device__ __forceinline__ void wgmma_ss_fresh(float (&d)[8][4], unsigned long long desc_a,
+                                               unsigned long long desc_b) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n64k16" WGMMA_TYPES " " WGMMA_D32
+               ", %32, %33, p, 1, 1, %34, %35;\n}\n"
+               : WGMMA_OUT8(d)
+               : "l"(desc_a), "l"(desc_b), "n"(TransA), "n"(TransB));
+}
+
+template <int TransA = 0, int TransB = 0>
+__device__ __forceinline__ void wgmma_ss_fresh(float (&d)[16][4], unsigned long long desc_a,
+                                               unsigned long long desc_b) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 0, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16" WGMMA_TYPES " " WGMMA_D64
+               ", %64, %65, p, 1, 1, %66, %67;\n}\n"
+               : WGMMA_OUT16(d)
+               : "l"(desc_a), "l"(desc_b), "n"(TransA), "n"(TransB));
+}
+
 // d += A · B for a 64 x 64 tile, A from registers (the accumulator layout of a 64 x 16 slice),
 // B from shared memory N-major.
 __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4],
@@ -109,17 +139,22 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[8][4], const unsigned (&a)[4
 
 // Issue acc (+)= A · Bᵀ over HeadDim for one warpgroup (no commit): A = its 64 rows at `a`, B =
 // the tile of N rows at `b`, both K-major in 64-element column blocks `a_pitch` / `b_pitch`
-// bytes apart; the first k-step overwrites acc. (S = Q Kᵀ in the forward; Sᵀ = K Qᵀ, dPᵀ =
-// V dOᵀ, S and dP in the backward.)
-template <int HeadDim, int NAtoms>
+// bytes apart; the first k-step overwrites acc (Fresh: without reading it, wgmma_ss_fresh).
+// (S = Q Kᵀ in the forward; Sᵀ = K Qᵀ, dPᵀ = V dOᵀ, S and dP in the backward.)
+template <int HeadDim, int NAtoms, bool Fresh = false>
 __device__ __forceinline__ void issue_rows_times_rows(float (&acc)[NAtoms][4], unsigned a,
                                                       unsigned a_pitch, unsigned b,
                                                       unsigned b_pitch) {
 #pragma unroll
   for (int kk = 0; kk < HeadDim / 16; ++kk) {  // 16 head dims = 32 bytes of a 128-byte row
     const unsigned column = (kk & 3) * 32;
-    wgmma_ss(acc, descriptor(a + (kk >> 2) * a_pitch + column, 16),
-             descriptor(b + (kk >> 2) * b_pitch + column, 16), kk > 0);
+    const unsigned long long desc_a = descriptor(a + (kk >> 2) * a_pitch + column, 16);
+    const unsigned long long desc_b = descriptor(b + (kk >> 2) * b_pitch + column, 16);
+    if (Fresh && kk == 0) {
+      wgmma_ss_fresh(acc, desc_a, desc_b);
+    } else {
+      wgmma_ss(acc, desc_a, desc_b, kk > 0);
+    }
   }
 }
 

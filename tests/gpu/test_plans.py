@@ -185,3 +185,20 @@ def test_plans_are_shared_between_threads():
         t.join()
     for result in results:
         torch.testing.assert_close(result, expected, rtol=0, atol=0)
+
+
+def test_tall_backward_steps_are_taken_only_where_the_table_does_not_grow():
+    """A layout of 128-token blocks (dense, causal) computes the same query rows at 128-row
+    backward steps as at 64; one of scattered 64-token blocks computes up to twice as many, and
+    keeps 64-row steps."""
+    from gpu.backward.builds import takes_tall_steps
+
+    dense = plan(torch.ones(2, 8, 8, dtype=torch.bool), 128, device="cpu")
+    causal = plan(torch.ones(2, 8, 8, dtype=torch.bool), 128, causal=True, device="cpu")
+    assert dense.backward_tiles(64) == 2 * dense.backward_tiles(128) == 2 * 2 * 64
+    assert takes_tall_steps(dense.backward_tiles) and takes_tall_steps(causal.backward_tiles)
+    blocks = torch.zeros(1, 16, 16, dtype=torch.bool)
+    blocks[0, ::2, ::3] = True  # every other 64-row block: half of each 128-row tile is empty
+    scattered = plan(blocks, 64, device="cpu")
+    assert scattered.backward_tiles(128) == scattered.backward_tiles(64)
+    assert not takes_tall_steps(scattered.backward_tiles)

@@ -25,8 +25,8 @@ def tool():
 
 def test_every_build_a_plan_can_choose_is_covered(tool):
     names = [build.name for build in tool.builds()]
-    assert len(names) == len(set(names)) == 72
-    families = (("forward-sm80", 8), ("forward-sm90", 8), ("backward", 40), ("backward-sm90_", 32),
+    assert len(names) == len(set(names)) == 76
+    families = (("forward-sm80", 8), ("forward-sm90", 8), ("backward", 44), ("backward-sm90_", 36),
                 ("sdd", 16))  # fmt: skip
     for family, count in families:
         assert sum(name.startswith(family) for name in names) == count, family
@@ -34,6 +34,9 @@ def test_every_build_a_plan_can_choose_is_covered(tool):
     assert all(b.source.is_file() for b in tool.builds())
     tokens = {b.name: dict(b.defines).get("TOKENS") for b in tool.builds() if "sm90_" in b.name}
     assert all(value == name.endswith("-tokens") for name, value in tokens.items())
+    tall = {b.name: dict(b.defines)["BLOCK_M"] for b in tool.builds() if "bulk" in b.name}
+    assert all(value == (128 if "-rows128" in name else 64) for name, value in tall.items())
+    assert sum(value == 128 for value in tall.values()) == 4  # bf16, fp16; with token tiles
 
 
 def test_ptxas_resources_are_read_per_kernel(tool):

@@ -53,7 +53,9 @@ def test_every_hopper_build_compiles_without_spills_or_serialised_wgmma(tmp_path
     configs += [HopperDqConfig(DTYPE_NAMES[t], d, tokens=tokens)
                 for d in HEAD_DIMS for t in DTYPE_NAMES
                 for tokens in (False, True) if t == torch.bfloat16 or not tokens]  # fmt: skip
-    assert len(configs) == 24 and sum(c.tokens for c in configs) == 8
+    configs += [HopperBackwardConfig("bf16", 64, dq=dq, tokens=tokens, block_m=128)
+                for dq in sm90.DQ_MODES for tokens in (False, True)]  # fmt: skip
+    assert len(configs) == 30 and sum(c.tokens for c in configs) == 11
 
     def compile_one(config) -> subprocess.CompletedProcess:
         out = tmp_path / f"{abs(hash(config))}.o"
@@ -85,6 +87,14 @@ def test_configs_fit_and_say_what_is_wrong():
     assert HopperBackwardConfig("bf16", 128, stages=3).shared_bytes <= 227 * 1024
     with pytest.raises(TypeError, match="tokens must be True or False, got int 1"):
         HopperBackwardConfig("bf16", 64, tokens=1)
+    with pytest.raises(ValueError, match="block_m=128 needs head_dim=64"):
+        HopperBackwardConfig("bf16", 128, block_m=128)
+    with pytest.raises(ValueError, match="block_m must be one of 64, 128, got 32"):
+        HopperBackwardConfig("bf16", 64, block_m=32)
+    with pytest.raises(ValueError, match=r"stages=3, head_dim=64, tokens=False, block_m=128 need "
+                       r"232704 bytes of shared memory"):  # fmt: skip
+        HopperBackwardConfig("bf16", 64, stages=3, block_m=128)
+    assert HopperBackwardConfig("bf16", 64, block_m=128, tokens=True).shared_bytes == 203008
     with pytest.raises(TypeError, match="tokens must be True or False"):
         HopperDqConfig("bf16", 64, tokens="yes")
     with pytest.raises(TypeError, match="token_tiles must be True or False"):
@@ -107,8 +117,9 @@ def test_the_token_tile_path_costs_a_slot_per_stage_and_plans_without_it_keep_th
                 tokens = HopperBackwardConfig("bf16", head_dim, dq=dq, stages=stages, tokens=True)
                 assert tokens.shared_bytes - plain.shared_bytes == stages * 1024
                 assert tokens.defines()["TOKENS"] == 1
-    with pytest.raises(ValueError, match=r"dq='bulk', stages=3, head_dim=128, tokens=True need "
-                       r"234240 bytes of shared memory, more than 232448"):  # fmt: skip
+    refused = (r"dq='bulk', stages=3, head_dim=128, tokens=True, block_m=64 need 234240 bytes "
+               r"of shared memory, more than 232448")  # fmt: skip
+    with pytest.raises(ValueError, match=refused):
         HopperBackwardConfig("bf16", 128, dq="bulk", stages=3, tokens=True)
     assert HopperBackwardConfig("bf16", 128).shared_bytes == 197888  # as measured before
     assert HopperDqConfig("bf16", 128).shared_bytes == 131328
@@ -152,6 +163,14 @@ def test_each_sm90_build_takes_its_measured_schedule_where_its_ring_fits():
     for (name, head_dim), fields in builds.SM90_SCHEDULES.items():
         config = backward_build_config(name, head_dim=head_dim, dtype=torch.bfloat16, hopper=True)
         assert all(getattr(config, field) == value for field, value in fields.items())
+    tall = backward_build_config("sm90_bulk", head_dim=64, dtype=torch.float16, hopper=True,
+                                 token_tiles=True, tall=True)  # fmt: skip
+    assert (tall.block_m, tall.stages, tall.dq_writer, tall.tokens) == (128, 2, True, True)
+    for name, head_dim in (("sm90_bulk", 128), ("sm90_atomic", 64), ("sm90_separate", 64)):
+        assert not builds.has_tall_schedule(name, head_dim)
+        config = backward_build_config(name, head_dim=head_dim, dtype=torch.bfloat16,
+                                       hopper=True, tall=True)  # fmt: skip
+        assert config.block_m == 64
     assert HopperBackwardConfig("bf16", 128, dq_first=True).defines()["DQ_FIRST"] == 1
     assert HopperBackwardConfig("bf16", 64, dq_writer=True).defines()["DQ_WRITER"] == 1
     with pytest.raises(ValueError, match="dq_writer needs dq='bulk'"):
