@@ -242,12 +242,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     if (computes_dq) {
       pin(dq);
       wgmma_fence();
+      const unsigned long long ds0 = descriptor(sh.ds_tile(n & 1) + ds_block * kBlockN * 128, 1024);
+      const unsigned long long k0 = descriptor(sh.k + dq_block * kBlockN * 128, 1024);
 #pragma unroll
       for (int ks = 0; ks < kBlockN / 16; ++ks) {  // dSᵀ and K rows are keys: both MN-major
-        wgmma_ss<1, 1>(dq, descriptor(sh.ds_tile(n & 1) + (ds_block * kBlockN + ks * 16) * 128,
-                                      1024),
-                       descriptor(sh.k + dq_block * kBlockN * 128 + ks * 16 * 128, 1024),
-                       ks > 0);
+        wgmma_ss<1, 1>(dq, advance(ds0, ks * 16 * 128), advance(k0, ks * 16 * 128), ks > 0);
       }
       wgmma_commit();
       if (dk_first) {

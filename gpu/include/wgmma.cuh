@@ -60,6 +60,15 @@ __device__ __forceinline__ unsigned long long descriptor(unsigned address, unsig
          (static_cast<unsigned long long>(1024 >> 4) << 32) | (1ull << 62);
 }
 
+// `desc` moved `bytes` on in shared memory (a multiple of 16). Its address field (bits 0-13,
+// address / 16) never carries into the next field, since no operand lies past 256 KB; so one
+// 32-bit add of a constant moves it, where a descriptor built afresh takes a chain of uniform
+// shifts and masks before each wgmma.
+__device__ __forceinline__ unsigned long long advance(unsigned long long desc, unsigned bytes) {
+  const unsigned low = static_cast<unsigned>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | low;
+}
+
 // Accumulator operands: 8 atoms of 4 floats (n64) or 16 (n128), and their placeholders.
 #define WGMMA_ATOM(d, i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
 #define WGMMA_ACC8(d)                                                                     \
@@ -145,11 +154,12 @@ template <int HeadDim, int NAtoms, bool Fresh = false>
 __device__ __forceinline__ void issue_rows_times_rows(float (&acc)[NAtoms][4], unsigned a,
                                                       unsigned a_pitch, unsigned b,
                                                       unsigned b_pitch) {
+  const unsigned long long a0 = descriptor(a, 16), b0 = descriptor(b, 16);
 #pragma unroll
   for (int kk = 0; kk < HeadDim / 16; ++kk) {  // 16 head dims = 32 bytes of a 128-byte row
     const unsigned column = (kk & 3) * 32;
-    const unsigned long long desc_a = descriptor(a + (kk >> 2) * a_pitch + column, 16);
-    const unsigned long long desc_b = descriptor(b + (kk >> 2) * b_pitch + column, 16);
+    const unsigned long long desc_a = advance(a0, (kk >> 2) * a_pitch + column);
+    const unsigned long long desc_b = advance(b0, (kk >> 2) * b_pitch + column);
     if (Fresh && kk == 0) {
       wgmma_ss_fresh(acc, desc_a, desc_b);
     } else {
@@ -167,12 +177,13 @@ __device__ __forceinline__ void issue_fragments_times_rows(float (&acc)[NAtoms][
                                                            const unsigned (&a)[KSteps][4],
                                                            unsigned b, unsigned b_pitch) {
   static_assert(NAtoms % 8 == 0, "acc holds whole 64-column blocks");
+  const unsigned long long b0 = descriptor(b, 1024);
 #pragma unroll
   for (int ks = 0; ks < KSteps; ++ks) {
 #pragma unroll
     for (int block = 0; block < NAtoms / 8; ++block) {
       float(&acc_block)[8][4] = *reinterpret_cast<float(*)[8][4]>(&acc[8 * block]);
-      wgmma_rs(acc_block, a[ks], descriptor(b + block * b_pitch + ks * 16 * 128, 1024));
+      wgmma_rs(acc_block, a[ks], advance(b0, block * b_pitch + ks * 16 * 128));
     }
   }
 }

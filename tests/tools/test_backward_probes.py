@@ -1,6 +1,6 @@
 """The Hopper backward probes' CPU parts: the config fields ``backward_sm90.py --with`` changes,
-and what ``backward_profile.py`` reads from Nsight Compute's CSV (their GPU runs are the
-device's)."""
+what ``backward_profile.py`` reads from Nsight Compute's CSV, and what ``peer_profile.py`` runs
+and prints (their GPU runs are the device's)."""
 
 from __future__ import annotations
 
@@ -36,3 +36,16 @@ def test_the_profile_reads_every_metric_of_ncus_details_page():
         "Command line profiler metrics: "
         "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "64.19 %",
     }
+
+
+def test_the_peer_profile_runs_the_harness_and_ranks_stalls():
+    profile = load_script("tools/probes/peer_profile")
+    command = profile.harness_command("dense-b128-d64", "flex_flash", backward=True)
+    assert command[1:] == ["-m", "gpu.bench", "--case", "dense-b128-d64", "--contenders",
+                           "flex_flash", "--warmup", "1", "--reps", "2", "--backward"]  # fmt: skip
+    stall = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
+    metrics = {"SpeedOfLight: Duration": "3.20 ms", "x: " + stall.format("wait"): "0.70",
+               "x: " + stall.format("long_scoreboard"): "1.20", "Other: metric": "1"}  # fmt: skip
+    assert profile.summary(metrics) == [
+        "  SpeedOfLight: Duration: 3.20 ms", "  stalls per issue: long_scoreboard 1.20, wait 0.70"
+    ]  # fmt: skip
