@@ -69,21 +69,20 @@ __device__ __forceinline__ unsigned long long advance(unsigned long long desc, u
   return (desc & 0xFFFFFFFF00000000ull) | low;
 }
 
-// Accumulator operands: 8 atoms of 4 floats (n64) or 16 (n128), and their placeholders.
-#define WGMMA_ATOM(d, i) "+f"(d[i][0]), "+f"(d[i][1]), "+f"(d[i][2]), "+f"(d[i][3])
-#define WGMMA_ACC8(d)                                                                     \
-  WGMMA_ATOM(d, 0), WGMMA_ATOM(d, 1), WGMMA_ATOM(d, 2), WGMMA_ATOM(d, 3), WGMMA_ATOM(d, 4), \
-      WGMMA_ATOM(d, 5), WGMMA_ATOM(d, 6), WGMMA_ATOM(d, 7)
-#define WGMMA_ACC16(d)                                                                      \
-  WGMMA_ACC8(d), WGMMA_ATOM(d, 8), WGMMA_ATOM(d, 9), WGMMA_ATOM(d, 10), WGMMA_ATOM(d, 11), \
-      WGMMA_ATOM(d, 12), WGMMA_ATOM(d, 13), WGMMA_ATOM(d, 14), WGMMA_ATOM(d, 15)
-#define WGMMA_OUT(d, i) "=f"(d[i][0]), "=f"(d[i][1]), "=f"(d[i][2]), "=f"(d[i][3])
-#define WGMMA_OUT8(d)                                                                 \
-  WGMMA_OUT(d, 0), WGMMA_OUT(d, 1), WGMMA_OUT(d, 2), WGMMA_OUT(d, 3), WGMMA_OUT(d, 4), \
-      WGMMA_OUT(d, 5), WGMMA_OUT(d, 6), WGMMA_OUT(d, 7)
-#define WGMMA_OUT16(d)                                                                  \
-  WGMMA_OUT8(d), WGMMA_OUT(d, 8), WGMMA_OUT(d, 9), WGMMA_OUT(d, 10), WGMMA_OUT(d, 11), \
-      WGMMA_OUT(d, 12), WGMMA_OUT(d, 13), WGMMA_OUT(d, 14), WGMMA_OUT(d, 15)
+// Accumulator operands: 8 atoms of 4 floats (n64) or 16 (n128), read and written ("+f": ACC) or
+// only written ("=f": OUT), and their placeholders.
+#define WGMMA_ATOM(c, d, i) c(d[i][0]), c(d[i][1]), c(d[i][2]), c(d[i][3])
+#define WGMMA_ATOMS8(c, d)                                                                   \
+  WGMMA_ATOM(c, d, 0), WGMMA_ATOM(c, d, 1), WGMMA_ATOM(c, d, 2), WGMMA_ATOM(c, d, 3),         \
+      WGMMA_ATOM(c, d, 4), WGMMA_ATOM(c, d, 5), WGMMA_ATOM(c, d, 6), WGMMA_ATOM(c, d, 7)
+#define WGMMA_ATOMS16(c, d)                                                                  \
+  WGMMA_ATOMS8(c, d), WGMMA_ATOM(c, d, 8), WGMMA_ATOM(c, d, 9), WGMMA_ATOM(c, d, 10),        \
+      WGMMA_ATOM(c, d, 11), WGMMA_ATOM(c, d, 12), WGMMA_ATOM(c, d, 13), WGMMA_ATOM(c, d, 14), \
+      WGMMA_ATOM(c, d, 15)
+#define WGMMA_ACC8(d) WGMMA_ATOMS8("+f", d)
+#define WGMMA_ACC16(d) WGMMA_ATOMS16("+f", d)
+#define WGMMA_OUT8(d) WGMMA_ATOMS8("=f", d)
+#define WGMMA_OUT16(d) WGMMA_ATOMS16("=f", d)
 #define WGMMA_D32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define WGMMA_D64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
