@@ -62,11 +62,10 @@ __device__ __forceinline__ unsigned long long descriptor(unsigned address, unsig
 
 // `desc` moved `bytes` on in shared memory (a multiple of 16). Its address field (bits 0-13,
 // address / 16) never carries into the next field, since no operand lies past 256 KB; so one
-// 32-bit add of a constant moves it, where a descriptor built afresh takes a chain of uniform
-// shifts and masks before each wgmma.
+// 64-bit add of a constant moves it (one uniform instruction), where a descriptor built afresh
+// takes a chain of uniform shifts and masks before each wgmma.
 __device__ __forceinline__ unsigned long long advance(unsigned long long desc, unsigned bytes) {
-  const unsigned low = static_cast<unsigned>(desc) + (bytes >> 4);
-  return (desc & 0xFFFFFFFF00000000ull) | low;
+  return desc + (bytes >> 4);
 }
 
 // Accumulator operands: 8 atoms of 4 floats (n64) or 16 (n128), read and written ("+f": ACC) or
