@@ -206,7 +206,6 @@ class BlockSparsePlan:
             backward_build_config,
             choose_backward_build,
             has_tall_schedule,
-            takes_tall_steps,
         )
 
         deterministic = self.deterministic if deterministic is None else deterministic
@@ -219,7 +218,7 @@ class BlockSparsePlan:
             from gpu.backward.fused import plan_backward
             from gpu.backward.sm90 import plan_hopper_backward
 
-            tall = has_tall_schedule(name, head_dim) and takes_tall_steps(self.backward_tiles)
+            tall = has_tall_schedule(name, head_dim) and self._takes_tall_steps()
             config = backward_build_config(name, head_dim=head_dim, dtype=dtype,
                                            hopper=self._hopper, token_tiles=self.n_partials > 0,
                                            tall=tall)  # fmt: skip
@@ -277,6 +276,15 @@ class BlockSparsePlan:
         """Tile pairs of the backward's table at ``block_m x 128`` tiles (a build's choice of
         rows per step weighs them)."""
         return self.backward_lut(block_m, 128).n_tiles
+
+    def _takes_tall_steps(self) -> bool:
+        """``gpu.backward.builds.takes_tall_steps`` on this plan's tables, keeping on the device
+        only the table of the rows per step it takes."""
+        from gpu.backward.builds import takes_tall_steps
+
+        tall = takes_tall_steps(self.backward_tiles)
+        self._backward_luts.pop((64 if tall else 128, 128), None)
+        return tall
 
     def _table(self, cache: dict, build: Any, block_m: int, block_n: int) -> Any:
         found = cache.get((block_m, block_n))

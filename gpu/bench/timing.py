@@ -38,10 +38,13 @@ class Timer(Protocol):
 class CudaEventTimer:
     """Times ``run`` on the current stream of ``device`` with CUDA events, one pair per rep."""
 
-    def __init__(self, device: torch.device, *, flush_l2: bool = True) -> None:
+    def __init__(
+        self, device: torch.device, *, flush_l2: bool = True, lead_cycles: int = HOST_LEAD_CYCLES
+    ) -> None:
         self.device = device
         self.flush = torch.empty(FLUSH_BYTES, dtype=torch.int8, device=device) if flush_l2 else None
         self.spin = _spin_kernel(device)
+        self.lead_cycles = lead_cycles  # of the spin kernel ahead of each rep
 
     def __call__(
         self, run: Runner, *, reps: int, setup: Callable[[], object] | None = None
@@ -52,7 +55,7 @@ class CudaEventTimer:
             if self.flush is not None:
                 self.flush.zero_()
             if self.spin is not None:
-                self.spin(HOST_LEAD_CYCLES)
+                self.spin(self.lead_cycles)
             start = torch.cuda.Event(enable_timing=True)
             end = torch.cuda.Event(enable_timing=True)
             start.record()

@@ -202,3 +202,6 @@ def test_tall_backward_steps_are_taken_only_where_the_table_does_not_grow():
     scattered = plan(blocks, 64, device="cpu")
     assert scattered.backward_tiles(128) == scattered.backward_tiles(64)
     assert not takes_tall_steps(scattered.backward_tiles)
+    # the choice keeps only the table it takes
+    assert dense._takes_tall_steps() and list(dense._backward_luts) == [(128, 128)]
+    assert not scattered._takes_tall_steps() and list(scattered._backward_luts) == [(64, 128)]
