@@ -183,6 +183,18 @@ def split_token_mask(
     return blocks, (index.to(torch.int32), torch.from_numpy(bits))
 
 
+def check_token_path(layout: Any, config: Any) -> None:
+    """Refuse a Hopper kernel build (``config``: a forward, backward or dQ config) without the
+    token-tile path (``config.tokens``) for a plan (``layout``) with partial blocks: it would
+    compute their tiles unmasked. A plan chooses such builds itself."""
+    if layout.n_partials and not config.tokens:
+        raise ValueError(
+            f"the plan has {layout.n_partials} partial blocks, which {type(config).__name__} "
+            "masks only with tokens=True (the builds a plan chooses for partial blocks have it), "
+            "got tokens=False"
+        )
+
+
 def _as_array(name: str, value: Any) -> np.ndarray:
     if is_cupy(value):
         value = torch.from_dlpack(value)

@@ -43,8 +43,7 @@ from gpu.backward.builds import BUILDS as BACKWARD_BUILDS
 from gpu.backward.builds import backward_build_config, choose_backward_config, has_tall_schedule
 from gpu.backward.fused import SOURCE as BACKWARD_SOURCE
 from gpu.backward.sm90_dq import HopperDqConfig
-from gpu.forward.builds import HOPPER_BUILDS, choose_config
-from gpu.forward.sm90 import HopperConfig
+from gpu.forward.builds import choose_config, hopper_builds
 from gpu.runtime import INCLUDE_DIR, PACKAGE_DIR, compile_options
 from gpu.sdd.pipeline import SOURCE as SDD_SOURCE
 from gpu.sdd.pipeline import KernelConfig as SddConfig
@@ -81,7 +80,8 @@ class Build:
 
 
 def builds() -> list[Build]:
-    """Every build a plan can choose: the forward's (every Hopper build of the table; mma.sync
+    """Every build a plan can choose: the forward's (every Hopper build of the tables, without
+    and with the token-tile path; mma.sync
     with contiguous K/V rows and, for the row strides a view compiles in, those of 16 heads of
     ``[B, S, H, D]`` memory), the backward's (both paths of ``fused.cu``, each sm90 build and
     the dQ kernel of ``sm90_separate``, without and with the token-tile path) and the SDD
@@ -94,11 +94,12 @@ def builds() -> list[Build]:
                               v_row_stride=rows)  # fmt: skip
             label = f"forward-sm80-{name}-d{head_dim}" + (f"-rows{rows}" if rows else "")
             found.append(_build(label, c.source, c, False))
-        for settings, _ in HOPPER_BUILDS[head_dim]:
-            c = HopperConfig(name, head_dim, **settings)
-            tiles = f"{c.block_m}x{c.block_n}-s{c.stages}-c{c.consumers}-b{c.min_blocks}"
-            label = f"forward-sm90-{name}-d{head_dim}-{tiles}" + ("-pingpong" * c.pingpong)
-            found.append(_build(label, c.source, c, True))
+        for tokens in (False, True):  # plans without and with partial blocks
+            for c, _ in hopper_builds(name, head_dim, tokens=tokens):
+                tiles = f"{c.block_m}x{c.block_n}-s{c.stages}-c{c.consumers}-b{c.min_blocks}"
+                label = f"forward-sm90-{name}-d{head_dim}-{tiles}" + ("-pingpong" * c.pingpong)
+                label += "-tokens" * tokens
+                found.append(_build(label, c.source, c, True))
         for wgmma in (False, True):
             c = choose_backward_config(head_dim=head_dim, dtype=dtype, wgmma=wgmma)
             label = f"backward-sm{90 if wgmma else 80}-{name}-d{head_dim}"

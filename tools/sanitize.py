@@ -7,10 +7,10 @@ through the same call) and the SDD pipeline (``impl="sdd"``). Together they cove
 head dims, layout blocks 16 and 64, causal in both alignments, partial last blocks, Sq != Sk,
 GQA and MQA, one layout head shared by every query head, ``[B, S, H, D]`` memory read in place,
 a query row with no key, an empty layout, more work units than a persistent grid's CTAs, every
-forward build a plan chooses from on Hopper (``gpu.forward.builds.HOPPER_BUILDS``) and every
-backward build (``gpu.backward.builds.BUILDS``), token-level masks (partial tiles) forward and
-backward, and on Hopper the ``mma.sync`` path beside the Hopper kernels (the plan is told the GPU
-is not Hopper).
+forward build a plan chooses from on Hopper (``gpu.forward.builds.hopper_builds``, without and
+with partial blocks) and every backward build (``gpu.backward.builds.BUILDS``), token-level
+masks (partial tiles) forward and backward, and on Hopper the ``mma.sync`` path beside the
+Hopper kernels (the plan is told the GPU is not Hopper).
 
 The script first runs every case once without a sanitizer (which fills the NVRTC cubin cache of
 ``gpu/runtime.py``, so nothing compiles under the sanitizer, and checks that the cases pass),
@@ -147,6 +147,7 @@ CASES = (
     Case("forward", "bf16", 128, 64, 1000, 1000, q_heads=4, token_window=301),
     Case("forward", "fp16", 64, 16, 300, 300, token_window=37, causal=True),
     Case("forward", "bf16", 64, 64, 2048, 2048, q_heads=4, token_window=1201),  # D=64 token build
+    Case("forward", "bf16", 128, 128, 1024, 1024, token_window=700),  # D=128 token build, 128 x 128
     Case("backward", "bf16", 128, 64, 1000, 1000, q_heads=4, token_window=301),
     Case("backward", "fp16", 64, 32, 300, 300, token_window=37, causal=True),
     Case("sdd", "bf16", 64, 64, 256, 256, causal=True),

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -25,6 +25,7 @@ from designer.validate import check_bool, check_choice
 from gpu.forward.tensor_maps import RowMaps, token_words_map
 from gpu.launcher import KernelLauncher
 from gpu.params import HopperDqParams
+from gpu.partials import check_token_path
 from gpu.runtime import check_shared_memory, compile_kernel, source_beside
 from gpu.support import DTYPES, HEAD_DIMS, LOG2_E
 
@@ -33,18 +34,6 @@ if TYPE_CHECKING:
 
 #: Shared bytes after the tiles for the mbarriers.
 BARRIER_BYTES = 256
-
-
-def check_token_path(layout: BlockSparsePlan, config: Any) -> None:
-    """Refuse a Hopper backward build (a ``HopperDqConfig`` or ``HopperBackwardConfig``) without
-    the token-tile path (``config.tokens``) for a plan with partial blocks: it would compute
-    their tiles unmasked."""
-    if layout.n_partials and not config.tokens:
-        raise ValueError(
-            f"the plan has {layout.n_partials} partial blocks, which {type(config).__name__} "
-            "masks only with tokens=True (gpu.backward.builds.backward_build_config(..., "
-            "token_tiles=True) sets it), got tokens=False"
-        )
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,11 @@ ONE_CONSUMER = {"pingpong": False, "consumers": 1, "min_blocks": 2}
 # cost, its time per executed FLOP on dense layouts over the first's; the first is the default.
 # A plan takes the build with the least tile area to compute, each query tile counting
 # UNIT_TILES tiles more, times its cost.
-# Token tiles (partial blocks): a build copies their words with the K tile into a shared slot
+# Token tiles (partial blocks) are masked by ``tokens`` builds only, which a plan with partial
+# blocks takes: the token code alone, never run on full tiles, made them 9 % slower at D=64 (dense
+# 2.50 against 2.28 ms, causal 1.26 against 1.17; without it 2.31-2.32 and 1.175, D=128 level;
+# checks/2026-12-02-h200-forward-tokens-ab.json).
+# A ``tokens`` build copies their words with the K tile into a shared slot
 # per stage (``token_stages``, the default) where its shared memory has room for the slots; D=64's
 # default, two CTAs of three 64 x 128 stages, has 1.5 KB per SM to spare against 3 KB of slots,
 # so its consumers load the words from global memory a tile ahead. Partial against full tiles
@@ -117,10 +121,7 @@ def choose_config(
     name = dtype_name(dtype)
     check_choice("head_dim", head_dim, HEAD_DIMS)
     if check_bool("wgmma", wgmma):
-        table = HOPPER_BUILDS[head_dim]
-        if check_bool("tokens", tokens):
-            table = HOPPER_TOKEN_BUILDS.get(head_dim, table)
-        builds = [(HopperConfig(name, head_dim, **settings), cost) for settings, cost in table]
+        builds = hopper_builds(name, head_dim, tokens=check_bool("tokens", tokens))
         if work is None:
             return builds[0][0]
 
@@ -137,13 +138,26 @@ def choose_config(
     )  # fmt: skip
 
 
+def hopper_builds(dtype: str, head_dim: int, *, tokens: bool) -> list[tuple[HopperConfig, float]]:
+    """The Hopper builds a plan chooses from for ``head_dim``, with their costs: those of
+    ``HOPPER_BUILDS``, or for a layout with token tiles (``tokens``) those of
+    ``HOPPER_TOKEN_BUILDS`` where it has the head dim, masking them."""
+    table = HOPPER_BUILDS[head_dim]
+    if tokens:
+        table = HOPPER_TOKEN_BUILDS.get(head_dim, table)
+    return [(HopperConfig(dtype, head_dim, tokens=tokens, **settings), cost)
+            for settings, cost in table]  # fmt: skip
+
+
 def hopper_token_paths(dtype: str, head_dim: int) -> list[HopperConfig]:
-    """Each Hopper build a plan may take for ``head_dim`` (with and without token tiles), then
-    the same builds with the other token-word path (``token_stages``) where their shared memory
-    allows it: what the partial-tile tests and probe run."""
-    tables = (HOPPER_BUILDS[head_dim], HOPPER_TOKEN_BUILDS.get(head_dim, ()))
-    builds = list(dict.fromkeys(HopperConfig(dtype, head_dim, **settings)
-                                for table in tables for settings, _ in table))  # fmt: skip
+    """Each Hopper build of ``head_dim`` a plan may take (with and without token tiles), masking
+    token tiles (``tokens``), then the same builds with the other token-word path
+    (``token_stages``) where their shared memory allows it: what the partial-tile tests and
+    probe run."""
+    plain = [dataclasses.replace(config, tokens=True)
+             for config, _ in hopper_builds(dtype, head_dim, tokens=False)]  # fmt: skip
+    token = [config for config, _ in hopper_builds(dtype, head_dim, tokens=True)]
+    builds = list(dict.fromkeys(plain + token))
     others = []
     for config in builds:
         try:

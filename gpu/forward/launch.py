@@ -37,6 +37,7 @@ from gpu.operands import (
     check_scale,
     check_strides,
 )
+from gpu.partials import check_token_path
 from gpu.runtime import compile_kernel, current_raw_stream, prefer_shared_memory
 from gpu.support import DTYPES
 
@@ -82,17 +83,20 @@ def plan_forward(layout: BlockSparsePlan, config: KernelConfig | HopperConfig) -
     """Compile ``config`` for the plan's device around the plan's table for its tiles.
 
     ``gpu.plan(...).fused(...)`` does this for the build ``choose_config`` picks; call it
-    directly to run another build (the tile probe, the tests).
+    directly to run another build (the tile probe, the tests). A plan with partial blocks needs
+    a Hopper build with ``tokens``.
     """
     if not isinstance(config, (KernelConfig, HopperConfig)):
         raise TypeError(
             f"config must be a KernelConfig or HopperConfig, got {type(config).__name__}"
         )
+    hopper = isinstance(config, HopperConfig)
+    if hopper:
+        check_token_path(layout, config)
     device = layout.device
     if device.type != "cuda":
         raise ValueError(f"device must be a CUDA device, got {device}")
     lut = layout.forward_lut(config.block_m, config.block_n)
-    hopper = isinstance(config, HopperConfig)
     properties = torch.cuda.get_device_properties(device)
     max_ctas = properties.multi_processor_count * config.min_blocks if hopper else None
     # K and V (16-bit) of this many (batch, head) pairs fill half the L2: the Hopper kernel runs

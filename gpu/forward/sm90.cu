@@ -18,13 +18,16 @@
 //   softmax in registers, O += P V (P from registers, V N-major in shared memory).
 // One consumer (64-row query tiles) runs two or three CTAs per SM, which hide each other's
 // per-unit latency (short rows) and waste less on layouts scattered in small blocks.
-// Token tiles (partial blocks, token_mask.cuh). TOKEN_STAGES = 1: the producer copies a token
+// Token tiles (partial blocks, token_mask.cuh), only in TOKENS = 1 builds (plans with partial
+// blocks): the token code in the loop, though never run on full tiles, slowed their tiles by 9 %
+// at D=64. TOKEN_STAGES = 1: the producer copies a token
 // tile's words (one TMA box) into its stage's slot beside the K tile, completing on the same
 // "full" mbarrier (its expected bytes count them), and each consumer thread reads its rows
 // (two vector loads) after that wait, before S is issued; the slot is free when the consumers
 // arrive on the K tile's "empty" barrier. TOKEN_STAGES = 0 (no shared memory to spare): each
 // consumer thread loads its rows from global memory a tile ahead, once the previous tile is
-// masked. Consumers read each entry a tile ahead; full tiles load no words.
+// masked. TOKENS consumers read each entry a tile ahead, others at the top of its step (1-2 %
+// faster); full tiles load no words.
 // Overlap. Inside a warpgroup, S of tile n + 1 and P·V of tile n are issued together and the
 // softmax of tile n + 1 runs while P·V of tile n is still on the tensor cores (wgmma.wait_group
 // 1); O is rescaled once P·V has landed. With PINGPONG (two consumers), the consumers take turns
@@ -42,11 +45,13 @@
 //
 // Compile-time defines: DTYPE_BF16, HEAD_DIM (64 or 128), BLOCK_N (64 or 128), STAGES (2 to 4),
 // CONSUMERS (1 or 2), MIN_BLOCKS (CTAs per SM: 1 with two consumers, 2 or 3 with one),
-// PINGPONG (0/1; 1 needs two consumers), TOKEN_STAGES (0/1: token words through the stages).
+// PINGPONG (0/1; 1 needs two consumers), TOKENS (0/1: token tiles masked), TOKEN_STAGES (0/1:
+// their words through the stages).
 
 #if !defined(DTYPE_BF16) || !defined(HEAD_DIM) || !defined(BLOCK_N) || !defined(STAGES) || \
-    !defined(CONSUMERS) || !defined(MIN_BLOCKS) || !defined(PINGPONG) || !defined(TOKEN_STAGES)
-#error "define DTYPE_BF16, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, MIN_BLOCKS, PINGPONG, TOKEN_STAGES"
+    !defined(CONSUMERS) || !defined(MIN_BLOCKS) || !defined(PINGPONG) || !defined(TOKENS) || \
+    !defined(TOKEN_STAGES)
+#error "define each compile-time define listed above (HopperConfig.defines gives them)"
 #endif
 
 #include "attention_common.cuh"
@@ -71,7 +76,8 @@ constexpr int kOAtoms = kHeadDim / 8;  // 8-column atoms of O
 constexpr unsigned kQBytes = kBlockM * kHeadDim * 2;
 constexpr unsigned kTileBytes = kBlockN * kHeadDim * 2;
 constexpr unsigned kTokenBytes = token_tile_bytes<kBlockM, kSAtoms>();  // one stage's slot
-constexpr bool kTokenStages = TOKEN_STAGES;
+constexpr bool kTokens = TOKENS;
+constexpr bool kTokenStages = kTokens && TOKEN_STAGES;
 // Registers per thread. setmaxnreg moves registers within a CTA only, so the consumers can
 // claim what the producer releases and no more: with E at entry (the most that lets MIN_BLOCKS
 // CTAs share the 65536 of an SM, a multiple of 8), each consumer gets (E·(1 + C) - 24) / C for
@@ -262,7 +268,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
     // Entry n of the unit, read a tile ahead; without TOKEN_STAGES, with its token rows.
     auto read_entry = [&](int n, Int4& entry, TokenRows<kSAtoms>& tokens) {
       entry = load_entry(params.entries + work.first + n);
-      if (!kTokenStages && (entry.y & kFlagTokens)) {
+      if (kTokens && !kTokenStages && (entry.y & kFlagTokens)) {
         tokens = load_token_rows_global<kSAtoms>(
             token_tile<kBlockM, kSAtoms>(params.token_words, entry), warp_row0);
       }
@@ -277,7 +283,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
     auto scores_to_probabilities = [&](const Int4& entry, const TokenRows<kSAtoms>& tokens) {
       float(&s2)[1][kSAtoms][4] = *reinterpret_cast<float(*)[1][kSAtoms][4]>(&s);
       if (entry.y != 0) {  // full tiles never mask
-        if (entry.y & kFlagTokens) {
+        if (kTokens && (entry.y & kFlagTokens)) {
           apply_token_rows(s, tokens);
         } else {
           apply_mask(s2, entry, warp_row0, work.q_row0, params.sub_rows_log2,
@@ -308,10 +314,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
       pin(s);
       if (arrives) barrier_arrive(sh.k_empty(full(0)));
       scores_to_probabilities(entry, tokens);
-      if (work.count > 1) read_entry(1, entry, tokens);
+      if (kTokens && work.count > 1) read_entry(1, entry, tokens);
       pack();
       // tile n: S_n with P_{n-1} V_{n-1}; the softmax of S_n runs while P V is in flight
       for (int n = 1; n < work.count; ++n) {
+        if (!kTokens) read_entry(n, entry, tokens);
         barrier_wait(sh.k_full(full(n)), parity(n));
         stage_tokens(n, entry, tokens);
         barrier_wait(sh.v_full(full(n - 1)), parity(n - 1));
@@ -327,7 +334,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
         pin(s);
         if (arrives) barrier_arrive(sh.k_empty(full(n)));
         scores_to_probabilities(entry, tokens);
-        if (n + 1 < work.count) read_entry(n + 1, entry, tokens);
+        if (kTokens && n + 1 < work.count) read_entry(n + 1, entry, tokens);
         wgmma_wait<0>();
         pin(o);
         pin(p);

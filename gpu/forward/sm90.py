@@ -8,10 +8,11 @@ compiled in). The grid is persistent: at most ``min_blocks`` CTAs per SM, each r
 share of the work heaviest first, in L2-sized groups of heads. Two consumers (128-row query
 tiles, one CTA per SM) are the fastest at D=128; one consumer (64-row tiles, two or three CTAs
 per SM) wins at D=64, where the CTAs hide each other's softmax, and wastes less on layouts
-scattered in small blocks (``gpu.forward.builds`` says which a plan takes). With
-``token_stages`` a token tile's words (partial blocks) travel with its K tile into a shared slot
-per stage; without, the consumers load them from global memory a tile ahead (for builds with no
-shared memory to spare).
+scattered in small blocks (``gpu.forward.builds`` says which a plan takes). Only ``tokens``
+builds mask token tiles (partial blocks): their token code slowed full tiles by 9 % at D=64,
+so plans without partial blocks take builds without it. With ``token_stages`` a token tile's
+words travel with its K tile into a shared slot per stage; without, the consumers load them
+from global memory a tile ahead (for builds with no shared memory to spare).
 
 >>> config = HopperConfig("bf16", 128)
 >>> config.block_m, config.block_n, config.threads, config.shared_bytes
@@ -51,7 +52,8 @@ class HopperConfig:
     pingpong: bool = True  # consumers take turns to issue their products (two consumers)
     consumers: int = 2  # consumer warpgroups of 64 query rows
     min_blocks: int = 1  # CTAs per SM: 1 with two consumers (their registers fill it), 2 or 3
-    token_stages: bool = True  # token words copied with the K tile into a slot per stage
+    tokens: bool = False  # token tiles masked (plans with partial blocks)
+    token_stages: bool = True  # with tokens: their words copied with the K tile into a slot
 
     wgmma = True
     source = source_beside(__file__)
@@ -64,6 +66,7 @@ class HopperConfig:
         check_choice("block_n", self.block_n, (64, 128))
         check_choice("stages", self.stages, (2, 3, 4))
         check_bool("pingpong", self.pingpong)
+        check_bool("tokens", self.tokens)
         check_bool("token_stages", self.token_stages)
         check_choice("consumers", self.consumers, (1, 2))
         if self.pingpong and self.consumers == 1:
@@ -79,7 +82,7 @@ class HopperConfig:
         check_shared_memory(
             self.shared_bytes,
             f"block_n={self.block_n}, stages={self.stages}, head_dim={self.head_dim}, "
-            f"token_stages={self.token_stages}",
+            f"tokens={self.tokens}" + (f", token_stages={self.token_stages}" * self.tokens),
             ctas_per_sm=self.min_blocks,
         )
 
@@ -105,9 +108,9 @@ class HopperConfig:
     @property
     def shared_bytes(self) -> int:
         """Two Q tiles, ``stages`` K and V tiles (16-bit), a token slot per stage
-        (``token_stages``) and the mbarriers."""
+        (``tokens`` and ``token_stages``) and the mbarriers."""
         tiles = (2 * self.block_m + 2 * self.stages * self.block_n) * self.head_dim * 2
-        slots = self.stages * self.token_tile_bytes if self.token_stages else 0
+        slots = self.stages * self.token_tile_bytes if self.tokens and self.token_stages else 0
         return tiles + slots + BARRIER_BYTES
 
     def defines(self) -> dict[str, int]:
@@ -119,6 +122,7 @@ class HopperConfig:
             "CONSUMERS": self.consumers,
             "MIN_BLOCKS": self.min_blocks,
             "PINGPONG": int(self.pingpong),
+            "TOKENS": int(self.tokens),
             "TOKEN_STAGES": int(self.token_stages),
         }
 

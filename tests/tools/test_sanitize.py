@@ -12,9 +12,8 @@ import torch
 
 import gpu
 from gpu.backward.builds import BUILDS, choose_backward_build
-from gpu.forward.builds import HOPPER_BUILDS, HOPPER_TOKEN_BUILDS, choose_config
-from gpu.forward.sm90 import HopperConfig
-from gpu.support import DTYPES
+from gpu.forward.builds import choose_config, hopper_builds
+from gpu.support import DTYPES, HEAD_DIMS
 from tests.scripts import ROOT, load_script
 
 SCRIPT = ROOT / "tools" / "sanitize.py"
@@ -178,8 +177,8 @@ def test_cases_cover_what_they_claim(sanitize):
 
 
 def test_forward_cases_plan_every_hopper_build(sanitize):
-    """On Hopper the plans of the forward cases choose each build of ``HOPPER_BUILDS`` and of
-    ``HOPPER_TOKEN_BUILDS`` (those with partial blocks)."""
+    """On Hopper the plans of the forward cases choose each build a plan can take, without and
+    with partial blocks (``gpu.forward.builds.hopper_builds``)."""
     chosen = set()
     for case in sanitize.CASES:
         if case.kind != "forward" or case.mma_sync or case.empty:
@@ -194,10 +193,10 @@ def test_forward_cases_plan_every_hopper_build(sanitize):
                                work=plan.tile_work, tokens=plan.n_partials > 0)  # fmt: skip
         chosen.add(dataclasses.replace(config, dtype="bf16"))
     builds = {
-        HopperConfig("bf16", head_dim, **settings)
-        for table in (HOPPER_BUILDS, HOPPER_TOKEN_BUILDS)
-        for head_dim, options in table.items()
-        for settings, _ in options
+        config
+        for head_dim in HEAD_DIMS
+        for tokens in (False, True)
+        for config, _ in hopper_builds("bf16", head_dim, tokens=tokens)
     }
     assert chosen == builds
 

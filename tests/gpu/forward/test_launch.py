@@ -16,6 +16,7 @@ from gpu.forward.launch import plan_forward, run_fused
 from gpu.forward.lut import group_heads
 from gpu.forward.sm80 import KernelConfig
 from gpu.forward.sm90 import HopperConfig
+from gpu.partials import split_token_mask
 from gpu.runtime import is_hopper
 from gpu.support import HEAD_DIMS
 
@@ -30,6 +31,22 @@ def test_plan_needs_a_cuda_device():
         plan_forward(layout, config)
     with pytest.raises(TypeError, match="config must be a KernelConfig or HopperConfig"):
         plan_forward(layout, "bf16")
+
+
+def test_plans_with_partial_blocks_take_builds_that_mask_them():
+    """Only ``tokens`` builds carry the token-tile code (it slowed full tiles): a plan with partial
+    blocks takes them, one without does not, and a build without it is refused for partials."""
+    blocks, partials = split_token_mask(torch.ones(1, 128, 128, dtype=torch.bool).tril(), 64)
+    with_partials = gpu.plan(blocks, 64, partials=partials, device="cpu")
+    full = gpu.plan(blocks, 64, device="cpu")
+    for head_dim in HEAD_DIMS:
+        for the_plan, tokens in ((with_partials, True), (full, False)):
+            config = choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=True,
+                                   work=the_plan.tile_work, tokens=tokens)  # fmt: skip
+            assert config.tokens is tokens and config.defines()["TOKENS"] == int(tokens)
+    with pytest.raises(ValueError, match=r"2 partial blocks, which HopperConfig masks only with "
+                       r"tokens=True .* got tokens=False"):  # fmt: skip
+        plan_forward(with_partials, HopperConfig("bf16", 64))
 
 
 def planned(blocks, block_size, *, causal, head_dim, dtype, device):

@@ -14,7 +14,8 @@ from gpu.forward.sm90 import HopperConfig
         ({"head_dim": 96}, "head_dim must be one of"),
         ({"block_n": 32}, "block_n must be one of 64, 128"),
         ({"stages": 5}, "stages must be one of 2, 3, 4"),
-        ({"head_dim": 128, "stages": 3}, "need 268544 bytes of shared memory"),
+        ({"head_dim": 128, "stages": 3}, "need 262400 bytes of shared memory"),
+        ({"head_dim": 128, "stages": 3, "tokens": True}, "need 268544 bytes of shared memory"),
         ({"consumers": 3}, "consumers must be one of 1, 2"),
         ({"consumers": 1, "min_blocks": 2}, "pingpong needs two consumers"),
         ({"min_blocks": 2}, "min_blocks must be one of 1 with 2 consumer"),
@@ -25,10 +26,10 @@ from gpu.forward.sm90 import HopperConfig
         ),
         (
             {"head_dim": 128, "consumers": 1, "pingpong": False, "min_blocks": 2},
-            "need 166144 bytes of shared memory per CTA, too many for 2 CTAs per SM",
+            "need 164096 bytes of shared memory per CTA, too many for 2 CTAs per SM",
         ),
         (
-            {"consumers": 1, "pingpong": False, "min_blocks": 2, "stages": 3},
+            {"consumers": 1, "pingpong": False, "min_blocks": 2, "stages": 3, "tokens": True},
             "token_stages=True need 118016 bytes of shared memory per CTA, too many for 2 CTAs",
         ),
     ],
