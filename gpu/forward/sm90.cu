@@ -19,15 +19,14 @@
 // One consumer (64-row query tiles) runs two or three CTAs per SM, which hide each other's
 // per-unit latency (short rows) and waste less on layouts scattered in small blocks.
 // Token tiles (partial blocks, token_mask.cuh), only in TOKENS = 1 builds (plans with partial
-// blocks): the token code in the loop, though never run on full tiles, slowed their tiles by 9 %
-// at D=64. TOKEN_STAGES = 1: the producer copies a token
-// tile's words (one TMA box) into its stage's slot beside the K tile, completing on the same
-// "full" mbarrier (its expected bytes count them), and each consumer thread reads its rows
-// (two vector loads) after that wait, before S is issued; the slot is free when the consumers
-// arrive on the K tile's "empty" barrier. TOKEN_STAGES = 0 (no shared memory to spare): each
-// consumer thread loads its rows from global memory a tile ahead, once the previous tile is
-// masked. TOKENS consumers read each entry a tile ahead, others at the top of its step (1-2 %
-// faster); full tiles load no words.
+// blocks): the token code in the loop, though never run on full tiles, slowed them by 9 % at
+// D=64. TOKEN_STAGES = 1: the producer copies a token tile's words (one TMA box) into its
+// stage's slot beside the K tile, completing on the same "full" mbarrier (its expected bytes
+// count them), and each consumer thread reads its rows (two vector loads) after that wait,
+// before S is issued; the slot is free when the consumers arrive on the K tile's "empty"
+// barrier. TOKEN_STAGES = 0 (no shared memory to spare): each consumer thread loads its rows
+// from global memory a tile ahead, once the previous tile is masked. TOKENS consumers read each
+// entry a tile ahead, others at the top of its step (1-2 % faster); full tiles load no words.
 // Overlap. Inside a warpgroup, S of tile n + 1 and P·V of tile n are issued together and the
 // softmax of tile n + 1 runs while P·V of tile n is still on the tensor cores (wgmma.wait_group
 // 1); O is rescaled once P·V has landed. With PINGPONG (two consumers), the consumers take turns
@@ -265,7 +264,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, kMinBlocks)
 
     auto full = [&](int n) { return (ring + n) % kStages; };
     auto parity = [&](int n) { return static_cast<unsigned>(((ring + n) / kStages) & 1); };
-    // Entry n of the unit, read a tile ahead; without TOKEN_STAGES, with its token rows.
+    // Entry n of the unit (TOKENS: a tile ahead, without TOKEN_STAGES with its token rows).
     auto read_entry = [&](int n, Int4& entry, TokenRows<kSAtoms>& tokens) {
       entry = load_entry(params.entries + work.first + n);
       if (kTokens && !kTokenStages && (entry.y & kFlagTokens)) {

@@ -41,8 +41,9 @@ def test_plans_with_partial_blocks_take_builds_that_mask_them():
     full = gpu.plan(blocks, 64, device="cpu")
     for head_dim in HEAD_DIMS:
         for the_plan, tokens in ((with_partials, True), (full, False)):
+            partial = the_plan.n_partials > 0  # what gpu.plan passes
             config = choose_config(head_dim=head_dim, dtype=torch.bfloat16, wgmma=True,
-                                   work=the_plan.tile_work, tokens=tokens)  # fmt: skip
+                                   work=the_plan.tile_work, tokens=partial)  # fmt: skip
             assert config.tokens is tokens and config.defines()["TOKENS"] == int(tokens)
     with pytest.raises(ValueError, match=r"2 partial blocks, which HopperConfig masks only with "
                        r"tokens=True .* got tokens=False"):  # fmt: skip
