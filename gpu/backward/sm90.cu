@@ -71,7 +71,8 @@
 namespace {
 
 // The producer's single thread: K and V, then Q, dO, lse2, Δ (and a token tile's words, TOKENS)
-// of every step into the ring.
+// of every step into the ring, with the step's table entry, which the consumers read there
+// rather than wait on global memory for it.
 __device__ __forceinline__ void produce(const HopperBackwardParams& p, const Shared& sh,
                                         const KeyTile& tile) {
   KeyWalk walk = tile.walk();
@@ -93,6 +94,7 @@ __device__ __forceinline__ void produce(const HopperBackwardParams& p, const Sha
     const int o_b = (bits & 64) ? 0 : tile.b, o_h = (bits & 128) ? 0 : walk.head;
     const unsigned full = sh.q_full(stage);
     const bool tokens = kTokens && (entry.y & kFlagTokens);
+    store_entry_shared(sh.entry_slot(stage), entry);  // released by the arrive
     barrier_expect_bytes(full, 2 * kQBytes + kRowsBytes + (tokens ? kTokenBytes : 0));
     if (tokens) {
       tma_load_2d(sh.token_slot(stage), p.token_map, full, 0,
@@ -165,11 +167,11 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   bool have = walk.next(params.lists, params.shared_layout, params.n_k_tiles, tile.k_tile);
   if (have) barrier_wait(sh.kv_full(), 0);
   for (int n = 0; have; ++n) {
-    const Int4 entry = load_entry(params.entries + walk.entry());
     const int stage = n % kStages;
     const unsigned q_tile = sh.q_tile(stage), do_tile = sh.do_tile(stage);
     const float* lse_row = rows_f + stage * 2 * kBlockM;
     barrier_wait(sh.q_full(stage), (n / kStages) & 1);
+    const Int4 entry = load_entry_shared(sh.entry_slot(stage));  // the producer's copy
 
     // Sᵀ and dPᵀ together; Pᵀ while dPᵀ runs
     if (!kFreshScores) {

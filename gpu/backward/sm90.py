@@ -71,7 +71,7 @@ DQ_MODES = {"separate": 0, "atomic": 1, "bulk": 2}
 BLOCK_MS = (64, 128)
 #: Query rows of a staged dQ part (one warpgroup's, per step): dq_acc's tiles.
 DQ_PART_ROWS = 64
-#: Shared bytes after the tiles for the mbarriers.
+#: Shared bytes after the tiles for the mbarriers and the ring's table entries.
 BARRIER_BYTES = 256
 #: A kv group's query heads are split over CTAs until the grid has this many CTAs per SM (one
 #: CTA fits an SM). Not yet measured: two waves keep the SMs busy while the heaviest key tiles

@@ -50,6 +50,8 @@ static_assert(kBlockM == 64 || (kBlockM == 128 && kHeadDim == 64), "BLOCK_M 64, 
 static_assert(kStages == 2 || kStages == 3, "STAGES must be 2 or 3");
 static_assert(kDqMode >= 0 && kDqMode <= 2, "DQ_MODE must be 0, 1 or 2");
 static_assert(!kDqWriter || kDqMode == 2, "DQ_WRITER needs DQ_MODE 2");
+static_assert(8 * (5 + 2 * kStages) <= 128 && 128 + 16 * kStages <= 256,
+              "mbarriers and entry slots fit BARRIER_BYTES (256, sm90.py)");
 
 struct Shared {
   unsigned k, v, q, d_o, ds, dq, rows, tokens, bars;
@@ -77,6 +79,8 @@ struct Shared {
   // its reduction (1 arrival, the writer's).
   __device__ unsigned dq_full(int group) const { return bars + 8 * (1 + 2 * kStages + group); }
   __device__ unsigned dq_empty(int group) const { return bars + 8 * (3 + 2 * kStages + group); }
+  // A step's table entry, stored by the producer with its Q and dO (within BARRIER_BYTES)
+  __device__ unsigned entry_slot(int stage) const { return bars + 128 + 16 * stage; }
 };
 
 }  // namespace

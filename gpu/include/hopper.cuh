@@ -4,7 +4,8 @@
 
 #pragma once
 
-#include "params.cuh"  // TensorMap
+#include "attention_common.cuh"  // Int4
+#include "params.cuh"          // TensorMap
 
 namespace {
 
@@ -39,6 +40,25 @@ __device__ __forceinline__ void barrier_wait(unsigned bar, unsigned parity) {
       "@!done bra wait_%=;\n}\n" ::"r"(bar),
       "r"(parity)
       : "memory");
+}
+
+// ------------------------------------------------------------------ entries in shared memory
+// A table entry handed from the producer to the consumers beside the tile it names: stored
+// before the arrive on the tile's "full" barrier (its release orders the store), loaded after the
+// wait (acquire), so a consumer never waits on global memory for it.
+__device__ __forceinline__ void store_entry_shared(unsigned address, const Int4& entry) {
+  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(entry.x),
+               "r"(entry.y), "r"(entry.z), "r"(entry.w)
+               : "memory");
+}
+
+__device__ __forceinline__ Int4 load_entry_shared(unsigned address) {
+  Int4 entry;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(entry.x), "=r"(entry.y), "=r"(entry.z), "=r"(entry.w)
+               : "r"(address)
+               : "memory");
+  return entry;
 }
 
 // ------------------------------------------------------------------ TMA
