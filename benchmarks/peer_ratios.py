@@ -1,5 +1,6 @@
 """Our speedup over each peer, per standard case, from a forward and a forward+backward sweep: the
-tables the README and the closing notes quote, as markdown.
+tables the README and the closing notes quote, as markdown. A sweep run in parts (one document
+per head dim, say) gives its documents one after another; they share the sweep's columns.
 
     PYTHONPATH=. python benchmarks/peer_ratios.py benchmarks/results/<date>-h200-peers.json \
         benchmarks/results/<date>-h200-peers-backward.json
@@ -42,15 +43,20 @@ def _ran(result: dict[str, Any] | None) -> bool:
 
 
 def markdown(docs: list[dict[str, Any]]) -> str:
-    """One table: a row per case, per document (forward, forward+backward) a column per peer."""
-    modes = ["fwd+bwd" if is_backward(doc["cases"][0]) else "fwd" for doc in docs]
-    columns = [f"{mode} vs {label}" for mode in modes for label, _ in PEERS]
+    """One table: a row per case, per mode (forward, forward+backward) a column per peer; the
+    documents of one mode are the parts of one sweep (a case is taken from the first that has
+    it)."""
+    by_mode: dict[str, list[dict[str, Any]]] = {}
+    for doc in docs:
+        by_mode.setdefault("fwd+bwd" if is_backward(doc["cases"][0]) else "fwd", []).append(doc)
+    columns = [f"{mode} vs {label}" for mode in by_mode for label, _ in PEERS]
     names = list(dict.fromkeys(case["case"] for doc in docs for case in doc["cases"]))
     rows, notes = [], []
     for name in names:
         cells = []
-        for doc in docs:
-            case = next((c for c in doc["cases"] if c["case"] == name), None)
+        for parts in by_mode.values():
+            cases = (c for doc in parts for c in doc["cases"] if c["case"] == name)
+            case = next(cases, None)
             found, why = ratios(case) if case else ({}, [])
             notes += why
             cells += [f"{found[label]:.2f}" if found.get(label) else "—" for label, _ in PEERS]

@@ -27,3 +27,15 @@ def test_each_peer_over_ours_forward_and_backward(monkeypatch):
     )
     assert table[2] == "| tiny | 1.25 | 0.50 | 0.65 | 1.20 | 1.10 | — |"
     assert table[-1] == "- tiny / cudnn_bsa: ValueError: cuDNN BSA has no causal mode"
+
+
+def test_parts_of_one_sweep_share_its_columns(monkeypatch):
+    script = load_script("benchmarks/peer_ratios")
+    slow_flex = {"flex": 4.0, "flex_tuned": 4.0}
+    first = make_doc(monkeypatch, contenders=PEER_RUN, times={"fused_api": 2.0, **slow_flex})
+    second = make_doc(monkeypatch, contenders=PEER_RUN, times={"fused_api": 1.0, **slow_flex})
+    second["cases"][0]["case"] = "other"
+    table = script.markdown([first, second]).splitlines()
+    assert table[0] == "| case | fwd vs Flex Triton | fwd vs Flex FLASH | fwd vs cuDNN BSA |"
+    rows = [row.split(" | ")[:2] for row in table[2:4]]
+    assert rows == [["| tiny", "2.00"], ["| other", "4.00"]]
