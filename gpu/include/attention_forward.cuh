@@ -62,16 +62,24 @@ template <int M, int NS>
 __device__ __forceinline__ void softmax_scores(float (&s)[M][NS][4], float (&row_max)[M][2],
                                                float (&row_sum)[M][2],
                                                float (&correction)[M][2], float scale_log2) {
+  static_assert(NS % 2 == 0, "an even number of 8-column atoms");
   const float neg_inf = negative_infinity();
 #pragma unroll
   for (int mi = 0; mi < M; ++mi) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      float tile_max = row_max[mi][half];
+      // four independent chains, so the exponentials wait on a short dependency chain
+      float part[4] = {s[mi][0][2 * half], s[mi][0][2 * half + 1], s[mi][1][2 * half],
+                       s[mi][1][2 * half + 1]};
 #pragma unroll
-      for (int nj = 0; nj < NS; ++nj) {
-        tile_max = fmaxf(tile_max, fmaxf(s[mi][nj][2 * half], s[mi][nj][2 * half + 1]));
+      for (int nj = 2; nj < NS; nj += 2) {
+        part[0] = fmaxf(part[0], s[mi][nj][2 * half]);
+        part[1] = fmaxf(part[1], s[mi][nj][2 * half + 1]);
+        part[2] = fmaxf(part[2], s[mi][nj + 1][2 * half]);
+        part[3] = fmaxf(part[3], s[mi][nj + 1][2 * half + 1]);
       }
+      float tile_max = fmaxf(fmaxf(part[0], part[1]), fmaxf(part[2], part[3]));
+      tile_max = fmaxf(tile_max, row_max[mi][half]);
       tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
       const float new_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 2));
       const float base = new_max == neg_inf ? 0.f : new_max * scale_log2;  // all masked so far
