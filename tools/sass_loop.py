@@ -93,15 +93,14 @@ def loop_report(instructions: list[Instruction]) -> dict | None:
         return None
     first, last = bounds
     body = [i for i in instructions if first <= i.pc <= last]
+    regions = [(i.pc, i.branch_target) for i in body
+               if i.branch_target is not None and i.pc < i.branch_target <= last]  # fmt: skip
     skips = []
-    for branch in body:
-        target = branch.branch_target
-        if target is not None and branch.pc < target <= last:
-            skipped = [i for i in body if branch.pc < i.pc < target]
-            skips.append({"branch": hex(branch.pc), "to": hex(target),
-                          "instructions": len(skipped), "by_opcode": _mix(skipped)})  # fmt: skip
-    regions = [(int(skip["branch"], 16), int(skip["to"], 16)) for skip in skips]
-    fast = [i for i in body if not any(a < i.pc < b for a, b in regions)]
+    for start, end in regions:
+        skipped = [i for i in body if start < i.pc < end]
+        skips.append({"branch": hex(start), "to": hex(end), "instructions": len(skipped),
+                      "by_opcode": _mix(skipped)})  # fmt: skip
+    fast = [i for i in body if not any(start < i.pc < end for start, end in regions)]
     return {
         "loop": [hex(first), hex(last)],
         "instructions": len(body),
